@@ -1,0 +1,17 @@
+// Subcommands of omnibal-plan. Each register_*_command adds a CLI11 subcommand whose callback,
+// when the subcommand was given, pushes the action to run into `actions`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <vector>
+
+namespace omnibal::plan {
+
+using Actions = std::vector<std::function<int()>>;
+
+/// Registers every subcommand compiled into this build (commands.cpp lists them).
+void register_commands(CLI::App& app, Actions& actions);
+
+}  // namespace omnibal::plan

@@ -1,0 +1,174 @@
+// YAML <-> config structs. One reader visitor and one writer visitor walk every struct's
+// visit_fields(), so a key is declared exactly once.
+#include "core/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/yaml_struct.h"
+
+namespace omnibal {
+namespace {
+
+using yaml_struct::where;
+
+/// Applies "a.b.c=value" to the document tree, creating maps on the way.
+void apply_override(YAML::Node& root, const std::string& text) {
+  const auto eq = text.find('=');
+  OMNIBAL_CHECK(eq != std::string::npos && eq > 0, "--set '", text,
+                "': expected key=value, e.g. --set parallel.dp=2");
+  const std::string key = text.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    OMNIBAL_FAIL("--set '", text, "': the value is not valid YAML: ", e.msg);
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string part; std::getline(ss, part, '.');) {
+    OMNIBAL_CHECK(!part.empty(), "--set '", text, "': empty component in key '", key, "'");
+    parts.push_back(part);
+  }
+  // yaml-cpp nodes are handles: walk by reassigning copies of child handles.
+  std::vector<YAML::Node> chain{root};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node child = chain.back()[parts[i]];
+    if (!child.IsMap()) {
+      OMNIBAL_CHECK(!child.IsDefined() || child.IsNull(), "--set '", text, "': '", parts[i],
+                    "' is not a section");
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      child = chain.back()[parts[i]];
+    }
+    chain.push_back(child);
+  }
+  chain.back()[parts.back()] = value;
+}
+
+Config parse_node(YAML::Node root, const std::string& origin,
+                  const std::vector<std::string>& overrides) {
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  OMNIBAL_CHECK(root.IsMap(), origin, ": expected a mapping of config sections at the top level");
+  for (const auto& o : overrides) apply_override(root, o);
+  Config config;
+  yaml_struct::read_section(root, origin, config);
+  config.validate();
+  return config;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    OMNIBAL_FAIL(origin, ":", e.mark.line + 1, ": invalid YAML: ", e.msg);
+  }
+  return parse_node(root, origin, overrides);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return parse_node(YAML::Node(YAML::NodeType::Map), "<defaults>", overrides);
+  std::ifstream in(path);
+  OMNIBAL_CHECK(in.good(), "cannot open config file '", path, "'");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_config(buffer.str(), path, overrides);
+}
+
+std::string to_yaml(const Config& config) { return yaml_struct::write_section(config); }
+
+// ---- validation: one function per section, each naming the full key ----
+
+namespace {
+template <class T>
+void check_positive(const std::string& key, T value) {
+  OMNIBAL_CHECK(value > 0, key, ": expected a positive value, got ", value);
+}
+template <class T>
+void check_one_of(const std::string& key, const T& value, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return;
+    list += (list.empty() ? "" : " | ") + std::string(a);
+  }
+  OMNIBAL_FAIL(key, ": expected ", list, ", got '", value, "'");
+}
+}  // namespace
+
+void ParallelConfig::validate(const std::string& w) const {
+  check_positive(w + "dp", dp);
+  check_positive(w + "pp", pp);
+  OMNIBAL_CHECK(tp == 1, w, "tp: tensor parallelism is not supported yet; expected 1, got ", tp);
+  check_positive(w + "micro_batches", micro_batches);
+  check_one_of(w + "partition", partition.method, {"balanced", "uniform", "parameters", "manual"});
+  if (partition.method == "manual") {
+    OMNIBAL_CHECK(static_cast<int>(partition.manual.size()) == pp, w,
+                  "partition.manual: expected one unit count per pipeline stage (", pp, "), got ",
+                  partition.manual.size());
+    for (int n : partition.manual) check_positive(w + "partition.manual[]", n);
+  }
+  OMNIBAL_CHECK(partition_trials >= -1, w, "partition_trials: expected -1 (top K) or >= 0, got ",
+                partition_trials);
+  OMNIBAL_CHECK(partition_radius >= 0, w, "partition_radius: expected >= 0, got ", partition_radius);
+  check_positive(w + "partition_top_k", partition_top_k);
+}
+
+void BalanceConfig::validate(const std::string& w) const {
+  check_one_of(w + "method", method, {"isf", "random", "length-group", "best-fit"});
+  check_positive(w + "samples_per_pack", samples_per_pack);
+  OMNIBAL_CHECK(q_vit >= 0, w, "q_vit: expected a tile count >= 0 (0 = search), got ", q_vit);
+  OMNIBAL_CHECK(q_tok >= 0, w, "q_tok: expected a token count >= 0 (0 = search), got ", q_tok);
+  OMNIBAL_CHECK(q_tok_thresh >= 0 && (q_tok == 0 || q_tok_thresh <= q_tok), w,
+                "q_tok_thresh: expected 0 <= q_tok_thresh <= q_tok (", q_tok, "), got ", q_tok_thresh);
+  check_positive(w + "iterations", iterations);
+}
+
+void MemoryConfig::validate(const std::string& w) const {
+  if (recompute.mode != "per_stage")
+    check_one_of(w + "recompute", recompute.mode, {"adaptive", "full", "none"});
+  for (int n : recompute.per_stage)
+    OMNIBAL_CHECK(n >= 0, w, "recompute: expected unit counts >= 0, got ", n);
+  OMNIBAL_CHECK(budget_gb >= 0, w, "budget_gb: expected GiB >= 0 (0 = device memory), got ", budget_gb);
+}
+
+void DataConfig::validate(const std::string& w) const {
+  check_one_of(w + "on_bad_sample", on_bad_sample, {"error", "skip"});
+}
+
+void TrainConfig::validate(const std::string& w) const {
+  OMNIBAL_CHECK(steps >= 0, w, "steps: expected >= 0, got ", steps);
+  OMNIBAL_CHECK(lr >= 0, w, "lr: expected >= 0, got ", lr);
+  OMNIBAL_CHECK(warmup_steps >= 0, w, "warmup_steps: expected >= 0, got ", warmup_steps);
+  for (const auto& f : freeze) check_one_of(w + "freeze[]", f, {"vit", "projector", "llm"});
+  OMNIBAL_CHECK(checkpoint_every >= 0, w, "checkpoint_every: expected >= 0, got ", checkpoint_every);
+  check_positive(w + "keep_checkpoints", keep_checkpoints);
+  OMNIBAL_CHECK(eval_every >= 0, w, "eval_every: expected >= 0, got ", eval_every);
+}
+
+void RuntimeConfig::validate(const std::string& w) const {
+  OMNIBAL_CHECK(threads >= 0, w, "threads: expected >= 0 (0 = auto), got ", threads);
+  OMNIBAL_CHECK(!run_dir.empty(), w, "run_dir: expected a directory path");
+}
+
+void CommConfig::validate(const std::string& w) const { check_positive(w + "timeout_s", timeout_s); }
+
+void ModelConfig::validate(const std::string& w) const {
+  OMNIBAL_CHECK(!preset.empty(), w, "preset: expected a preset name (models/presets/<name>.yaml)");
+}
+
+void Config::validate() const {
+  model.validate("model.");
+  parallel.validate("parallel.");
+  balance.validate("balance.");
+  memory.validate("memory.");
+  data.validate("data.");
+  train.validate("train.");
+  runtime.validate("runtime.");
+  comm.validate("comm.");
+}
+
+}  // namespace omnibal

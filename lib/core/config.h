@@ -1,0 +1,152 @@
+// The run configuration as plain structs, one per concern, parsed once at the edge from YAML
+// (yaml-cpp) plus `--set a.b=c` overrides. Library code takes the narrowest const FooConfig&.
+// Keys follow ../shared/docs/conventions.md; unknown keys and bad values are errors that name
+// the file, line and key and say what was expected.
+//
+// Adding a key: add the member with its default, list it in the struct's visit_fields(), and
+// check it in validate() when it has a range.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace omnibal {
+
+/// `parallel.partition`: a named method (balanced | uniform | parameters) or `{manual: [...]}`
+/// with the number of pipeline units in each stage.
+struct PartitionSpec {
+  std::string method = "balanced";
+  std::vector<int> manual;  ///< units per stage; only when method == "manual"
+};
+
+/// `memory.recompute`: adaptive | full | none, or a list with the number of recomputed units
+/// of each pipeline stage.
+struct RecomputeSpec {
+  std::string mode = "adaptive";
+  std::vector<int> per_stage;  ///< only when mode == "per_stage"
+};
+
+/// 3D-parallel layout and pipeline schedule.
+struct ParallelConfig {
+  int dp = 1;               ///< data-parallel ranks
+  int pp = 1;               ///< pipeline stages
+  int tp = 1;               ///< tensor-parallel ranks (1 until TP exists)
+  int micro_batches = 1;    ///< m: micro-batches (packs) per DP rank per step
+  PartitionSpec partition;  ///< how pipeline units are split into stages
+  int partition_trials = -1;  ///< candidates timed for real; -1 = top K of the search
+  int partition_radius = 1;   ///< r: how far each boundary moves around the anchor (units)
+  int partition_top_k = 3;    ///< K: candidates kept after ranking
+  template <class V> void visit_fields(V& v) {
+    v("dp", dp); v("pp", pp); v("tp", tp); v("micro_batches", micro_batches);
+    v("partition", partition); v("partition_trials", partition_trials);
+    v("partition_radius", partition_radius); v("partition_top_k", partition_top_k);
+  }
+  void validate(const std::string& where) const;
+};
+
+/// Data balance (OmniBal §3.1, ISF). Budgets left at 0 are searched.
+struct BalanceConfig {
+  std::string method = "isf";  ///< isf | random | length-group | best-fit
+  int samples_per_pack = 4;    ///< ISF target, stands in for the per-device batch size
+  int64_t q_vit = 0;           ///< Q_v: tile budget of one pack (0 = search)
+  int64_t q_tok = 0;           ///< Q_t: token budget of one pack (0 = search)
+  int64_t q_tok_thresh = 0;    ///< Q'_t: token acceptance threshold (0 = search / Q_t - 128)
+  int iterations = 50;         ///< T: ISF sampling-and-filtering rounds
+  uint64_t seed = 1024;
+  template <class V> void visit_fields(V& v) {
+    v("method", method); v("samples_per_pack", samples_per_pack); v("q_vit", q_vit);
+    v("q_tok", q_tok); v("q_tok_thresh", q_tok_thresh); v("iterations", iterations);
+    v("seed", seed);
+  }
+  void validate(const std::string& where) const;
+};
+
+/// Memory balance (OmniBal §3.3, adaptive recomputation).
+struct MemoryConfig {
+  RecomputeSpec recompute;
+  double budget_gb = 0;  ///< per-device budget in GiB; 0 = device memory minus a margin
+  template <class V> void visit_fields(V& v) { v("recompute", recompute); v("budget_gb", budget_gb); }
+  void validate(const std::string& where) const;
+};
+
+/// Training data.
+struct DataConfig {
+  std::string meta;                    ///< InternVL-style meta file (datasets -> annotation, lengths)
+  std::string on_bad_sample = "error";  ///< error | skip (counted)
+  template <class V> void visit_fields(V& v) { v("meta", meta); v("on_bad_sample", on_bad_sample); }
+  void validate(const std::string& where) const;
+};
+
+/// Optimisation schedule and checkpoints.
+struct TrainConfig {
+  int steps = 100;
+  double lr = 1e-3;
+  int warmup_steps = 10;
+  std::vector<std::string> freeze;  ///< unit groups to freeze: vit, projector, llm
+  int checkpoint_every = 0;         ///< 0 = only at the end
+  int keep_checkpoints = 2;
+  int eval_every = 0;               ///< 0 = no periodic evaluation
+  uint64_t seed = 1234;
+  template <class V> void visit_fields(V& v) {
+    v("steps", steps); v("lr", lr); v("warmup_steps", warmup_steps); v("freeze", freeze);
+    v("checkpoint_every", checkpoint_every); v("keep_checkpoints", keep_checkpoints);
+    v("eval_every", eval_every); v("seed", seed);
+  }
+  void validate(const std::string& where) const;
+};
+
+/// Process-level settings.
+struct RuntimeConfig {
+  int threads = 0;               ///< intra-op threads per rank; 0 = max(1, cores / local ranks)
+  std::string run_dir = "runs/default";
+  template <class V> void visit_fields(V& v) { v("threads", threads); v("run_dir", run_dir); }
+  void validate(const std::string& where) const;
+};
+
+/// Communication.
+struct CommConfig {
+  double timeout_s = 300;  ///< watchdog: a collective or receive stuck this long aborts the job
+  template <class V> void visit_fields(V& v) { v("timeout_s", timeout_s); }
+  void validate(const std::string& where) const;
+};
+
+/// Which architecture to build (models/presets/<preset>.yaml).
+struct ModelConfig {
+  std::string preset = "tiny";
+  template <class V> void visit_fields(V& v) { v("preset", preset); }
+  void validate(const std::string& where) const;
+};
+
+/// The whole run configuration.
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  BalanceConfig balance;
+  MemoryConfig memory;
+  DataConfig data;
+  TrainConfig train;
+  RuntimeConfig runtime;
+  CommConfig comm;
+  template <class V> void visit_fields(V& v) {
+    v("model", model); v("parallel", parallel); v("balance", balance); v("memory", memory);
+    v("data", data); v("train", train); v("runtime", runtime); v("comm", comm);
+  }
+  /// Checks every section; throws omnibal::Error naming the key.
+  void validate() const;
+};
+
+/// Loads `path` (may be empty: defaults only), applies `overrides` ("a.b=c", values parsed as
+/// YAML so lists work: "parallel.partition={manual: [3, 5]}"), parses and validates.
+/// Throws omnibal::Error with "<file>:<line>: <key>: expected ..., got ..." on any problem,
+/// including unknown keys.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Parses YAML text (for tests and embedded configs); `origin` names it in errors.
+Config parse_config(const std::string& yaml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides = {});
+
+/// The resolved config as YAML, every key present (written to run directories and checkpoints).
+std::string to_yaml(const Config& config);
+
+}  // namespace omnibal

@@ -1,0 +1,24 @@
+// Console logging: rank 0 prints by default; every message carries "[rank r]" when the job has
+// more than one rank or when all ranks are asked to log. Uses fmt for formatting.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string>
+
+namespace omnibal {
+
+/// Sets this process's rank and world size for log prefixes (call once at start-up).
+void set_log_rank(int rank, int world_size);
+/// When true, every rank logs (default: rank 0 only).
+void set_log_all_ranks(bool all);
+/// Writes one line to stderr when this rank logs. Thread-safe.
+void log_line(const std::string& line);
+
+/// fmt-style info message: log_info("packs {} over {} steps", n, steps).
+template <typename... Args>
+void log_info(fmt::format_string<Args...> format, Args&&... args) {
+  log_line(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace omnibal

@@ -1,0 +1,28 @@
+// PackBatch: the tensors of one pack (= one micro-batch on one device, conventions.md). lib/data
+// builds it from sample ids; the model's pipeline units consume it. Only what a pipeline stage
+// needs is filled in: the first stage gets pixels, the LLM-embedding stage ids, the last stage
+// labels; undefined tensors are simply not materialised.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace omnibal::models {
+
+/// One packed micro-batch of n samples with T tokens and `tiles` ViT tiles in total.
+struct PackBatch {
+  torch::Tensor pixel_values;  ///< [tiles, 3, H, W] float32, normalised; H = W = preset tile size
+  torch::Tensor image_flags;   ///< [tiles] int64: 1 real tile, 0 dummy tile of a text-only sample
+  torch::Tensor input_ids;     ///< [T] int64, samples concatenated, no padding between them
+  torch::Tensor labels;        ///< [T] int64, -100 where no loss (prompts, image tokens)
+  torch::Tensor position_ids;  ///< [T] int64, restarting at 0 for each sample
+  torch::Tensor cu_seqlens;    ///< [n + 1] int64, cumulative sample lengths starting at 0
+  std::vector<int64_t> sample_ids;  ///< global sample index of each member, in pack order
+
+  /// Number of samples in the pack.
+  int64_t num_samples() const { return static_cast<int64_t>(sample_ids.size()); }
+};
+
+}  // namespace omnibal::models

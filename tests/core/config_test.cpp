@@ -1,0 +1,94 @@
+#include "core/config.h"
+
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+
+using omnibal::parse_config;
+
+namespace {
+std::string error_of(const std::string& yaml, std::vector<std::string> overrides = {}) {
+  try {
+    parse_config(yaml, "test.yaml", overrides);
+  } catch (const omnibal::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("config parses sections and keeps defaults for missing keys", "[core][config]") {
+  const auto c = parse_config(
+      "parallel:\n  dp: 4\n  pp: 2\n  micro_batches: 8\n"
+      "balance:\n  method: random\n  q_vit: 20\n  q_tok: 6656\n  q_tok_thresh: 6528\n"
+      "train:\n  freeze: [vit]\n",
+      "test.yaml");
+  CHECK(c.parallel.dp == 4);
+  CHECK(c.parallel.pp == 2);
+  CHECK(c.parallel.micro_batches == 8);
+  CHECK(c.parallel.partition.method == "balanced");
+  CHECK(c.balance.method == "random");
+  CHECK(c.balance.q_tok == 6656);
+  CHECK(c.balance.iterations == 50);
+  REQUIRE(c.train.freeze.size() == 1);
+  CHECK(c.train.freeze[0] == "vit");
+}
+
+TEST_CASE("partition and recompute accept names and lists", "[core][config]") {
+  auto c = parse_config("parallel:\n  pp: 2\n  partition: {manual: [3, 5]}\nmemory:\n  recompute: [1, 0]\n",
+                        "test.yaml");
+  CHECK(c.parallel.partition.method == "manual");
+  CHECK(c.parallel.partition.manual == std::vector<int>{3, 5});
+  CHECK(c.memory.recompute.mode == "per_stage");
+  CHECK(c.memory.recompute.per_stage == std::vector<int>{1, 0});
+  c = parse_config("parallel:\n  partition: uniform\nmemory:\n  recompute: full\n", "t.yaml");
+  CHECK(c.parallel.partition.method == "uniform");
+  CHECK(c.memory.recompute.mode == "full");
+}
+
+TEST_CASE("set overrides (--set a.b=c) change any key, including nested lists", "[core][config]") {
+  const auto c = parse_config("parallel:\n  dp: 4\n", "test.yaml",
+                              {"parallel.dp=2", "balance.seed=7", "parallel.pp=2",
+                               "parallel.partition={manual: [1, 2]}", "runtime.run_dir=/tmp/x"});
+  CHECK(c.parallel.dp == 2);
+  CHECK(c.parallel.pp == 2);
+  CHECK(c.balance.seed == 7);
+  CHECK(c.parallel.partition.manual == std::vector<int>{1, 2});
+  CHECK(c.runtime.run_dir == "/tmp/x");
+}
+
+TEST_CASE("unknown keys are errors naming file, line and key", "[core][config]") {
+  const auto msg = error_of("parallel:\n  dp: 2\n  dpp: 3\n");
+  CHECK_THAT(msg, Catch::Contains("test.yaml:3"));
+  CHECK_THAT(msg, Catch::Contains("unknown key 'parallel.dpp'"));
+  CHECK_THAT(msg, Catch::Contains("micro_batches"));  // lists the known keys
+  CHECK_THAT(error_of("bogus: 1\n"), Catch::Contains("unknown key 'bogus'"));
+  CHECK_THAT(error_of("", {"parallel.nope=1"}), Catch::Contains("unknown key 'parallel.nope'"));
+}
+
+TEST_CASE("bad values are errors naming the key and what was expected", "[core][config]") {
+  auto msg = error_of("parallel:\n  dp: two\n");
+  CHECK_THAT(msg, Catch::Contains("test.yaml:2"));
+  CHECK_THAT(msg, Catch::Contains("parallel.dp: expected an integer, got 'two'"));
+  CHECK_THAT(error_of("parallel:\n  dp: 0\n"), Catch::Contains("parallel.dp: expected a positive value"));
+  CHECK_THAT(error_of("balance:\n  method: greedy\n"),
+             Catch::Contains("balance.method: expected isf | random | length-group | best-fit, got 'greedy'"));
+  CHECK_THAT(error_of("parallel:\n  pp: 3\n  partition: {manual: [1, 2]}\n"),
+             Catch::Contains("one unit count per pipeline stage (3)"));
+  CHECK_THAT(error_of("data:\n  on_bad_sample: ignore\n"), Catch::Contains("error | skip"));
+  CHECK_THAT(error_of("", {"parallel.dp"}), Catch::Contains("expected key=value"));
+  CHECK_THAT(error_of("parallel: [1]\n"), Catch::Contains("parallel: expected a mapping"));
+  CHECK_THAT(error_of("parallel:\n  dp: [1\n"), Catch::Contains("invalid YAML"));
+}
+
+TEST_CASE("to_yaml round-trips the resolved config", "[core][config]") {
+  const auto a = parse_config("parallel:\n  pp: 2\n  partition: {manual: [4, 6]}\ntrain:\n  freeze: [vit, projector]\n"
+                              "memory:\n  recompute: [2, 1]\n",
+                              "test.yaml");
+  const auto text = omnibal::to_yaml(a);
+  const auto b = parse_config(text, "resolved.yaml");
+  CHECK(omnibal::to_yaml(b) == text);
+  CHECK(b.parallel.partition.manual == std::vector<int>{4, 6});
+  CHECK(b.train.freeze == std::vector<std::string>{"vit", "projector"});
+  CHECK(b.memory.recompute.per_stage == std::vector<int>{2, 1});
+}

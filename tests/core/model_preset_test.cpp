@@ -1,0 +1,23 @@
+#include "core/model_preset.h"
+
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+
+TEST_CASE("every shipped preset loads and derives InternVL token counts", "[core][preset]") {
+  const auto tiny = omnibal::load_model_preset("tiny");
+  CHECK(tiny.name == "tiny");
+  CHECK(tiny.tokens_per_tile() == 4);       // (56/14)^2 * 0.25
+  CHECK(tiny.vit_tokens_per_tile() == 17);  // 16 patches + CLS
+  const auto big = omnibal::load_model_preset("internvl-1.5-6b-20b");
+  CHECK(big.tokens_per_tile() == 256);        // spec §5.2
+  CHECK(big.vit_tokens_per_tile() == 1025);
+  CHECK(big.llm.width == 6144);
+  CHECK(big.vit.depth == 45);
+  CHECK(omnibal::load_model_preset("internvl-1.5-6b-34b").llm.depth == 60);
+  CHECK(omnibal::load_model_preset("base-100m").llm.kv_heads == 4);
+}
+
+TEST_CASE("a missing preset names the path it looked for", "[core][preset]") {
+  CHECK_THROWS_WITH(omnibal::load_model_preset("nope"), Catch::Contains("models/presets/nope.yaml"));
+}
