@@ -1,0 +1,74 @@
+#include "partition/partition_search.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+
+using namespace omnibal::partition;
+
+TEST_CASE("neighbourhood has (2r+1)^(P-1) cut vectors before filtering", "[partition][search]") {
+  const int P = GENERATE(2, 3, 4, 5);
+  const int r = GENERATE(1, 2);
+  const Partition anchor = uniform_partition(40, P);
+  const auto cuts = neighbourhood_cuts(anchor, r);
+  CHECK(cuts.size() == static_cast<size_t>(std::pow(2 * r + 1, P - 1)));
+  CHECK(cuts.front() == anchor.boundaries());
+  CHECK(std::set<std::vector<int>>(cuts.begin(), cuts.end()).size() == cuts.size());
+  for (const auto& c : cuts)
+    for (size_t k = 0; k < c.size(); ++k) CHECK(std::abs(c[k] - anchor.boundaries()[k]) <= r);
+}
+
+TEST_CASE("the paper's 27 candidates for 4 stages with r = 1", "[partition][search]") {
+  CHECK(neighbourhood_cuts(Partition{{5, 5, 5, 5}}, 1).size() == 27);
+}
+
+TEST_CASE("search drops empty stages and over-budget candidates and ranks by score",
+          "[partition][search]") {
+  PartitionSearchInput in;
+  in.unit_seconds = {1, 1, 1, 1, 1, 1};
+  in.output_bytes = {0, 0, 0, 0, 0, 0};
+  in.stages = 3;
+  in.radius = 1;
+  in.top_k = 4;
+  // Anchor [2, 2, 2] (cuts 2, 4): 9 cut vectors, of which cuts (3, 3) leave stage 1 empty; the
+  // greedy anchor is the same, so its 9 are duplicates.
+  auto r = search_partitions(in);
+  CHECK(r.exact_anchor.sizes == std::vector<int>{2, 2, 2});
+  CHECK(r.generated == 18);
+  CHECK(r.non_empty == 8);
+  CHECK(r.fitting == 8);
+  REQUIRE(r.top.size() == 4);
+  CHECK(r.top[0].partition.sizes == std::vector<int>{2, 2, 2});
+  CHECK(r.top[0].stage_std_s == Approx(0).margin(1e-12));
+  // Next best: one unit moved (stage times {1,3,2} etc.): std sqrt(2/3).
+  CHECK(r.top[1].stage_std_s == Approx(std::sqrt(2.0 / 3.0)));
+  // A unit of the anchor made heavy on memory: everything with a stage of 3 units "does not fit".
+  in.fits = [](const Partition& p) {
+    for (int s : p.sizes)
+      if (s > 2) return false;
+    return true;
+  };
+  r = search_partitions(in);
+  CHECK(r.fitting == 1);
+  in.fits = [](const Partition&) { return false; };
+  CHECK_THROWS_WITH(search_partitions(in), Catch::Contains("fits the memory budget"));
+}
+
+TEST_CASE("communication breaks ties between equally balanced splits", "[partition][search]") {
+  PartitionSearchInput in;
+  in.unit_seconds = {1, 1, 1, 1};
+  in.output_bytes = {8e9, 1e9, 8e9, 0};  // cutting after unit 1 is cheap
+  in.link_bandwidth = 1e10;
+  in.stages = 2;
+  in.top_k = 3;
+  const auto r = search_partitions(in);
+  REQUIRE(!r.top.empty());
+  // [2, 2] is perfectly balanced and sends 1 GB: score 0 + 2 * 0.1 s.
+  CHECK(r.top[0].partition.sizes == std::vector<int>{2, 2});
+  CHECK(r.top[0].score == Approx(0.2));
+  // [1, 3] (std 1 s + 1.6 s) and [3, 1] (std 1 s + 1.6 s) rank after.
+  CHECK(r.top[1].score == Approx(1.0 + 1.6));
+}
