@@ -6,6 +6,7 @@ namespace omnibal::plan {
 
 void register_commands(CLI::App& app, Actions& actions) {
   register_data_command(app, actions);
+  register_partition_command(app, actions);
 }
 
 }  // namespace omnibal::plan
