@@ -104,7 +104,9 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
         costs.send_grad_s[s][i] = s > 0 ? sc[s - 1].out_bytes / p2p_bw : 0.0;
         costs.kept_bytes[s][i] = sc[s].kept;
         costs.transient_bytes[s][i] = sc[s].transient;
-        recompute[r][s] += sc[s].recompute_s;
+        // Padding is everything the padded micro-batch costs beyond its unpadded self
+        // (recomputation of padded positions included), so recompute counts unpadded work only.
+        recompute[r][s] += unpadded.empty() ? sc[s].recompute_s : unpadded[s].recompute_s;
         if (!unpadded.empty())
           padding[r][s] += sc[s].forward_s + sc[s].backward_s - unpadded[s].forward_s -
                            unpadded[s].backward_s;
