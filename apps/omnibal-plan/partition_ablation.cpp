@@ -239,6 +239,7 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   OMNIBAL_CHECK(!base_steps.empty() && !isf_steps.empty(), "partition: the length files hold ",
                 table.size(), " samples, fewer than one step of dp * m micro-batches");
 
+  res.profile_table = c.model.costs(mean_load(isf_steps));
   std::vector<double> params;
   for (const auto& u : c.model.costs(mean_load(isf_steps)).units) params.push_back(u.parameter_bytes);
   const Partition by_params = partition::min_max_partition(params, o.pp);

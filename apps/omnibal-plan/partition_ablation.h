@@ -22,6 +22,7 @@
 
 #include "partition/partition_search.h"
 #include "partition/training_simulator.h"
+#include "partition/unit_cost_table.h"
 
 namespace omnibal::plan {
 
@@ -65,6 +66,7 @@ struct AblationResult {
   int64_t epoch_samples = 0;
   int samples_per_pack = 0;
   std::string isf_budgets;             ///< "Q_v=20 Q_t=6656 Q't=6528"
+  partition::UnitCostTable profile_table;  ///< analytic costs at the mean ISF pack (BMP profile)
 };
 
 /// Runs everything. Throws omnibal::Error on bad options (e.g. a global batch not divisible by

@@ -13,6 +13,7 @@ namespace omnibal::plan {
 void register_partition_command(CLI::App& app, Actions& actions) {
   auto opts = std::make_shared<AblationOptions>();
   auto json_path = std::make_shared<std::string>();
+  auto table_path = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
       "partition", "balanced model partition, adaptive recompute and the simulated ablation");
   cmd->add_option("--model", opts->model, "preset name or models/presets/<name>.yaml")->required();
@@ -33,8 +34,10 @@ void register_partition_command(CLI::App& app, Actions& actions) {
                 "keep the full optimizer state on every DP rank");
   cmd->add_flag("--freeze-vit", opts->freeze_vit, "the ViT is frozen (train.freeze: [vit])");
   cmd->add_option("--json", *json_path, "write the result as JSON here");
-  cmd->callback([opts, json_path, &actions] {
-    actions.push_back([opts, json_path] {
+  cmd->add_option("--cost-table", *table_path,
+                  "write the analytic per-unit cost table at the mean ISF pack here");
+  cmd->callback([opts, json_path, table_path, &actions] {
+    actions.push_back([opts, json_path, table_path] {
       const auto result = run_partition_ablation(*opts);
       fmt::print("{} samples, dp {} x pp {} x tp {}, m {}, {} samples per baseline micro-batch, "
                  "ISF {}, budget {:.1f} GB\n",
@@ -51,6 +54,7 @@ void register_partition_command(CLI::App& app, Actions& actions) {
         OMNIBAL_CHECK(out.good(), "cannot write '", *json_path, "'");
         out << ablation_json(result, *opts) << "\n";
       }
+      if (!table_path->empty()) partition::write_unit_cost_table(result.profile_table, *table_path);
       return 0;
     });
   });

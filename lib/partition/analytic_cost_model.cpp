@@ -78,21 +78,31 @@ UnitWork AnalyticCostModel::work(int unit, const MicroBatchLoad& load) const {
 }
 
 UnitCost AnalyticCostModel::unit_cost(int unit, const MicroBatchLoad& load) const {
-  const auto& v = preset_.vit;
-  const auto& l = preset_.llm;
-  const UnitKind kind = kind_of(unit);
+  UnitCost c = unit_shape(unit, load);
   const UnitWork w = work(unit, load);
   const double tp_scale = tp_ == 1 ? 1.0 : 1.0 / (tp_ * eff_.tp_efficiency);
   const double gemm_s = w.gemm_flops / (device_.peak_flops * eff_.gemm);
   const double mem_s = w.memory_bytes / (device_.hbm_bandwidth * eff_.memory);
-  UnitCost c;
-  c.kind = kind;
   c.forward_s = tp_scale * (gemm_s + mem_s +
                             w.attention_flops / (device_.peak_flops * eff_.attention_forward));
   c.backward_s = tp_scale * (2 * gemm_s + 2 * mem_s +
                              2.5 * w.attention_flops /
                                  (device_.peak_flops * eff_.attention_backward));
+  c.parameter_bytes /= tp_;
+  c.activation_bytes /= tp_;
+  if (freeze_vit_ && (c.kind == UnitKind::VitEmbed || c.kind == UnitKind::VitBlock)) {
+    c.trainable = false;
+    c.backward_s = 0;  // nothing upstream of a frozen ViT needs gradients
+    c.activation_bytes = 0;
+  }
+  return c;
+}
 
+UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) const {
+  const auto& v = preset_.vit;
+  const auto& l = preset_.llm;
+  UnitCost c;
+  c.kind = kind_of(unit);
   const double T = static_cast<double>(load.tiles());
   const double nv = preset_.vit_tokens_per_tile();
   const double dv = v.width, fv = v.mlp_dim, dl = l.width, fl = l.mlp_dim, V = l.vocab_size;
@@ -102,7 +112,7 @@ UnitCost AnalyticCostModel::unit_cost(int unit, const MicroBatchLoad& load) cons
   const double side_llm = kInt64 * 2 * N;         // labels, positions
   double params = 0;
   const int lv = v.depth;
-  switch (kind) {
+  switch (c.kind) {
     case UnitKind::VitEmbed:
       c.name = "vit_embed";
       params = 3.0 * v.patch_size * v.patch_size * dv + dv + nv * dv + dv;
@@ -143,13 +153,7 @@ UnitCost AnalyticCostModel::unit_cost(int unit, const MicroBatchLoad& load) cons
       c.output_bytes = 0;
       break;
   }
-  c.parameter_bytes = kBf16 * params / tp_;
-  c.activation_bytes /= tp_;
-  if (freeze_vit_ && (kind == UnitKind::VitEmbed || kind == UnitKind::VitBlock)) {
-    c.trainable = false;
-    c.backward_s = 0;  // nothing upstream of a frozen ViT needs gradients
-    c.activation_bytes = 0;
-  }
+  c.parameter_bytes = kBf16 * params;
   return c;
 }
 

@@ -58,6 +58,8 @@ class AnalyticCostModel : public CostModel {
 
  private:
   UnitCost unit_cost(int unit, const MicroBatchLoad& load) const;
+  /// Name, kind and sizes (parameter, activation, output bytes) before TP and freezing.
+  UnitCost unit_shape(int unit, const MicroBatchLoad& load) const;
   UnitKind kind_of(int unit) const;
 
   ModelPreset preset_;
