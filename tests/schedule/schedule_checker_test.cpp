@@ -48,11 +48,24 @@ TEST_CASE("the checker finds swapped sends, deadlocks and lost messages", "[sche
     CHECK_THAT(r.message, Catch::Contains("deadlock"));
     CHECK_THAT(r.message, Catch::Contains("stage 0 instruction 0 (RecvGrad{0})"));
   }
-  SECTION("a send nobody receives") {
+  SECTION("a missing send: its receiver sees the wrong micro-batch or waits forever") {
     auto lists = build_1f1b_schedule(2, 2);
     lists[1].erase(lists[1].begin() + 3);  // drop stage 1's SendGrad{0}
-    const auto r = check_schedule(lists, 2);
+    auto r = check_schedule(lists, 2);
     CHECK_FALSE(r.ok);
+    CHECK_THAT(r.message, Catch::Contains("RecvGrad{0}") && Catch::Contains("orders differ"));
+    lists = build_1f1b_schedule(2, 2);
+    lists[1].erase(lists[1].begin() + 7);  // drop stage 1's SendGrad{1}
+    r = check_schedule(lists, 2);
+    CHECK_THAT(r.message, Catch::Contains("deadlock") && Catch::Contains("RecvGrad{1}"));
+  }
+  SECTION("a send nobody receives") {
+    StageSchedules lists(2);
+    lists[0] = {{Op::Forward, 0}, {Op::SendActivation, 0}};
+    lists[1] = {};
+    const auto r = check_schedule(lists, 1);
+    CHECK_FALSE(r.ok);
+    CHECK_THAT(r.message, Catch::Contains("stage 0 sent a message nobody received"));
   }
   SECTION("backward before forward and reduce before the last backward") {
     StageSchedules lists(1);
