@@ -5,8 +5,8 @@ namespace omnibal::plan {
 // One line per subcommand file in this folder.
 
 void register_commands(CLI::App& app, Actions& actions) {
-  (void)app;
-  (void)actions;
+  register_data_command(app, actions);
+  register_partition_command(app, actions);
 }
 
 }  // namespace omnibal::plan

@@ -11,6 +11,11 @@ namespace omnibal::plan {
 
 using Actions = std::vector<std::function<int()>>;
 
+/// `omnibal-plan data`: data balance on length statistics (data_command.cpp).
+void register_data_command(CLI::App& app, Actions& actions);
+/// `partition`: BMP, adaptive recompute and the simulated OmniBal ablation (partition_command.cpp).
+void register_partition_command(CLI::App& app, Actions& actions);
+
 /// Registers every subcommand compiled into this build (commands.cpp lists them).
 void register_commands(CLI::App& app, Actions& actions);
 

@@ -1,0 +1,198 @@
+// omnibal-plan data: the data-balance planner (lib/balance) on length statistics.
+//
+//   omnibal-plan data --lengths F.json [F2.json ...] | --meta M.json --dp 8 --samples-per-pack 4
+//       --method isf|random|length-group|best-fit|multi-source|isf-random-placement|all
+//       [--search] [--q-vit N --q-tok N [--q-tok-thresh N]] [--micro-batches m] [--iterations T]
+//       [--seed S] [--on-bad-sample error|skip] [--json OUT.json] [--plan OUT]
+//
+// Prints one table row per method (spec §1.8 metrics). Budgets are searched once (with the
+// candidate table printed) when --search is given or when a method needs budgets that were not
+// given; multi-source searches per dataset. --json writes {"results": [...]}; --plan writes the
+// plan of the first method listed (isf for --method all) in plan_json.h's format.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+
+#include "balance/data_planner.h"
+#include "balance/length_reader.h"
+#include "balance/plan_json.h"
+#include "commands.h"
+#include "core/error.h"
+
+namespace omnibal::plan {
+namespace {
+
+using namespace omnibal::balance;
+using Json = nlohmann::json;
+
+struct DataArgs {
+  std::vector<std::string> lengths;
+  std::string meta;
+  int dp = 8;
+  int samples_per_pack = 4;
+  int micro_batches = 1;
+  std::string method = "isf";
+  bool search = false;
+  int64_t q_vit = 0, q_tok = 0, q_tok_thresh = 0;
+  int iterations = 50;
+  uint64_t seed = 1024;
+  std::string on_bad_sample = "error";
+  std::string json_out, plan_out;
+};
+
+std::vector<Method> methods_of(const std::string& name) {
+  if (name != "all") return {parse_method(name, "--method")};
+  return {Method::kIsf,    Method::kIsfRandomPlacement, Method::kMultiSource,
+          Method::kRandom, Method::kLengthGroup,        Method::kBestFit};
+}
+
+PlannerOptions planner_options(const DataArgs& a) {
+  PlannerOptions o;
+  o.dp = a.dp;
+  o.micro_batches = a.micro_batches;
+  o.samples_per_pack = a.samples_per_pack;
+  o.iterations = a.iterations;
+  o.seed = a.seed;
+  o.on_bad_sample = parse_on_bad_sample(a.on_bad_sample, "--on-bad-sample");
+  const bool given = a.q_vit || a.q_tok || a.q_tok_thresh;
+  OMNIBAL_CHECK(!(given && a.search), "--search searches the budgets: drop --q-vit/--q-tok/",
+                "--q-tok-thresh, or drop --search to use them");
+  if (given) {
+    OMNIBAL_CHECK(a.q_vit > 0 && a.q_tok > 0, "--q-vit and --q-tok must both be given (> 0), ",
+                  "got ", a.q_vit, " and ", a.q_tok);
+    o.budgets = {a.q_vit, a.q_tok, a.q_tok_thresh ? a.q_tok_thresh : a.q_tok - 128};
+    o.budgets.validate();
+  }
+  return o;
+}
+
+std::string budget_text(const MethodResult& r) {
+  if (r.method == Method::kMultiSource) return "per source";
+  if (r.budgets.q_vit == 0 && r.budgets.q_tok == 0) return "-";
+  if (r.budgets.q_vit == 0) return fmt::format("-/{}", r.budgets.q_tok);
+  return fmt::format("{}/{}/{}", r.budgets.q_vit, r.budgets.q_tok, r.budgets.q_tok_thresh);
+}
+
+void print_header() {
+  fmt::print("{:<21} {:>15} {:>6} {:>8} {:>8} {:>6} {:>6} {:>7} {:>8} {:>5} {:>6} {:>5} {:>6} {:>7}\n",
+             "method", "Q_v/Q_t/Q'_t", "pad", "dist_vit", "dist_llm", "t_fill", "k_fill", "packs",
+             "smp/pack", "max_v", "max_t", "skip", "carry", "sec");
+}
+
+void print_row(const MethodResult& r) {
+  const auto& m = r.metrics;
+  fmt::print("{:<21} {:>15} {:>6.3f} {:>8.5f} {:>8.5f} {:>6.3f} {:>6.3f} {:>7} {:>8.3f} {:>5} "
+             "{:>6} {:>5} {:>6} {:>7.3f}\n",
+             method_name(r.method), budget_text(r), m.pad_ratio, m.dist_ratio_vit,
+             m.dist_ratio_llm, m.tile_fill, m.token_fill, m.packs, m.samples_per_pack,
+             m.max_tiles, m.max_tokens, m.skipped, m.carried_samples, r.seconds);
+}
+
+Json result_json(const MethodResult& r, const PlannerOptions& o) {
+  const auto& m = r.metrics;
+  Json j = {{"method", method_name(r.method)}, {"pad_ratio", m.pad_ratio},
+            {"dist_ratio_vit", m.dist_ratio_vit}, {"dist_ratio_llm", m.dist_ratio_llm},
+            {"tile_fill", m.tile_fill}, {"token_fill", m.token_fill}, {"packs", m.packs},
+            {"samples", m.samples}, {"samples_per_pack", m.samples_per_pack},
+            {"skipped", m.skipped}, {"seconds", r.seconds}, {"max_tiles", m.max_tiles},
+            {"max_tokens", m.max_tokens}, {"steps", m.steps},
+            {"carried_packs", m.carried_packs}, {"carried_samples", m.carried_samples},
+            {"dp", o.dp}, {"micro_batches", o.micro_batches}, {"seed", o.seed}};
+  if (r.budgets.q_vit || r.budgets.q_tok) {
+    j["q_vit"] = r.budgets.q_vit;
+    j["q_tok"] = r.budgets.q_tok;
+    j["q_tok_thresh"] = r.budgets.q_tok_thresh;
+  }
+  if (r.method == Method::kMultiSource) {
+    Json per = Json::array();
+    for (const auto& b : r.source_budgets)
+      per.push_back({{"q_vit", b.q_vit}, {"q_tok", b.q_tok}, {"q_tok_thresh", b.q_tok_thresh}});
+    j["source_budgets"] = per;
+  }
+  if (r.search_seconds > 0) j["search_seconds"] = r.search_seconds;
+  return j;
+}
+
+int run_data(const DataArgs& a) {
+  OMNIBAL_CHECK(a.lengths.empty() != a.meta.empty(), "give either --lengths F.json ... or --meta M.json");
+  const SampleTable table = a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta);
+  fmt::print("data: {} samples from {} datasets ({} failed-statistics records skipped), dp {}, "
+             "m {}, target {} samples/pack, seed {}\n", table.size(), table.datasets.size(),
+             table.failed_stats(), a.dp, a.micro_batches, a.samples_per_pack, a.seed);
+  PlannerOptions o = planner_options(a);
+  const auto methods = methods_of(a.method);
+  const bool searched = budgets_unset(o.budgets);
+  double search_seconds = 0;
+  std::optional<SearchResult> search;
+  const bool needs_budgets = std::any_of(methods.begin(), methods.end(), [](Method m) {
+    return m == Method::kIsf || m == Method::kIsfRandomPlacement || m == Method::kBestFit;
+  });
+  if (searched && needs_budgets) {
+    PlannerOptions so = o;
+    const auto t0 = std::chrono::steady_clock::now();
+    search = search_budgets(table, SearchOptions{o.dp, o.micro_batches, o.samples_per_pack,
+                                                 o.iterations, o.seed});
+    search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("{}search: {:.3f} s\n\n", format_search_table(*search), search_seconds);
+    o.budgets = search->budgets();
+  }
+  print_header();
+  Json results = Json::array();
+  std::unique_ptr<MethodResult> first;
+  for (Method m : methods) {
+    PlannerOptions mo = o;
+    if (m == Method::kMultiSource && searched) mo.budgets = IsfBudgets{};  // per-source search
+    MethodResult r = plan_method(table, m, mo);
+    if (m == Method::kIsf || m == Method::kIsfRandomPlacement) r.search_seconds = search_seconds;
+    print_row(r);
+    results.push_back(result_json(r, mo));
+    if (!first) first = std::make_unique<MethodResult>(std::move(r));
+  }
+  if (!a.json_out.empty()) {
+    Json doc = {{"results", results}};
+    if (search) doc["search_seconds"] = search_seconds;
+    std::ofstream out(a.json_out);
+    OMNIBAL_CHECK(out.good(), a.json_out, ": cannot write --json output");
+    out << doc.dump(2) << "\n";
+  }
+  if (!a.plan_out.empty()) {
+    write_plan_json(a.plan_out, table, *first, o);
+    fmt::print("plan: {} ({} steps, hash {})\n", a.plan_out, first->plan.steps(),
+               format_hash(plan_hash(table, first->packing.packs, first->plan)));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_data_command(CLI::App& app, Actions& actions) {
+  auto args = std::make_shared<DataArgs>();
+  CLI::App* cmd = app.add_subcommand("data", "data balance: ISF packing, budget search, baselines");
+  auto* lengths = cmd->add_option("--lengths", args->lengths, "OmniBal length files (JSON arrays)");
+  auto* meta = cmd->add_option("--meta", args->meta, "InternVL-style meta file with token_lengths");
+  lengths->excludes(meta);
+  cmd->add_option("--dp", args->dp, "data-parallel ranks")->capture_default_str();
+  cmd->add_option("--samples-per-pack", args->samples_per_pack, "ISF target (old per-device batch)")
+      ->capture_default_str();
+  cmd->add_option("--method", args->method,
+                  "isf|random|length-group|best-fit|multi-source|isf-random-placement|all")
+      ->capture_default_str();
+  cmd->add_flag("--search", args->search, "search the ISF budgets (Q_v, Q_t, Q'_t)");
+  cmd->add_option("--q-vit", args->q_vit, "Q_v: tile budget per pack");
+  cmd->add_option("--q-tok", args->q_tok, "Q_t: token budget per pack");
+  cmd->add_option("--q-tok-thresh", args->q_tok_thresh, "Q'_t: acceptance threshold (default Q_t-128)");
+  cmd->add_option("--micro-batches", args->micro_batches, "m: packs per DP rank per step")
+      ->capture_default_str();
+  cmd->add_option("--iterations", args->iterations, "T: ISF rounds")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of packing and placement")->capture_default_str();
+  cmd->add_option("--on-bad-sample", args->on_bad_sample, "over-budget samples: error|skip")
+      ->capture_default_str();
+  cmd->add_option("--json", args->json_out, "write {\"results\": [...]} here");
+  cmd->add_option("--plan", args->plan_out, "write the plan (steps x DP ranks x packs) here");
+  cmd->callback([args, &actions] { actions.push_back([args] { return run_data(*args); }); });
+}
+
+}  // namespace omnibal::plan

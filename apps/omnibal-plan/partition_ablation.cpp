@@ -1,0 +1,344 @@
+#include "partition_ablation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "balance/data_planner.h"
+#include "balance/length_reader.h"
+#include "core/error.h"
+#include "core/model_preset.h"
+#include "memory/recompute_planner.h"
+#include "partition/analytic_cost_model.h"
+
+namespace omnibal::plan {
+namespace {
+
+using partition::MicroBatchLoad;
+using partition::Partition;
+using partition::StepLoads;
+
+/// Steps of a balance plan as simulator loads (full steps only; the tail is carried).
+std::vector<StepLoads> step_loads(const balance::SampleTable& table,
+                                  const balance::MethodResult& r) {
+  const auto& packs = r.packing.packs;
+  const bool padded = packs.layout() == balance::PackLayout::kPadded;
+  std::vector<StepLoads> steps(r.plan.steps());
+  for (size_t s = 0; s < steps.size(); ++s) {
+    steps[s].resize(r.plan.dp);
+    for (int rank = 0; rank < r.plan.dp; ++rank)
+      for (int i = 0; i < r.plan.micro_batches; ++i) {
+        const uint32_t p = r.plan.pack(s, rank, i);
+        std::vector<int32_t> tiles, tokens;
+        for (const uint32_t* id = packs.begin(p); id != packs.end(p); ++id) {
+          tiles.push_back(table.load[*id].tiles());
+          tokens.push_back(table.load[*id].tokens());
+        }
+        steps[s][rank].push_back(padded ? MicroBatchLoad::padded_to_longest(tiles, tokens)
+                                        : MicroBatchLoad::packed(tiles, tokens));
+      }
+  }
+  return steps;
+}
+
+/// The heaviest micro-batch a plan contains, for memory planning: its most tiles and most
+/// computed tokens (as one padded row of that many tokens, so activations are not undercounted).
+MicroBatchLoad worst_load(const std::vector<StepLoads>& steps) {
+  int64_t tiles = 0, tokens = 0;
+  for (const auto& step : steps)
+    for (const auto& rank : step)
+      for (const auto& mb : rank) {
+        tiles = std::max(tiles, mb.tiles());
+        tokens = std::max(tokens, mb.computed_tokens());
+      }
+  return MicroBatchLoad::packed({static_cast<int32_t>(tiles)}, {static_cast<int32_t>(tokens)});
+}
+
+/// The mean micro-batch of a plan (the balanced profiling load of BMP, spec §2.2 item 2).
+MicroBatchLoad mean_load(const std::vector<StepLoads>& steps) {
+  double tiles = 0, n = 0, samples = 0;
+  std::vector<int32_t> lengths;
+  double tokens = 0;
+  for (const auto& step : steps)
+    for (const auto& rank : step)
+      for (const auto& mb : rank) {
+        tiles += mb.tiles();
+        tokens += mb.computed_tokens();
+        samples += mb.samples();
+        ++n;
+      }
+  const int k = std::max(1, static_cast<int>(samples / n + 0.5));
+  const auto per_tiles = static_cast<int32_t>(tiles / n / k + 0.5);
+  const auto per_tokens = static_cast<int32_t>(tokens / n / k + 0.5);
+  return MicroBatchLoad::packed(std::vector<int32_t>(k, per_tiles),
+                                std::vector<int32_t>(k, per_tokens));
+}
+
+/// Shared context of all rows.
+struct Context {
+  AblationOptions o;
+  partition::AnalyticCostModel model;
+  memory::MemoryOptions memory;
+  double budget = 0;
+  int64_t epoch_samples = 0;
+};
+
+memory::RecomputePlan recompute_plan(const Context& c, const Partition& p,
+                                     const MicroBatchLoad& worst, bool adaptive) {
+  memory::RecomputeOptions ro;
+  ro.memory = c.memory;
+  ro.micro_batches = c.o.micro_batches;
+  ro.budget_bytes = c.budget;
+  const auto table = c.model.costs(worst);
+  return adaptive ? memory::plan_adaptive_recompute(table, p, ro)
+                  : memory::plan_full_recompute(table, p, ro);
+}
+
+AblationRow simulate_row(const Context& c, const std::string& name, const std::string& data,
+                         const std::string& split, const Partition& p,
+                         const std::vector<StepLoads>& steps, bool adaptive) {
+  const auto plan = recompute_plan(c, p, worst_load(steps), adaptive);
+  partition::SimulatorSetup s;
+  s.model = &c.model;
+  s.partition = p;
+  s.recompute = plan.recompute;
+  s.dp = c.o.dp;
+  s.tp = c.o.tp;
+  s.device = c.model.device();
+  s.zero1 = c.o.zero1;
+  for (const auto& m : plan.memory) s.static_bytes.push_back(m.static_bytes());
+  const auto run = partition::simulate_run(s, steps);
+  AblationRow row;
+  row.name = name;
+  row.data = data;
+  row.split = split;
+  row.recompute = adaptive ? "adaptive" : "full";
+  row.partition = p;
+  row.recomputed_units = plan.recomputed_units;
+  const double scale = static_cast<double>(c.epoch_samples) / run.samples;
+  row.epoch_seconds = run.seconds * scale;
+  row.components = run.breakdown.scaled(scale);
+  row.bubble_fraction = run.bubble_fraction;
+  row.peak_memory_gb = run.peak_memory_bytes / 1e9;
+  row.fits = run.peak_memory_bytes <= c.budget;
+  row.steps = run.steps;
+  row.samples = run.samples;
+  row.stage_busy_s = run.stage_busy_s;
+  row.stage_idle_s = run.stage_idle_s;
+  return row;
+}
+
+/// Search inputs at the profile load: unit seconds are forward + backward, plus the forward
+/// again for units recomputed under `recompute` (per unit; full recomputation when empty).
+partition::PartitionSearchInput search_input(const Context& c, const MicroBatchLoad& profile,
+                                             const MicroBatchLoad& worst,
+                                             const std::vector<bool>& recompute) {
+  partition::PartitionSearchInput in;
+  const auto table = c.model.costs(profile);
+  for (size_t i = 0; i < table.units.size(); ++i) {
+    const auto& u = table.units[i];
+    const bool rc = u.recomputable() && u.trainable && (recompute.empty() || recompute[i]);
+    in.unit_seconds.push_back(u.forward_s + u.backward_s + (rc ? u.forward_s : 0.0));
+    in.unit_forward_s.push_back(u.forward_s);
+    in.output_bytes.push_back(u.output_bytes);
+  }
+  in.micro_batches = c.o.micro_batches;
+  in.link_bandwidth = partition::pipeline_link_bandwidth(c.model.device(), c.o.dp, c.o.tp);
+  in.stages = c.o.pp;
+  in.radius = c.o.radius;
+  in.top_k = c.o.top_k;
+  in.fits = [&c, worst](const Partition& p) {
+    return recompute_plan(c, p, worst, false).all_fit();
+  };
+  return in;
+}
+
+}  // namespace
+
+namespace {
+
+/// Simulates the top-K candidates on the first steps of the ISF plan (full recomputation, the
+/// setting of the "+ balanced partition" row) and returns the index of the fastest: the
+/// simulator stands in for the trainer's timed trials.
+size_t confirm_candidates(const Context& c, const partition::PartitionSearchResult& search,
+                          const std::vector<StepLoads>& steps, bool adaptive,
+                          std::vector<double>& seconds) {
+  const std::vector<StepLoads> probe(steps.begin(),
+                                     steps.begin() + std::min<size_t>(steps.size(), 8));
+  size_t best = 0;
+  seconds.clear();
+  for (size_t i = 0; i < search.top.size(); ++i) {
+    const auto row = simulate_row(c, "", "", "", search.top[i].partition, probe, adaptive);
+    seconds.push_back(row.epoch_seconds);
+    if (seconds[i] < seconds[best]) best = i;
+  }
+  return best;
+}
+
+/// BMP for one recompute mode. Under adaptive recomputation the stage times depend on the
+/// recompute plan and the plan on the split, so the search is repeated with the unit flags of
+/// the previous pick (at most 3 rounds, stopping when the pick repeats); every round's top K
+/// is confirmed by simulation with its own adaptive plans.
+Partition balanced_partition(const Context& c, const std::vector<StepLoads>& steps,
+                             bool adaptive, partition::PartitionSearchResult& search,
+                             std::vector<double>& seconds) {
+  const MicroBatchLoad profile = mean_load(steps), worst = worst_load(steps);
+  std::vector<bool> flags;  // empty: full recomputation
+  Partition pick;
+  for (int round = 0; round < (adaptive ? 3 : 1); ++round) {
+    search = partition::search_partitions(search_input(c, profile, worst, flags));
+    const Partition p = search.top[confirm_candidates(c, search, steps, adaptive, seconds)].partition;
+    if (round > 0 && p == pick) break;
+    pick = p;
+    flags = recompute_plan(c, pick, worst, true).recompute;
+  }
+  return pick;
+}
+
+void check_options(const AblationOptions& o) {
+  OMNIBAL_CHECK(o.dp >= 1 && o.pp >= 1 && o.tp >= 1 && o.micro_batches >= 1,
+                "partition: --dp, --pp, --tp and --micro-batches must be >= 1");
+  OMNIBAL_CHECK(!o.lengths.empty(), "partition: give at least one --lengths file");
+  OMNIBAL_CHECK(o.global_batch % (static_cast<int64_t>(o.dp) * o.micro_batches) == 0,
+                "partition: --global-batch ", o.global_batch, " is not a multiple of dp * m = ",
+                o.dp * o.micro_batches, " (the baseline's micro-batch size would not be whole)");
+}
+
+}  // namespace
+
+AblationResult run_partition_ablation(const AblationOptions& o) {
+  check_options(o);
+  Context c{o,
+            partition::AnalyticCostModel(load_model_preset(o.model), partition::device_spec(o.device),
+                                         o.tp, o.freeze_vit),
+            {}, 0, 0};
+  c.memory.dp = o.dp;
+  c.memory.zero1 = o.zero1;
+  c.budget = o.budget_gb > 0 ? o.budget_gb * double(1ull << 30)
+                             : memory::default_budget_bytes(c.model.device().memory_bytes);
+  const auto table = balance::read_length_files(o.lengths);
+  c.epoch_samples = static_cast<int64_t>(table.size());
+  AblationResult res;
+  res.budget_bytes = c.budget;
+  res.epoch_samples = c.epoch_samples;
+  res.samples_per_pack = static_cast<int>(o.global_batch / (o.dp * o.micro_batches));
+
+  balance::PlannerOptions po;
+  po.dp = o.dp;
+  po.micro_batches = o.micro_batches;
+  po.samples_per_pack = res.samples_per_pack;
+  po.iterations = o.iterations;
+  po.seed = o.seed;
+  const auto random = balance::plan_method(table, balance::Method::kRandom, po);
+  const auto isf = balance::plan_method(table, balance::Method::kIsf, po);
+  res.isf_budgets = fmt::format("Q_v={} Q_t={} Q't={}", isf.budgets.q_vit, isf.budgets.q_tok,
+                                isf.budgets.q_tok_thresh);
+  const auto base_steps = step_loads(table, random);
+  const auto isf_steps = step_loads(table, isf);
+  OMNIBAL_CHECK(!base_steps.empty() && !isf_steps.empty(), "partition: the length files hold ",
+                table.size(), " samples, fewer than one step of dp * m micro-batches");
+
+  res.profile_table = c.model.costs(mean_load(isf_steps));
+  std::vector<double> params;
+  for (const auto& u : c.model.costs(mean_load(isf_steps)).units) params.push_back(u.parameter_bytes);
+  const Partition by_params = partition::min_max_partition(params, o.pp);
+  const Partition bmp =
+      balanced_partition(c, isf_steps, false, res.search, res.candidate_seconds);
+  const Partition bmp_adaptive =
+      balanced_partition(c, isf_steps, true, res.adaptive_search, res.adaptive_candidate_seconds);
+
+  auto& rows = res.rows;
+  rows.push_back(simulate_row(c, "baseline", "random", "parameters", by_params, base_steps, false));
+  rows.push_back(simulate_row(c, "+ ISF", "isf", "parameters", by_params, isf_steps, false));
+  rows.push_back(simulate_row(c, "+ balanced partition", "isf", "balanced", bmp, isf_steps, false));
+  rows.push_back(simulate_row(c, "+ adaptive recompute", "isf", "balanced (memory-aware)",
+                              bmp_adaptive, isf_steps, true));
+  rows.push_back(simulate_row(c, "ISF + uniform split", "isf", "uniform",
+                              partition::uniform_partition(c.model.num_units(), o.pp), isf_steps,
+                              false));
+  rows.push_back(simulate_row(c, "ISF + greedy profile split", "isf", "greedy-profile",
+                              res.search.greedy_anchor, isf_steps, false));
+  rows.push_back(simulate_row(c, "adaptive on the row-3 split", "isf", "balanced", bmp,
+                              isf_steps, true));
+  for (auto& r : rows) {
+    r.speedup = rows[0].epoch_seconds / r.epoch_seconds;
+    r.delta = r.components;
+    r.delta += rows[0].components.scaled(-1.0);
+  }
+  return res;
+}
+
+std::string format_ablation_table(const AblationResult& res) {
+  std::string out = fmt::format(
+      "{:<28} {:>9} {:>8} {:>7} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>8}  {}\n", "row", "epoch_s",
+      "speedup", "bubble", "peak_GB", "d_pad_s", "d_dpwait", "d_bubble", "d_recomp", "d_other",
+      "split / recomputed blocks per stage");
+  for (const auto& r : res.rows) {
+    std::string rc;
+    for (size_t s = 0; s < r.recomputed_units.size(); ++s)
+      rc += (s ? "," : "") + std::to_string(r.recomputed_units[s]);
+    const double other = r.delta.useful_s + r.delta.comm_s;
+    out += fmt::format(
+        "{:<28} {:>9.1f} {:>7.2f}x {:>7.3f} {:>8.1f}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.1f}  "
+        "{} {} / [{}]{}\n",
+        r.name, r.epoch_seconds, r.speedup, r.bubble_fraction, r.peak_memory_gb, r.delta.padding_s,
+        r.delta.dp_wait_s, r.delta.bubble_s, r.delta.recompute_s, other, r.split,
+        r.partition.to_string(), rc, r.fits ? "" : "  OVER BUDGET");
+  }
+  return out;
+}
+
+std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
+  nlohmann::json j;
+  j["config"] = {{"model", o.model}, {"lengths", o.lengths}, {"dp", o.dp}, {"pp", o.pp},
+                 {"tp", o.tp}, {"micro_batches", o.micro_batches}, {"device", o.device},
+                 {"global_batch", o.global_batch}, {"zero1", o.zero1},
+                 {"budget_gb", res.budget_bytes / 1e9}, {"epoch_samples", res.epoch_samples},
+                 {"samples_per_pack", res.samples_per_pack}, {"isf_budgets", res.isf_budgets}};
+  auto breakdown = [](const partition::TimeBreakdown& b, bool with_useful) {
+    nlohmann::json x = {{"padding_s", b.padding_s}, {"dp_wait_s", b.dp_wait_s},
+                        {"bubble_s", b.bubble_s}, {"recompute_s", b.recompute_s}};
+    if (with_useful) {
+      x["useful_s"] = b.useful_s;
+      x["comm_s"] = b.comm_s;
+    } else {
+      x["other_s"] = b.useful_s + b.comm_s;
+    }
+    return x;
+  };
+  for (const auto& r : res.rows) {
+    const int gpus = o.dp * o.pp * o.tp;
+    j["rows"].push_back({{"name", r.name}, {"data", r.data}, {"split", r.split},
+                         {"recompute", r.recompute}, {"partition", r.partition.sizes},
+                         {"recomputed_blocks", r.recomputed_units},
+                         {"epoch_seconds", r.epoch_seconds}, {"speedup", r.speedup},
+                         {"gpu_days", r.epoch_seconds * gpus / 86400.0},
+                         {"bubble_fraction", r.bubble_fraction},
+                         {"peak_memory_gb", r.peak_memory_gb}, {"fits", r.fits},
+                         {"steps", r.steps}, {"samples", r.samples},
+                         {"breakdown", breakdown(r.delta, false)},
+                         {"components", breakdown(r.components, true)},
+                         {"stage_busy_s", r.stage_busy_s}, {"stage_idle_s", r.stage_idle_s}});
+  }
+  auto search_json = [](const partition::PartitionSearchResult& r,
+                        const std::vector<double>& seconds) {
+    nlohmann::json s = {{"exact_anchor", r.exact_anchor.sizes},
+                        {"greedy_anchor", r.greedy_anchor.sizes},
+                        {"refined_anchor", r.refined_anchor.sizes}, {"generated", r.generated},
+                        {"non_empty", r.non_empty}, {"fitting", r.fitting}};
+    for (size_t i = 0; i < r.top.size(); ++i) {
+      const auto& t = r.top[i];
+      s["top"].push_back({{"partition", t.partition.sizes}, {"pipeline_s", t.pipeline_s},
+                          {"score", t.score}, {"stage_std_s", t.stage_std_s},
+                          {"max_stage_s", t.max_stage_s}, {"comm_bytes", t.comm_bytes},
+                          {"simulated_8_steps_s", seconds.at(i)}});
+    }
+    return s;
+  };
+  j["search"] = search_json(res.search, res.candidate_seconds);
+  j["adaptive_search"] = search_json(res.adaptive_search, res.adaptive_candidate_seconds);
+  return j.dump(2);
+}
+
+}  // namespace omnibal::plan

@@ -1,0 +1,83 @@
+// The OmniBal ablation as a simulation (issue 6, spec §4.3): the same samples trained for one
+// epoch under
+//   baseline              random padded micro-batches of samples-per-pack samples, DeepSpeed
+//                         `parameters` split, full recomputation
+//   + ISF                 ISF packs (lib/balance: budget search + ISF + load-grouped steps)
+//   + balanced partition  BMP: search around the exact and greedy anchors, top K confirmed by
+//                         the simulator
+//   + adaptive recompute  per-stage knapsack within the memory budget, with the split searched
+//                         again under the recompute plan (memory-aware BMP: stage times depend
+//                         on which blocks are recomputed, and that on the split)
+// plus, for comparison, the uniform and greedy-profile splits (ISF data, full recomputation) and
+// adaptive recomputation on the row-3 split (what adaptive recompute gives without re-search).
+// Every row is simulated step by step (training_simulator.h) with analytic costs; epoch time is
+// the simulated time of the full steps scaled to all samples of the epoch (the epoch tail is
+// carried, conventions.md). Composition of lib/balance, lib/partition and lib/memory; no logic
+// of its own beyond wiring and reporting.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "partition/partition_search.h"
+#include "partition/training_simulator.h"
+#include "partition/unit_cost_table.h"
+
+namespace omnibal::plan {
+
+/// Inputs of the ablation (the CLI flags of `omnibal-plan partition`).
+struct AblationOptions {
+  std::string model;                 ///< preset name or path
+  std::vector<std::string> lengths;  ///< OmniBal length files
+  int dp = 1, pp = 1, tp = 1;
+  int micro_batches = 1;             ///< m
+  std::string device = "a100-80g";
+  int64_t global_batch = 1024;       ///< samples per step of the baseline: dp * m * per-pack
+  bool zero1 = true;
+  double budget_gb = 0;              ///< 0: device memory minus 8%
+  int radius = 1, top_k = 3;
+  int iterations = 50;               ///< ISF rounds
+  uint64_t seed = 1024;
+  bool freeze_vit = false;
+};
+
+/// One row of the table.
+struct AblationRow {
+  std::string name, data, split, recompute;
+  partition::Partition partition;
+  std::vector<int> recomputed_units;  ///< per stage
+  double epoch_seconds = 0, speedup = 0, bubble_fraction = 0, peak_memory_gb = 0;
+  partition::TimeBreakdown components;  ///< epoch totals, device-averaged
+  partition::TimeBreakdown delta;       ///< components - baseline components
+  bool fits = true;                     ///< simulated peak within the budget on every stage
+  int64_t steps = 0, samples = 0;
+  std::vector<double> stage_busy_s, stage_idle_s;
+};
+
+/// All rows plus what the search saw.
+struct AblationResult {
+  std::vector<AblationRow> rows;       ///< baseline first; the first four are the ablation
+  partition::PartitionSearchResult search;           ///< BMP under full recomputation
+  std::vector<double> candidate_seconds;  ///< simulated seconds of each top-K candidate (8 steps)
+  partition::PartitionSearchResult adaptive_search;  ///< last round of the memory-aware BMP
+  std::vector<double> adaptive_candidate_seconds;
+  double budget_bytes = 0;
+  int64_t epoch_samples = 0;
+  int samples_per_pack = 0;
+  std::string isf_budgets;             ///< "Q_v=20 Q_t=6656 Q't=6528"
+  partition::UnitCostTable profile_table;  ///< analytic costs at the mean ISF pack (BMP profile)
+};
+
+/// Runs everything. Throws omnibal::Error on bad options (e.g. a global batch not divisible by
+/// dp * m) or when a baseline does not fit even with full recomputation.
+AblationResult run_partition_ablation(const AblationOptions& options);
+
+/// The rows as the fixed-width table the command prints.
+std::string format_ablation_table(const AblationResult& result);
+
+/// The result as JSON text (`rows` with name, epoch_seconds, speedup, bubble_fraction,
+/// peak_memory_gb and breakdown {padding_s, dp_wait_s, bubble_s, recompute_s, other_s}).
+std::string ablation_json(const AblationResult& result, const AblationOptions& options);
+
+}  // namespace omnibal::plan

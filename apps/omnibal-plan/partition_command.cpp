@@ -1,0 +1,63 @@
+// `omnibal-plan partition`: model + memory balance and the pipeline simulator on a preset that
+// need not run here, printing and writing the OmniBal ablation (partition_ablation.h).
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "partition_ablation.h"
+
+namespace omnibal::plan {
+
+void register_partition_command(CLI::App& app, Actions& actions) {
+  auto opts = std::make_shared<AblationOptions>();
+  auto json_path = std::make_shared<std::string>();
+  auto table_path = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "partition", "balanced model partition, adaptive recompute and the simulated ablation");
+  cmd->add_option("--model", opts->model, "preset name or models/presets/<name>.yaml")->required();
+  cmd->add_option("--lengths", opts->lengths, "OmniBal length files (JSON)")->required();
+  cmd->add_option("--dp", opts->dp, "data-parallel ranks")->required();
+  cmd->add_option("--pp", opts->pp, "pipeline stages")->required();
+  cmd->add_option("--tp", opts->tp, "tensor-parallel ranks (a cost factor)");
+  cmd->add_option("--micro-batches", opts->micro_batches, "m: micro-batches per DP rank per step")
+      ->required();
+  cmd->add_option("--device", opts->device, "a100-80g | h100 | h200");
+  cmd->add_option("--global-batch", opts->global_batch, "samples per baseline step");
+  cmd->add_option("--budget-gb", opts->budget_gb, "memory budget in GiB (0: device - 8%)");
+  cmd->add_option("--radius", opts->radius, "r: boundary moves around the anchors");
+  cmd->add_option("--top-k", opts->top_k, "K: candidates confirmed by simulation");
+  cmd->add_option("--iterations", opts->iterations, "ISF rounds T");
+  cmd->add_option("--seed", opts->seed, "seed of the random baseline and ISF");
+  cmd->add_flag("--no-zero1", [opts](int64_t) { opts->zero1 = false; },
+                "keep the full optimizer state on every DP rank");
+  cmd->add_flag("--freeze-vit", opts->freeze_vit, "the ViT is frozen (train.freeze: [vit])");
+  cmd->add_option("--json", *json_path, "write the result as JSON here");
+  cmd->add_option("--cost-table", *table_path,
+                  "write the analytic per-unit cost table at the mean ISF pack here");
+  cmd->callback([opts, json_path, table_path, &actions] {
+    actions.push_back([opts, json_path, table_path] {
+      const auto result = run_partition_ablation(*opts);
+      fmt::print("{} samples, dp {} x pp {} x tp {}, m {}, {} samples per baseline micro-batch, "
+                 "ISF {}, budget {:.1f} GB\n",
+                 result.epoch_samples, opts->dp, opts->pp, opts->tp, opts->micro_batches,
+                 result.samples_per_pack, result.isf_budgets, result.budget_bytes / 1e9);
+      fmt::print("BMP: exact anchor {}, greedy anchor {}, refined anchor {}, {} candidates ({} "
+                 "non-empty, {} fit)\n",
+                 result.search.exact_anchor.to_string(), result.search.greedy_anchor.to_string(),
+                 result.search.refined_anchor.to_string(),
+                 result.search.generated, result.search.non_empty, result.search.fitting);
+      fmt::print("{}", format_ablation_table(result));
+      if (!json_path->empty()) {
+        std::ofstream out(*json_path);
+        OMNIBAL_CHECK(out.good(), "cannot write '", *json_path, "'");
+        out << ablation_json(result, *opts) << "\n";
+      }
+      if (!table_path->empty()) partition::write_unit_cost_table(result.profile_table, *table_path);
+      return 0;
+    });
+  });
+}
+
+}  // namespace omnibal::plan

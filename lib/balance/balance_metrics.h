@@ -1,0 +1,49 @@
+// BalanceMetrics: how well a plan balances data, per spec §1.8.
+//  - Pad Ratio (intra-device): padded tokens over padded capacity, summed over all packs (a
+//    global ratio, like the reference code): sum_p (max_p * n_p - tokens_p) / sum_p max_p * n_p.
+//    It is 0 for concatenated packs.
+//  - Dist Ratio (inter-device), per load dimension: at each step, rank j's load T_j is the sum
+//    of its m packs' device cost (tiles; tokens, padded for padded packs) and
+//    Dist = sum_j (T_max - T_j) / (T_max * dp), T_max floored at 1; averaged over full steps.
+//    With m = 1 this is exactly the reference's per-step, per-device definition.
+//  - tile fill / token fill: mean pack load (real tiles, real tokens) over the pack budget; a
+//    method without a budget in a dimension uses its largest pack cost as the budget (what a
+//    device must be provisioned for).
+// Carried packs count in packs, samples and Pad Ratio but not in Dist Ratio (they fill no step).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "balance/pack_list.h"
+#include "balance/step_plan.h"
+
+namespace omnibal::balance {
+
+/// Metrics of one plan (spec §1.8 plus fill, counts and extremes).
+struct BalanceMetrics {
+  double pad_ratio = 0;
+  double dist_ratio_vit = 0;
+  double dist_ratio_llm = 0;
+  double tile_fill = 0;         ///< mean pack tiles / tile budget
+  double token_fill = 0;        ///< mean pack tokens / token budget
+  int64_t packs = 0;            ///< all packs, carried ones included
+  int64_t samples = 0;          ///< samples in packs
+  double samples_per_pack = 0;  ///< samples / packs
+  int64_t max_tiles = 0;        ///< largest pack tile cost
+  int64_t max_tokens = 0;       ///< largest pack token cost (padded for padded packs)
+  int64_t skipped = 0;          ///< samples not packed (over budget, failed statistics)
+  int64_t steps = 0;            ///< full steps of dp * m packs
+  int64_t carried_packs = 0;    ///< epoch tail carried into the next epoch
+  int64_t carried_samples = 0;
+};
+
+/// Computes the metrics of `plan` over `packs`. `budget` holds the per-dimension pack budget
+/// (0 = none: use the largest pack cost); `skipped` is added to the skip count as is.
+BalanceMetrics compute_metrics(const PackList& packs, const StepPlan& plan,
+                               const std::array<int64_t, kLoadDims>& budget, int64_t skipped);
+
+/// Dist Ratio of one set of per-rank loads: sum_j (max - T_j) / (max(max, 1) * n); 0 if empty.
+double dist_ratio(const int64_t* loads, size_t n);
+
+}  // namespace omnibal::balance

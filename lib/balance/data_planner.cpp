@@ -1,0 +1,147 @@
+#include "balance/data_planner.h"
+
+#include <chrono>
+#include <numeric>
+
+#include "balance/baseline_packers.h"
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace omnibal::balance {
+namespace {
+
+constexpr Method kAllMethods[] = {Method::kIsf,    Method::kIsfRandomPlacement,
+                                  Method::kMultiSource, Method::kRandom,
+                                  Method::kLengthGroup, Method::kBestFit};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+SearchOptions search_options(const PlannerOptions& o) {
+  SearchOptions s;
+  s.dp = o.dp;
+  s.micro_batches = o.micro_batches;
+  s.samples_per_pack = o.samples_per_pack;
+  s.iterations = o.iterations;
+  s.seed = o.seed;
+  return s;
+}
+
+// Resolves the budgets (searching when unset) and records the search in `out`.
+IsfBudgets resolve_budgets(const SampleTable& table, const std::vector<uint32_t>& ids,
+                           const PlannerOptions& o, MethodResult& out) {
+  if (!budgets_unset(o.budgets)) return o.budgets;
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult s = search_budgets(table, ids, search_options(o));
+  out.search_seconds += seconds_since(t0);
+  const IsfBudgets b = s.budgets();
+  if (!out.search) out.search = std::move(s);
+  return b;
+}
+
+IsfOptions isf_options(const PlannerOptions& o, const IsfBudgets& b) {
+  return IsfOptions{b, o.iterations, o.seed, o.on_bad_sample};
+}
+
+// ISF per dataset with per-dataset budgets; packs record their source for placement.
+void plan_multi_source(const SampleTable& table, const PlannerOptions& o, MethodResult& out) {
+  std::vector<std::vector<uint32_t>> by_source(table.datasets.size());
+  for (uint32_t i = 0; i < table.size(); ++i) by_source[table.dataset[i]].push_back(i);
+  std::vector<uint32_t> pack_source;
+  for (uint32_t s = 0; s < by_source.size(); ++s) {
+    if (by_source[s].empty()) continue;
+    const IsfBudgets b = resolve_budgets(table, by_source[s], o, out);
+    out.source_budgets.push_back(b);
+    PackResult r = IsfPacker(isf_options(o, b)).pack(table, by_source[s]);
+    std::vector<uint32_t> identity(table.size());
+    std::iota(identity.begin(), identity.end(), 0u);
+    out.packing.packs.append(r.packs, identity);
+    pack_source.resize(out.packing.packs.size(), s);
+    out.packing.skipped.insert(out.packing.skipped.end(), r.skipped.begin(), r.skipped.end());
+    out.packing.unaccepted_packs += r.unaccepted_packs;
+  }
+  out.plan = place_by_source(out.packing.packs, pack_source, o.dp, o.micro_batches, o.seed);
+}
+
+// Runs the packer of `method` and its placement into `out`.
+void pack_and_place(const SampleTable& table, Method method, const PlannerOptions& o,
+                    MethodResult& out) {
+  std::vector<uint32_t> all(table.size());
+  std::iota(all.begin(), all.end(), 0u);
+  switch (method) {
+    case Method::kIsf:
+    case Method::kIsfRandomPlacement: {
+      out.budgets = resolve_budgets(table, all, o, out);
+      out.packing = IsfPacker(isf_options(o, out.budgets)).pack(table);
+      if (method == Method::kIsf) {
+        out.plan = place_load_grouped(out.packing.packs, o.dp, o.micro_batches, o.seed);
+      } else {  // the reference: packs in a random order, cut into steps
+        std::vector<uint32_t> order(out.packing.packs.size());
+        std::iota(order.begin(), order.end(), 0u);
+        Rng rng(o.seed);
+        rng.shuffle(order);
+        out.plan = place_in_order(order.size(), o.dp, o.micro_batches);
+        for (auto& p : out.plan.slots) p = order[p];
+        for (auto& p : out.plan.carried) p = order[p];
+      }
+      return;
+    }
+    case Method::kMultiSource:
+      return plan_multi_source(table, o, out);
+    case Method::kRandom:
+      out.packing = random_micro_batches(table, o.samples_per_pack, o.seed);
+      break;
+    case Method::kLengthGroup:
+      out.packing = length_grouped_micro_batches(table, o.samples_per_pack, o.dp,
+                                                 o.micro_batches, o.seed);
+      break;
+    case Method::kBestFit:
+      out.budgets.q_tok = resolve_budgets(table, all, o, out).q_tok;
+      out.packing = best_fit_packing(table, out.budgets.q_tok, o.on_bad_sample, o.seed);
+      break;
+  }
+  out.plan = place_in_order(out.packing.packs.size(), o.dp, o.micro_batches);
+}
+
+}  // namespace
+
+const char* method_name(Method method) {
+  switch (method) {
+    case Method::kIsf: return "isf";
+    case Method::kIsfRandomPlacement: return "isf-random-placement";
+    case Method::kMultiSource: return "multi-source";
+    case Method::kRandom: return "random";
+    case Method::kLengthGroup: return "length-group";
+    case Method::kBestFit: return "best-fit";
+  }
+  return "?";
+}
+
+Method parse_method(const std::string& name, const std::string& key) {
+  for (Method m : kAllMethods)
+    if (name == method_name(m)) return m;
+  OMNIBAL_FAIL(key, ": expected isf | isf-random-placement | multi-source | random | ",
+               "length-group | best-fit, got '", name, "'");
+}
+
+bool budgets_unset(const IsfBudgets& b) {
+  return b.q_vit == 0 && b.q_tok == 0 && b.q_tok_thresh == 0;
+}
+
+MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& o) {
+  OMNIBAL_CHECK(table.size() > 0, "plan_method: no samples to plan (all records failed or empty)");
+  if (!budgets_unset(o.budgets)) o.budgets.validate();
+  MethodResult out;
+  out.method = method;
+  const auto t0 = std::chrono::steady_clock::now();
+  pack_and_place(table, method, o, out);
+  const int64_t skipped = static_cast<int64_t>(out.packing.skipped.size()) + table.failed_stats();
+  std::array<int64_t, kLoadDims> budget{out.budgets.q_vit, out.budgets.q_tok};
+  if (method == Method::kMultiSource) budget = {0, 0};  // per-source budgets: fill vs largest
+  out.metrics = compute_metrics(out.packing.packs, out.plan, budget, skipped);
+  out.seconds = seconds_since(t0) - out.search_seconds;
+  return out;
+}
+
+}  // namespace omnibal::balance

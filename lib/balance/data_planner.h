@@ -1,0 +1,69 @@
+// DataPlanner: one entry point that turns a SampleTable into a placed plan with metrics, for
+// every data-balance method (ISF and the baselines), from plain values. omnibal-plan data and
+// the trainer call this; neither CLI nor YAML types reach it.
+//
+// Methods and their placements:
+//   isf                   ISF packs (isf_packer.h), load-grouped steps (step_plan.h)
+//   isf-random-placement  the same packs placed in random order, as the reference sampler does
+//   multi-source          ISF per dataset with its own budgets (reference multi_group), every
+//                         step from one dataset, steps shuffled together
+//   random                random padded micro-batches of samples_per_pack
+//   length-group          LLaVA length-grouped padded micro-batches
+//   best-fit              best-fit decreasing on tokens (budget Q_t), random order
+// Budgets left at 0 are searched (budget_search.h) for the methods that need them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "balance/balance_metrics.h"
+#include "balance/budget_search.h"
+#include "balance/isf_packer.h"
+#include "balance/pack_list.h"
+#include "balance/step_plan.h"
+
+namespace omnibal::balance {
+
+/// The data-balance methods.
+enum class Method { kIsf, kIsfRandomPlacement, kMultiSource, kRandom, kLengthGroup, kBestFit };
+
+/// "isf" | "isf-random-placement" | "multi-source" | "random" | "length-group" | "best-fit".
+const char* method_name(Method method);
+/// Inverse of method_name; throws omnibal::Error naming `key` and the choices otherwise.
+Method parse_method(const std::string& name, const std::string& key);
+
+/// Everything a method needs (config keys: parallel.dp, parallel.micro_batches, balance.*,
+/// data.on_bad_sample).
+struct PlannerOptions {
+  int dp = 1;
+  int micro_batches = 1;
+  int samples_per_pack = 4;
+  IsfBudgets budgets;  ///< all zero: searched where needed
+  int iterations = 50;
+  uint64_t seed = 1024;
+  OnBadSample on_bad_sample = OnBadSample::kError;
+};
+
+/// One method's packs, placement and metrics.
+struct MethodResult {
+  Method method = Method::kIsf;
+  PackResult packing;
+  StepPlan plan;
+  BalanceMetrics metrics;
+  IsfBudgets budgets;             ///< budgets used (zero where the method has none)
+  std::vector<IsfBudgets> source_budgets;  ///< multi-source: one per dataset
+  double seconds = 0;             ///< packing + placement + metrics, wall clock
+  double search_seconds = 0;      ///< budget search run inside plan_method, if any
+  std::optional<SearchResult> search;
+};
+
+/// True when every ISF budget is zero (they must then be searched).
+bool budgets_unset(const IsfBudgets& b);
+
+/// Runs one method on `table`. Skipped counts include the table's failed-statistics records.
+/// Throws omnibal::Error on invalid options or (on_bad_sample = error) an over-budget sample.
+MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& options);
+
+}  // namespace omnibal::balance

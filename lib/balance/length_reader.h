@@ -1,0 +1,41 @@
+// Reading per-sample length statistics into a SampleTable.
+//
+// Two inputs are supported (spec §1.2, §5.3):
+//  - an OmniBal length file: a JSON array of {"vit_num": int, "token_num": int,
+//    "image_flags": int}, one element per sample in annotation order;
+//  - an InternVL-style meta file: a JSON object mapping dataset names to {"token_lengths": path,
+//    "repeat_time": number, ...} (other keys such as root/annotation are ignored here).
+// A record with vit_num = -1 marks failed statistics: the reference skips it, and so do we, but
+// it is counted (DatasetInfo::failed_stats) so that no sample disappears silently. Anything else
+// malformed (not an array, not an object, missing/negative/non-integer fields, image_flags above
+// vit_num) is an omnibal::Error naming the file and the element index. This file does not read
+// images or annotations.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "balance/sample_table.h"
+
+namespace omnibal::balance {
+
+/// Appends the records of one OmniBal length file to `table` as dataset `name`.
+/// repeat_time follows InternVL: r < 1 keeps the first floor(n * r) records, an integer r >= 1
+/// repeats the file r times (repeats keep their file index). image_flags is optional and
+/// defaults to vit_num. Throws omnibal::Error on unreadable or malformed input (file, element).
+void read_length_file(const std::string& path, const std::string& name, double repeat_time,
+                      SampleTable& table);
+
+/// Reads several length files, one dataset each, named after the file stem (the part before
+/// "_token_lengths.json" / ".json").
+SampleTable read_length_files(const std::vector<std::string>& paths);
+
+/// Reads an InternVL-style meta file; relative token_lengths paths are resolved against the
+/// meta file's directory. Datasets keep the file's key order. Throws omnibal::Error naming the
+/// meta file and dataset key when an entry is malformed.
+SampleTable read_meta_file(const std::string& meta_path);
+
+/// The dataset name read_length_files gives `path` (its file name without the suffixes above).
+std::string dataset_name_from_path(const std::string& path);
+
+}  // namespace omnibal::balance

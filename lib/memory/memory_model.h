@@ -1,0 +1,57 @@
+// Per-stage device memory under 1F1B (OmniBal §3.3 / spec §3): for stage s of P with m
+// micro-batches,
+//   static      = weights + gradients + optimizer state of the stage's units (the optimizer
+//                 state divided by dp under ZeRO-1; frozen units have neither grads nor state)
+//   activations = min(m, P - s) micro-batches in flight, each keeping, per unit, either its
+//                 activations (not recomputed) or only its input (recomputed), plus, while a
+//                 recomputed unit runs its backward, that unit's activations once (transient)
+//   buffers     = the received input and sent output of one micro-batch in both directions
+//                 (activation and gradient: 2 x (input + output)) plus a fixed workspace
+// against a budget. Unit sizes come from the per-unit cost table at a reference load (use the
+// largest micro-batch the plan admits, e.g. the ISF budget Q_v / Q_t, so the plan holds for
+// every micro-batch). Default bytes per parameter follow mixed-precision Adam as in Megatron:
+// bf16 weights (2), fp32 main gradients (4), fp32 master weights + Adam m and v (12).
+// Not modelled: allocator fragmentation (keep a margin in the budget), CUDA context.
+#pragma once
+
+#include <vector>
+
+#include "partition/stage_partition.h"
+#include "partition/unit_cost_table.h"
+
+namespace omnibal::memory {
+
+/// Memory accounting options.
+struct MemoryOptions {
+  int dp = 1;                        ///< data-parallel ranks (ZeRO-1 shards over these)
+  bool zero1 = true;                 ///< shard optimizer state over DP
+  double weight_bytes_per_param = 2;     ///< bf16 weights (the table's parameter_bytes unit)
+  double grad_bytes_per_param = 4;       ///< fp32 gradient accumulation buffer
+  double optimizer_bytes_per_param = 12; ///< fp32 master + Adam m + v
+  double workspace_bytes = 1.0 * (1ull << 30);  ///< cuBLAS/NCCL workspaces, 1 GiB
+};
+
+/// Bytes of one stage, by category.
+struct StageMemory {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0, transient = 0, buffers = 0;
+  /// Everything except activations and transient: what does not depend on in-flight data.
+  double static_bytes() const { return weights + gradients + optimizer + buffers; }
+  double total() const { return static_bytes() + activations + transient; }
+};
+
+/// Memory of stage `stage` of `partition` with `micro_batches` in flight per 1F1B, the given
+/// per-unit recompute flags (indexed by unit, size = table units) and options. Throws
+/// omnibal::Error when sizes disagree.
+StageMemory stage_memory(const partition::UnitCostTable& table,
+                         const partition::Partition& partition, int stage, int micro_batches,
+                         const std::vector<bool>& recompute, const MemoryOptions& options);
+
+/// Bytes one in-flight micro-batch keeps in units [begin, end) under the recompute flags.
+double kept_activation_bytes(const partition::UnitCostTable& table, int begin, int end,
+                             const std::vector<bool>& recompute);
+
+/// Default budget for a device: its memory minus 8% for the CUDA context, NCCL buffers and
+/// allocator fragmentation (the paper's "remaining free memory" is measured; we must estimate).
+double default_budget_bytes(double device_memory_bytes);
+
+}  // namespace omnibal::memory

@@ -1,0 +1,55 @@
+// Activation recomputation plans per pipeline stage (memory balance, OmniBal §3.3 / spec §3):
+// which units re-run their forward during backward instead of keeping their activations.
+// Modes: none, full (every ViT and LLM block), per-stage counts (the first k blocks of stage s,
+// as EasyLLM's dynamic checkpoint but with a count per stage), and adaptive: for each stage,
+// the set of blocks to recompute with the least recompute time such that the stage fits the
+// budget under memory_model.h. Adaptive is a 0/1 knapsack (keep a block = spend its
+// in-flight activation bytes to save its forward time), solved exactly by dynamic programming
+// over memory in `granularity_bytes` steps (item sizes rounded up, capacity down, so the plan
+// always fits), once per possible largest recomputed block (that block's activations are
+// re-materialised during its backward: the transient term). Only ViT and LLM blocks are
+// candidates; embeddings, projector and head always keep their activations.
+#pragma once
+
+#include <vector>
+
+#include "memory/memory_model.h"
+
+namespace omnibal::memory {
+
+/// A recompute plan and what it costs.
+struct RecomputePlan {
+  std::vector<bool> recompute;        ///< per unit of the chain
+  std::vector<int> recomputed_units;  ///< per stage: how many units are recomputed
+  std::vector<StageMemory> memory;    ///< per stage, predicted at the table's load
+  std::vector<bool> fits;             ///< per stage: memory.total() <= budget
+  double recompute_s = 0;             ///< forward seconds re-run per micro-batch (all stages)
+  bool all_fit() const;
+};
+
+/// Options of the planner.
+struct RecomputeOptions {
+  MemoryOptions memory;
+  int micro_batches = 1;              ///< m
+  double budget_bytes = 0;            ///< per device; must be > 0
+  double granularity_bytes = 1 << 20; ///< knapsack resolution (1 MiB)
+};
+
+/// No recomputation.
+RecomputePlan plan_no_recompute(const partition::UnitCostTable& table,
+                                const partition::Partition& partition, const RecomputeOptions& o);
+/// Every ViT and LLM block recomputed.
+RecomputePlan plan_full_recompute(const partition::UnitCostTable& table,
+                                  const partition::Partition& partition, const RecomputeOptions& o);
+/// The first counts[s] blocks of stage s recomputed (memory.recompute: [per-stage counts]).
+/// Throws omnibal::Error when counts has the wrong length or a count exceeds the stage's blocks.
+RecomputePlan plan_recompute_counts(const partition::UnitCostTable& table,
+                                    const partition::Partition& partition,
+                                    const std::vector<int>& counts, const RecomputeOptions& o);
+/// Least recompute time per stage within the budget; a stage that does not fit even with full
+/// recomputation gets full recomputation and fits[s] == false.
+RecomputePlan plan_adaptive_recompute(const partition::UnitCostTable& table,
+                                      const partition::Partition& partition,
+                                      const RecomputeOptions& o);
+
+}  // namespace omnibal::memory

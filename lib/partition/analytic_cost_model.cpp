@@ -1,0 +1,170 @@
+#include "partition/analytic_cost_model.h"
+
+#include "core/error.h"
+
+namespace omnibal::partition {
+namespace {
+
+constexpr double kBf16 = 2.0;   // bytes per weight / activation element
+constexpr double kInt64 = 8.0;  // ids, labels, positions
+
+}  // namespace
+
+AnalyticCostModel::AnalyticCostModel(ModelPreset preset, DeviceSpec device, int tp,
+                                     bool freeze_vit, AnalyticEfficiency efficiency)
+    : preset_(std::move(preset)), device_(std::move(device)), tp_(tp), freeze_vit_(freeze_vit),
+      eff_(efficiency) {
+  OMNIBAL_CHECK(tp_ >= 1, "analytic cost model: tp must be >= 1, got ", tp_);
+  OMNIBAL_CHECK(device_.peak_flops > 0 && device_.hbm_bandwidth > 0,
+                "analytic cost model: device '", device_.name, "' lacks peak figures");
+}
+
+int AnalyticCostModel::num_units() const { return preset_.vit.depth + preset_.llm.depth + 4; }
+
+UnitKind AnalyticCostModel::kind_of(int unit) const {
+  const int lv = preset_.vit.depth, lt = preset_.llm.depth;
+  OMNIBAL_CHECK(unit >= 0 && unit < num_units(), "unit index ", unit, " out of range [0, ",
+                num_units(), ")");
+  if (unit == 0) return UnitKind::VitEmbed;
+  if (unit <= lv) return UnitKind::VitBlock;
+  if (unit == lv + 1) return UnitKind::Projector;
+  if (unit == lv + 2) return UnitKind::LlmEmbed;
+  if (unit <= lv + 2 + lt) return UnitKind::LlmBlock;
+  return UnitKind::Head;
+}
+
+UnitWork AnalyticCostModel::work(int unit, const MicroBatchLoad& load) const {
+  const auto& v = preset_.vit;
+  const auto& l = preset_.llm;
+  const double T = static_cast<double>(load.tiles());
+  const double nv = preset_.vit_tokens_per_tile();
+  const double dv = v.width, fv = v.mlp_dim;
+  const double dl = l.width, fl = l.mlp_dim, V = l.vocab_size;
+  const double dkv = dl * l.kv_heads / l.heads;
+  const double N = static_cast<double>(load.computed_tokens());
+  UnitWork w;
+  switch (kind_of(unit)) {
+    case UnitKind::VitEmbed: {
+      const double patches = nv - 1, pixels = 3.0 * v.tile_size * v.tile_size;
+      w.gemm_flops = 2 * T * patches * (3.0 * v.patch_size * v.patch_size) * dv;
+      w.memory_bytes = kBf16 * T * (pixels + 3 * nv * dv);  // read pixels, write + add positions
+      break;
+    }
+    case UnitKind::VitBlock:
+      w.gemm_flops = 2 * T * nv * (4 * dv * dv + 2 * dv * fv);
+      w.attention_flops = 4 * T * nv * nv * dv;  // QK^T and AV, full attention inside each tile
+      w.memory_bytes = kBf16 * T * nv * (18 * dv + 2 * fv);
+      break;
+    case UnitKind::Projector: {
+      const double n = T * preset_.tokens_per_tile();
+      w.gemm_flops = 2 * n * (4 * dv * dl + dl * dl);
+      w.memory_bytes = kBf16 * n * (16 * dv + 2 * dl);  // pixel shuffle copy, LN, GELU
+      break;
+    }
+    case UnitKind::LlmEmbed:
+      w.memory_bytes = kBf16 * N * dl * 2;  // gather rows, merge vision features
+      break;
+    case UnitKind::LlmBlock:
+      w.gemm_flops = 2 * N * (2 * dl * dl + 2 * dl * dkv + 3 * dl * fl);
+      w.attention_flops = 2 * load.attention_square_sum() * dl;  // causal: half of 4 L^2 d
+      w.memory_bytes = kBf16 * N * (12 * dl + 2 * dkv + 3 * fl);
+      break;
+    case UnitKind::Head:
+      w.gemm_flops = 2 * N * dl * V;
+      w.memory_bytes = kBf16 * N * dl * 2 + N * V * (kBf16 + 2 * 4.0);  // logits, fp32 softmax
+      break;
+  }
+  return w;
+}
+
+UnitCost AnalyticCostModel::unit_cost(int unit, const MicroBatchLoad& load) const {
+  UnitCost c = unit_shape(unit, load);
+  const UnitWork w = work(unit, load);
+  const double tp_scale = tp_ == 1 ? 1.0 : 1.0 / (tp_ * eff_.tp_efficiency);
+  const double gemm_s = w.gemm_flops / (device_.peak_flops * eff_.gemm);
+  const double mem_s = w.memory_bytes / (device_.hbm_bandwidth * eff_.memory);
+  c.forward_s = tp_scale * (gemm_s + mem_s +
+                            w.attention_flops / (device_.peak_flops * eff_.attention_forward));
+  c.backward_s = tp_scale * (2 * gemm_s + 2 * mem_s +
+                             2.5 * w.attention_flops /
+                                 (device_.peak_flops * eff_.attention_backward));
+  c.parameter_bytes /= tp_;
+  c.activation_bytes /= tp_;
+  if (freeze_vit_ && (c.kind == UnitKind::VitEmbed || c.kind == UnitKind::VitBlock)) {
+    c.trainable = false;
+    c.backward_s = 0;  // nothing upstream of a frozen ViT needs gradients
+    c.activation_bytes = 0;
+  }
+  return c;
+}
+
+UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) const {
+  const auto& v = preset_.vit;
+  const auto& l = preset_.llm;
+  UnitCost c;
+  c.kind = kind_of(unit);
+  const double T = static_cast<double>(load.tiles());
+  const double nv = preset_.vit_tokens_per_tile();
+  const double dv = v.width, fv = v.mlp_dim, dl = l.width, fl = l.mlp_dim, V = l.vocab_size;
+  const double dkv = dl * l.kv_heads / l.heads;
+  const double N = static_cast<double>(load.computed_tokens());
+  const double side_before_llm = kInt64 * 3 * N;  // ids, labels, positions travel with the ViT
+  const double side_llm = kInt64 * 2 * N;         // labels, positions
+  double params = 0;
+  const int lv = v.depth;
+  switch (c.kind) {
+    case UnitKind::VitEmbed:
+      c.name = "vit_embed";
+      params = 3.0 * v.patch_size * v.patch_size * dv + dv + nv * dv + dv;
+      c.activation_bytes = kBf16 * T * 3.0 * v.tile_size * v.tile_size;
+      c.output_bytes = kBf16 * T * nv * dv + side_before_llm;
+      break;
+    case UnitKind::VitBlock:
+      c.name = "vit_block." + std::to_string(unit - 1);
+      params = 4 * dv * dv + 2 * dv * fv + fv + 8 * dv + (v.qkv_bias ? 3 * dv : 0) +
+               (v.qk_norm ? 2 * dv : 0);
+      c.activation_bytes = kBf16 * T * nv * (11 * dv + 2 * fv);
+      c.output_bytes = kBf16 * T * nv * dv + side_before_llm;
+      break;
+    case UnitKind::Projector: {
+      const double n = T * preset_.tokens_per_tile();
+      c.name = "projector";
+      params = 8 * dv + 4 * dv * dl + dl + dl * dl + dl;
+      c.activation_bytes = kBf16 * n * (8 * dv + 2 * dl);
+      c.output_bytes = kBf16 * n * dl + side_before_llm;
+      break;
+    }
+    case UnitKind::LlmEmbed:
+      c.name = "llm_embed";
+      params = V * dl;
+      c.activation_bytes = kInt64 * N;
+      c.output_bytes = kBf16 * N * dl + side_llm;
+      break;
+    case UnitKind::LlmBlock:
+      c.name = "llm_block." + std::to_string(unit - lv - 3);
+      params = 2 * dl * dl + 2 * dl * dkv + 3 * dl * fl + 2 * dl;
+      c.activation_bytes = kBf16 * N * (6 * dl + 2 * dkv + 3 * fl);
+      c.output_bytes = kBf16 * N * dl + side_llm;
+      break;
+    case UnitKind::Head:
+      c.name = "head";
+      params = dl + (l.tie_embeddings ? 0 : V * dl);
+      c.activation_bytes = kBf16 * N * 2 * dl + 4.0 * N * V;
+      c.output_bytes = 0;
+      break;
+  }
+  c.parameter_bytes = kBf16 * params;
+  return c;
+}
+
+UnitCostTable AnalyticCostModel::costs(const MicroBatchLoad& load) const {
+  UnitCostTable t;
+  t.model = preset_.name;
+  t.source = "analytic:" + device_.name;
+  t.load = {load.tiles(), load.computed_tokens(), load.samples()};
+  t.units.reserve(num_units());
+  for (int u = 0; u < num_units(); ++u) t.units.push_back(unit_cost(u, load));
+  return t;
+}
+
+}  // namespace omnibal::partition

@@ -1,0 +1,31 @@
+#include "partition/cost_model.h"
+
+#include "core/error.h"
+
+namespace omnibal::partition {
+
+ScaledTableCostModel::ScaledTableCostModel(UnitCostTable reference)
+    : reference_(std::move(reference)) {
+  OMNIBAL_CHECK(reference_.load.tiles > 0 && reference_.load.tokens > 0,
+                "scaled cost table: the reference load needs tiles > 0 and tokens > 0, got ",
+                reference_.load.tiles, " tiles and ", reference_.load.tokens, " tokens");
+}
+
+UnitCostTable ScaledTableCostModel::costs(const MicroBatchLoad& load) const {
+  UnitCostTable t = reference_;
+  const double vit = static_cast<double>(load.tiles()) / reference_.load.tiles;
+  const double llm = static_cast<double>(load.computed_tokens()) / reference_.load.tokens;
+  for (auto& u : t.units) {
+    const bool vision = u.kind == UnitKind::VitEmbed || u.kind == UnitKind::VitBlock ||
+                        u.kind == UnitKind::Projector;
+    const double f = vision ? vit : llm;
+    u.forward_s *= f;
+    u.backward_s *= f;
+    u.activation_bytes *= f;
+    u.output_bytes *= f;
+  }
+  t.load = {load.tiles(), load.computed_tokens(), load.samples()};
+  return t;
+}
+
+}  // namespace omnibal::partition

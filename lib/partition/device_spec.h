@@ -1,0 +1,29 @@
+// A small table of accelerators for analytic costs: dense bf16 peak, HBM capacity and bandwidth,
+// and the two link bandwidths the simulator needs (NVLink inside a node, the per-GPU network
+// link between nodes). Figures are the vendors' published peaks; the efficiencies that turn
+// peaks into achieved rates live in analytic_cost_model.h, not here.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace omnibal::partition {
+
+/// One accelerator type (per GPU figures).
+struct DeviceSpec {
+  std::string name;               ///< "a100-80g" | "h100" | "h200"
+  double peak_flops = 0;          ///< dense bf16 tensor-core FLOP/s
+  double memory_bytes = 0;        ///< HBM capacity, bytes
+  double hbm_bandwidth = 0;       ///< bytes/s
+  double intra_node_bandwidth = 0;  ///< NVLink, bytes/s per direction per GPU
+  double inter_node_bandwidth = 0;  ///< network per GPU (one NIC per GPU), bytes/s per direction
+  int gpus_per_node = 8;
+};
+
+/// Looks a device up by name. Throws omnibal::Error listing the known names otherwise.
+DeviceSpec device_spec(const std::string& name);
+
+/// Names of the known devices.
+std::vector<std::string> device_names();
+
+}  // namespace omnibal::partition

@@ -1,0 +1,174 @@
+#include "partition/partition_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "schedule/one_f_one_b.h"
+#include "schedule/pipeline_timeline.h"
+
+namespace omnibal::partition {
+
+std::vector<std::vector<int>> neighbourhood_cuts(const Partition& anchor, int radius) {
+  OMNIBAL_CHECK(radius >= 0, "partition search: radius must be >= 0, got ", radius);
+  const std::vector<int> base = anchor.boundaries();
+  const size_t k = base.size();
+  std::vector<int> offset(k, 0);  // odometer over {0, -1, +1, -2, +2, ...} so the anchor is first
+  auto delta = [](int i) { return i % 2 ? -(i + 1) / 2 : i / 2; };
+  std::vector<std::vector<int>> out;
+  for (;;) {
+    std::vector<int> cuts(k);
+    for (size_t i = 0; i < k; ++i) cuts[i] = base[i] + delta(offset[i]);
+    out.push_back(cuts);
+    size_t i = 0;
+    while (i < k && ++offset[i] == 2 * radius + 1) offset[i++] = 0;
+    if (i == k) break;
+  }
+  return out;
+}
+
+double pipeline_seconds(const Partition& partition, const PartitionSearchInput& input) {
+  const int P = partition.stages(), m = std::max(1, input.micro_batches);
+  auto costs = schedule::PipelineStepCosts::zeros(P, m);
+  const bool split = !input.unit_forward_s.empty();
+  for (int s = 0; s < P; ++s) {
+    double f = 0, total = 0;
+    for (int u = partition.begin(s); u < partition.end(s); ++u) {
+      total += input.unit_seconds[u];
+      f += split ? input.unit_forward_s[u] : input.unit_seconds[u] / 3;
+    }
+    const double out = input.output_bytes[partition.end(s) - 1] / input.link_bandwidth;
+    const double in = s > 0 ? input.output_bytes[partition.begin(s) - 1] / input.link_bandwidth : 0;
+    for (int i = 0; i < m; ++i) {
+      costs.forward_s[s][i] = f;
+      costs.backward_s[s][i] = total - f;
+      costs.send_activation_s[s][i] = out;
+      costs.send_grad_s[s][i] = in;
+    }
+  }
+  double end = 0;
+  for (const auto& t : schedule::run_pipeline_timeline(schedule::build_1f1b_schedule(P, m), costs))
+    end = std::max(end, t.ready_for_reduce_s);
+  return end;
+}
+
+ScoredPartition score_partition(const Partition& partition, const PartitionSearchInput& input) {
+  ScoredPartition sp;
+  sp.partition = partition;
+  const auto times = stage_sums(partition, input.unit_seconds);
+  double mean = 0;
+  for (double t : times) mean += t / times.size();
+  double var = 0;
+  for (double t : times) var += (t - mean) * (t - mean) / times.size();
+  sp.stage_std_s = std::sqrt(var);
+  sp.max_stage_s = *std::max_element(times.begin(), times.end());
+  for (int cut : partition.boundaries()) sp.comm_bytes += input.output_bytes[cut - 1];
+  sp.score = sp.stage_std_s + 2 * sp.comm_bytes / input.link_bandwidth;
+  sp.pipeline_s = pipeline_seconds(partition, input);
+  return sp;
+}
+
+namespace {
+
+/// Moves of the descent: one cut by +-1 or +-2 units, or every cut from k on by +-1 (shifts a
+/// whole tail of the pipeline, which single moves cannot do without passing a worse split).
+std::vector<std::vector<int>> descent_moves(const std::vector<int>& cuts, int n) {
+  std::vector<std::vector<int>> out;
+  auto valid = [n](const std::vector<int>& c) {
+    for (size_t k = 0; k < c.size(); ++k)
+      if (c[k] <= (k ? c[k - 1] : 0) || c[k] >= n) return false;
+    return true;
+  };
+  for (size_t k = 0; k < cuts.size(); ++k)
+    for (int d : {-2, -1, 1, 2}) {
+      std::vector<int> c = cuts;
+      c[k] += d;
+      if (valid(c)) out.push_back(c);
+      c = cuts;
+      for (size_t j = k; j < cuts.size() && std::abs(d) == 1; ++j) c[j] += d;
+      if (std::abs(d) == 1 && k > 0 && valid(c)) out.push_back(c);
+    }
+  return out;
+}
+
+}  // namespace
+
+Partition refine_anchor(const Partition& start, const PartitionSearchInput& input) {
+  Partition best = start;
+  double best_s = pipeline_seconds(best, input);
+  const int n = best.units();
+  for (bool improved = true; improved;) {
+    improved = false;
+    Partition round_best = best;
+    for (const auto& c : descent_moves(best.boundaries(), n)) {
+      const Partition p = Partition::from_boundaries(c, n);
+      const double t = pipeline_seconds(p, input);
+      if (t < best_s - 1e-12 && (!input.fits || input.fits(p))) {
+        best_s = t;
+        round_best = p;
+        improved = true;
+      }
+    }
+    best = round_best;
+  }
+  return best;
+}
+
+PartitionSearchResult search_partitions(const PartitionSearchInput& input) {
+  const int n = static_cast<int>(input.unit_seconds.size());
+  OMNIBAL_CHECK(static_cast<int>(input.output_bytes.size()) == n, "partition search: ",
+                input.output_bytes.size(), " output sizes for ", n, " units");
+  OMNIBAL_CHECK(input.link_bandwidth > 0, "partition search: link bandwidth must be > 0");
+  OMNIBAL_CHECK(input.top_k >= 1, "partition search: top_k must be >= 1, got ", input.top_k);
+  OMNIBAL_CHECK(input.unit_forward_s.empty() || static_cast<int>(input.unit_forward_s.size()) == n,
+                "partition search: ", input.unit_forward_s.size(), " forward times for ", n, " units");
+  PartitionSearchResult r;
+  r.exact_anchor = min_max_partition(input.unit_seconds, input.stages);
+  r.greedy_anchor = greedy_anchor_partition(input.unit_seconds, input.stages);
+  // Descent from the two anchors and from the uniform split; keep the fastest end point.
+  r.refined_anchor = refine_anchor(r.exact_anchor, input);
+  for (const Partition& start : {r.greedy_anchor, uniform_partition(n, input.stages)}) {
+    const Partition p = refine_anchor(start, input);
+    if (pipeline_seconds(p, input) < pipeline_seconds(r.refined_anchor, input)) r.refined_anchor = p;
+  }
+  std::set<std::vector<int>> seen;
+  std::vector<ScoredPartition> fitting;
+  double smallest_over = 0;
+  Partition smallest_over_partition;
+  for (const auto* anchor : {&r.exact_anchor, &r.greedy_anchor, &r.refined_anchor}) {
+    for (const auto& cuts : neighbourhood_cuts(*anchor, input.radius)) {
+      ++r.generated;
+      bool valid = true;
+      for (size_t i = 0; i < cuts.size(); ++i)
+        valid = valid && cuts[i] > (i ? cuts[i - 1] : 0) && cuts[i] < n;
+      if (!valid || !seen.insert(cuts).second) continue;
+      ++r.non_empty;
+      const Partition p = Partition::from_boundaries(cuts, n);
+      if (input.fits && !input.fits(p)) {
+        const double worst = score_partition(p, input).max_stage_s;
+        if (smallest_over == 0 || worst < smallest_over) {
+          smallest_over = worst;
+          smallest_over_partition = p;
+        }
+        continue;
+      }
+      fitting.push_back(score_partition(p, input));
+    }
+  }
+  r.fitting = static_cast<int>(fitting.size());
+  OMNIBAL_CHECK(!fitting.empty(), "partition search: no candidate within radius ", input.radius,
+                " fits the memory budget (e.g. ", smallest_over_partition.to_string(),
+                "); raise memory.budget_gb, enable recomputation or add pipeline stages");
+  const bool by_pipeline = input.rank_by == PartitionSearchInput::RankBy::kPipelineTime;
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [by_pipeline](const ScoredPartition& a, const ScoredPartition& b) {
+                     if (by_pipeline && a.pipeline_s != b.pipeline_s) return a.pipeline_s < b.pipeline_s;
+                     return a.score < b.score;
+                   });
+  fitting.resize(std::min<size_t>(fitting.size(), input.top_k));
+  r.top = std::move(fitting);
+  return r;
+}
+
+}  // namespace omnibal::partition

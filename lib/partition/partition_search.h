@@ -1,0 +1,89 @@
+// Balanced model partitioning (BMP, OmniBal §3.2 / spec §2.2): around an anchor split, every
+// stage boundary moves by up to r units; candidates with an empty stage or a stage over the
+// memory budget are dropped; the rest are scored and the best K kept. The caller then confirms
+// among the K (the simulator here, timed trials in the trainer later).
+//
+// Ranking (lower is better). The paper names two metrics, VAR(stage time) and SUM(comm), but
+// not how they combine (spec §2.1). Both are proxies for one quantity, the pipeline's step time,
+// so we combine them in seconds:
+//   score      = std over stages of the stage time + 2 * sum over cuts of bytes / bandwidth
+//                (a stage slower than the mean stretches every 1F1B slot; each cut adds its
+//                activation and gradient transfer to fill and drain);
+//   pipeline_s = the 1F1B step time of m identical profile micro-batches, walked on the same
+//                instruction lists as the simulator with those stage times and transfers.
+// Candidates are ranked by pipeline_s (the default, RankBy::kPipelineTime), ties by score;
+// RankBy::kVarianceTraffic ranks by score alone. pipeline_s also sees what the variance cannot:
+// under 1F1B a heavy stage costs less early in the pipeline than late (the first stage runs its
+// warm-up forwards while later stages are idle anyway), so of two equally balanced splits the
+// front-loaded one is faster. The min-max anchors cannot see that either, so a third anchor is
+// refined by steepest descent on pipeline_s (moves: one cut by +-1 or +-2 units, or every cut
+// from k on by +-1; applied while pipeline_s drops and the split fits), started from the exact
+// anchor, the greedy anchor and the uniform split, keeping the fastest end point; candidates
+// are drawn around all three anchors.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "partition/stage_partition.h"
+
+namespace omnibal::partition {
+
+/// Inputs of the search, all per micro-batch at the reference (balanced-pack) load.
+struct PartitionSearchInput {
+  std::vector<double> unit_seconds;  ///< forward + backward (+ recompute) seconds of each unit
+  std::vector<double> output_bytes;  ///< bytes a cut after unit u sends forward
+  double link_bandwidth = 25e9;      ///< bytes/s between neighbouring stages
+  int stages = 1;
+  int radius = 1;                    ///< r
+  int top_k = 3;                     ///< K
+  int micro_batches = 1;             ///< m, for pipeline_s
+  /// Forward share of unit_seconds per unit (the rest is backward); empty = one third.
+  std::vector<double> unit_forward_s;
+  enum class RankBy { kPipelineTime, kVarianceTraffic } rank_by = RankBy::kPipelineTime;
+  /// Memory check; candidates returning false are dropped. Empty = everything fits.
+  std::function<bool(const Partition&)> fits;
+};
+
+/// One scored candidate.
+struct ScoredPartition {
+  Partition partition;
+  double max_stage_s = 0;  ///< heaviest stage, seconds
+  double stage_std_s = 0;  ///< standard deviation of stage times, seconds
+  double comm_bytes = 0;   ///< sum over cuts of forward bytes
+  double score = 0;        ///< stage_std_s + 2 * comm_bytes / link_bandwidth
+  double pipeline_s = 0;   ///< 1F1B step time of m identical profile micro-batches
+};
+
+/// What the search saw and kept.
+struct PartitionSearchResult {
+  Partition exact_anchor;    ///< min-max split of unit_seconds
+  Partition greedy_anchor;   ///< the paper's greedy anchor
+  Partition refined_anchor;  ///< fastest descent end point on pipeline_s (see above)
+  int generated = 0;         ///< candidates before filtering ((2r+1)^(P-1) per anchor)
+  int non_empty = 0;         ///< distinct candidates without an empty stage
+  int fitting = 0;           ///< of those, within the memory budget
+  std::vector<ScoredPartition> top;  ///< best K by score, best first
+};
+
+/// Cut vectors of every combination of offsets in [-radius, radius] applied to `anchor`'s cuts,
+/// including invalid ones ((2r+1)^(P-1) vectors, anchor first).
+std::vector<std::vector<int>> neighbourhood_cuts(const Partition& anchor, int radius);
+
+/// 1F1B step time of m identical micro-batches with the stage times and transfers of
+/// `partition` (pipeline_s above), seconds.
+double pipeline_seconds(const Partition& partition, const PartitionSearchInput& input);
+
+/// Scores one partition with the formulas above.
+ScoredPartition score_partition(const Partition& partition, const PartitionSearchInput& input);
+
+/// Steepest descent on pipeline_s from `start`: each round applies the move (above) that lowers
+/// pipeline_s most among splits without empty stages that fit; stops when none does.
+Partition refine_anchor(const Partition& start, const PartitionSearchInput& input);
+
+/// Runs the search around the three anchors (duplicates scored once). Throws
+/// omnibal::Error when the inputs disagree in length, or when no candidate fits (the message
+/// gives the smallest over-budget candidate's stages).
+PartitionSearchResult search_partitions(const PartitionSearchInput& input);
+
+}  // namespace omnibal::partition

@@ -1,0 +1,204 @@
+#include "partition/training_simulator.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "schedule/one_f_one_b.h"
+#include "schedule/pipeline_timeline.h"
+
+namespace omnibal::partition {
+namespace {
+
+/// Adam on fp32 master weights, memory-bound: read+write master, m, v (24 B), read the fp32
+/// gradient (4 B), write the bf16 weight (2 B) per parameter, at 80% of HBM bandwidth.
+constexpr double kOptimizerBytesPerParam = 30.0;
+constexpr double kBf16 = 2.0;
+
+/// Stage-level costs of one micro-batch.
+struct StageMicroBatch {
+  double forward_s = 0, backward_s = 0, recompute_s = 0, kept = 0, transient = 0, out_bytes = 0;
+};
+
+std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const SimulatorSetup& setup) {
+  const Partition& p = setup.partition;
+  std::vector<StageMicroBatch> out(p.stages());
+  for (int s = 0; s < p.stages(); ++s) {
+    auto& c = out[s];
+    for (int u = p.begin(s); u < p.end(s); ++u) {
+      const auto& unit = t.units[u];
+      c.forward_s += unit.forward_s;
+      c.backward_s += unit.backward_s;
+      if (setup.recompute[u] && unit.trainable && unit.recomputable()) {
+        c.recompute_s += unit.forward_s;
+        c.kept += t.checkpoint_bytes(u);
+        c.transient = std::max(c.transient, unit.activation_bytes);
+      } else {
+        c.kept += unit.activation_bytes;
+      }
+    }
+    c.backward_s += c.recompute_s;
+    c.out_bytes = t.units[p.end(s) - 1].output_bytes;
+  }
+  return out;
+}
+
+void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
+  OMNIBAL_CHECK(setup.model != nullptr, "simulator: no cost model");
+  OMNIBAL_CHECK(static_cast<int>(loads.size()) == setup.dp, "simulator: loads for ",
+                loads.size(), " DP ranks, expected dp = ", setup.dp);
+  for (size_t r = 0; r < loads.size(); ++r)
+    OMNIBAL_CHECK(!loads[r].empty() && loads[r].size() == loads[0].size(), "simulator: DP rank ",
+                  r, " has ", loads[r].size(), " micro-batches, rank 0 has ", loads[0].size(),
+                  " (every rank runs the same m >= 1)");
+  OMNIBAL_CHECK(static_cast<int>(setup.recompute.size()) == setup.partition.units(),
+                "simulator: recompute flags for ", setup.recompute.size(), " units, partition has ",
+                setup.partition.units());
+  OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == setup.partition.stages(),
+                "simulator: static memory for ", setup.static_bytes.size(), " stages, expected ",
+                setup.partition.stages());
+}
+
+}  // namespace
+
+TimeBreakdown& TimeBreakdown::operator+=(const TimeBreakdown& o) {
+  useful_s += o.useful_s; padding_s += o.padding_s; recompute_s += o.recompute_s;
+  bubble_s += o.bubble_s; dp_wait_s += o.dp_wait_s; comm_s += o.comm_s;
+  return *this;
+}
+
+TimeBreakdown TimeBreakdown::scaled(double f) const {
+  return {useful_s * f, padding_s * f, recompute_s * f, bubble_s * f, dp_wait_s * f, comm_s * f};
+}
+
+double pipeline_link_bandwidth(const DeviceSpec& device, int dp, int tp) {
+  return dp * tp < device.gpus_per_node ? device.intra_node_bandwidth : device.inter_node_bandwidth;
+}
+
+double data_parallel_bandwidth(const DeviceSpec& device, int dp, int tp) {
+  return dp * tp <= device.gpus_per_node ? device.intra_node_bandwidth : device.inter_node_bandwidth;
+}
+
+namespace {
+
+/// One DP rank's pipeline for one step: its timeline and what its compute was spent on.
+struct RankStep {
+  std::vector<schedule::StageTimeline> timeline;
+  std::vector<double> padding_s, recompute_s;  ///< per stage
+};
+
+RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
+                       const schedule::StageSchedules& lists, StepReport& rep) {
+  const int P = setup.partition.stages(), m = static_cast<int>(loads.size());
+  const double p2p_bw = pipeline_link_bandwidth(setup.device, setup.dp, setup.tp);
+  auto costs = schedule::PipelineStepCosts::zeros(P, m);
+  RankStep out;
+  out.padding_s.assign(P, 0.0);
+  out.recompute_s.assign(P, 0.0);
+  for (int i = 0; i < m; ++i) {
+    const auto& load = loads[i];
+    const auto sc = stage_costs(setup.model->costs(load), setup);
+    std::vector<StageMicroBatch> unpadded;
+    if (load.padded_len > 0) unpadded = stage_costs(setup.model->costs(load.unpadded()), setup);
+    for (int s = 0; s < P; ++s) {
+      costs.forward_s[s][i] = sc[s].forward_s;
+      costs.backward_s[s][i] = sc[s].backward_s;
+      costs.send_activation_s[s][i] = sc[s].out_bytes / p2p_bw;
+      costs.send_grad_s[s][i] = s > 0 ? sc[s - 1].out_bytes / p2p_bw : 0.0;
+      costs.kept_bytes[s][i] = sc[s].kept;
+      costs.transient_bytes[s][i] = sc[s].transient;
+      // Padding is everything the padded micro-batch costs beyond its unpadded self
+      // (recomputation of padded positions included), so recompute counts unpadded work only.
+      out.recompute_s[s] += unpadded.empty() ? sc[s].recompute_s : unpadded[s].recompute_s;
+      if (!unpadded.empty())
+        out.padding_s[s] += sc[s].forward_s + sc[s].backward_s - unpadded[s].forward_s -
+                            unpadded[s].backward_s;
+    }
+    rep.samples += load.samples();
+    rep.tiles += load.tiles();
+    rep.tokens += load.real_tokens();
+  }
+  out.timeline = schedule::run_pipeline_timeline(lists, costs);
+  return out;
+}
+
+/// Trainable parameter bytes of each stage (bf16 weights: the all-reduced gradient volume).
+std::vector<double> stage_parameter_bytes(const SimulatorSetup& setup, const MicroBatchLoad& any) {
+  const UnitCostTable table = setup.model->costs(any);
+  std::vector<double> bytes(setup.partition.stages(), 0.0);
+  for (int s = 0; s < setup.partition.stages(); ++s)
+    for (int u = setup.partition.begin(s); u < setup.partition.end(s); ++u)
+      if (table.units[u].trainable) bytes[s] += table.units[u].parameter_bytes;
+  return bytes;
+}
+
+}  // namespace
+
+StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
+  check_setup(setup, loads);
+  const int P = setup.partition.stages(), dp = setup.dp;
+  const auto lists = schedule::build_1f1b_schedule(P, static_cast<int>(loads[0].size()));
+  StepReport rep;
+  rep.stages.assign(P, {});
+  std::vector<RankStep> ranks;
+  for (int r = 0; r < dp; ++r) ranks.push_back(simulate_rank(setup, loads[r], lists, rep));
+  // DP level: per-stage collective after the slowest rank, then the optimizer.
+  const auto param_bytes = stage_parameter_bytes(setup, loads[0][0]);
+  const double dp_bw = data_parallel_bandwidth(setup.device, dp, setup.tp);
+  std::vector<double> reduce_start(P, 0.0), comm(P, 0.0), done(P, 0.0);
+  for (int s = 0; s < P; ++s) {
+    for (int r = 0; r < dp; ++r)
+      reduce_start[s] = std::max(reduce_start[s], ranks[r].timeline[s].ready_for_reduce_s);
+    const double reduce = dp > 1 ? 2.0 * (dp - 1) / dp * param_bytes[s] / dp_bw : 0.0;
+    const double params = param_bytes[s] / kBf16 / (setup.zero1 ? dp : 1);
+    const double optimizer = params * kOptimizerBytesPerParam / (setup.device.hbm_bandwidth * 0.8);
+    comm[s] = reduce + optimizer;
+    done[s] = reduce_start[s] + comm[s];
+    rep.stages[s].reduce_s = reduce;
+  }
+  rep.step_s = *std::max_element(done.begin(), done.end());
+  for (int r = 0; r < dp; ++r)
+    for (int s = 0; s < P; ++s) {
+      const auto& tl = ranks[r].timeline[s];
+      const double busy = tl.forward_busy_s + tl.backward_busy_s;
+      TimeBreakdown b;
+      b.padding_s = ranks[r].padding_s[s];
+      b.recompute_s = ranks[r].recompute_s[s];
+      b.useful_s = busy - b.padding_s - b.recompute_s;
+      b.bubble_s = (tl.ready_for_reduce_s - busy) + (rep.step_s - done[s]);
+      b.dp_wait_s = reduce_start[s] - tl.ready_for_reduce_s;
+      b.comm_s = comm[s];
+      rep.breakdown += b.scaled(1.0 / (static_cast<double>(dp) * P));
+      auto& st = rep.stages[s];
+      st.forward_s += tl.forward_busy_s / dp;
+      st.backward_s += tl.backward_busy_s / dp;
+      st.idle_s += b.bubble_s / dp;
+      st.dp_wait_s += b.dp_wait_s / dp;
+      st.peak_memory_bytes =
+          std::max(st.peak_memory_bytes, setup.static_bytes[s] + tl.peak_activation_bytes);
+      rep.peak_memory_bytes = std::max(rep.peak_memory_bytes, st.peak_memory_bytes);
+    }
+  return rep;
+}
+
+RunReport simulate_run(const SimulatorSetup& setup, const std::vector<StepLoads>& steps) {
+  RunReport run;
+  const int P = setup.partition.stages();
+  run.stage_busy_s.assign(P, 0.0);
+  run.stage_idle_s.assign(P, 0.0);
+  for (const auto& loads : steps) {
+    const StepReport rep = simulate_step(setup, loads);
+    run.seconds += rep.step_s;
+    run.breakdown += rep.breakdown;
+    run.peak_memory_bytes = std::max(run.peak_memory_bytes, rep.peak_memory_bytes);
+    for (int s = 0; s < P; ++s) {
+      run.stage_busy_s[s] += rep.stages[s].forward_s + rep.stages[s].backward_s;
+      run.stage_idle_s[s] += rep.stages[s].idle_s + rep.stages[s].dp_wait_s;
+    }
+    run.steps++;
+    run.samples += rep.samples;
+  }
+  run.bubble_fraction = run.seconds > 0 ? run.breakdown.bubble_s / run.seconds : 0.0;
+  return run;
+}
+
+}  // namespace omnibal::partition

@@ -1,0 +1,123 @@
+#include "partition/unit_cost_table.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace omnibal::partition {
+namespace {
+
+constexpr const char* kFormat = "omnibal.unit_costs.v1";
+constexpr UnitKind kKinds[] = {UnitKind::VitEmbed, UnitKind::VitBlock, UnitKind::Projector,
+                               UnitKind::LlmEmbed, UnitKind::LlmBlock, UnitKind::Head};
+
+template <class T>
+T field(const nlohmann::json& obj, const char* key, const std::string& where) {
+  OMNIBAL_CHECK(obj.is_object() && obj.contains(key), where, ": missing key '", key, "'");
+  try {
+    return obj.at(key).get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    OMNIBAL_FAIL(where, ": key '", key, "' has the wrong type (", e.what(), ")");
+  }
+}
+
+double non_negative(const nlohmann::json& obj, const char* key, const std::string& where) {
+  const double v = field<double>(obj, key, where);
+  OMNIBAL_CHECK(v >= 0, where, ": key '", key, "': expected a non-negative number, got ", v);
+  return v;
+}
+
+}  // namespace
+
+const char* unit_kind_name(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::VitEmbed: return "vit_embed";
+    case UnitKind::VitBlock: return "vit_block";
+    case UnitKind::Projector: return "projector";
+    case UnitKind::LlmEmbed: return "llm_embed";
+    case UnitKind::LlmBlock: return "llm_block";
+    case UnitKind::Head: return "head";
+  }
+  return "?";
+}
+
+UnitKind parse_unit_kind(const std::string& name, const std::string& where) {
+  for (auto k : kKinds)
+    if (name == unit_kind_name(k)) return k;
+  OMNIBAL_FAIL(where, ": unknown unit kind '", name,
+               "', expected vit_embed | vit_block | projector | llm_embed | llm_block | head");
+}
+
+double UnitCostTable::checkpoint_bytes(size_t unit) const {
+  return unit == 0 ? 0.0 : units.at(unit - 1).output_bytes;
+}
+
+std::string unit_cost_table_json(const UnitCostTable& table) {
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["model"] = table.model;
+  j["source"] = table.source;
+  j["load"] = {{"tiles", table.load.tiles}, {"tokens", table.load.tokens},
+               {"samples", table.load.samples}};
+  j["units"] = nlohmann::json::array();
+  for (const auto& u : table.units)
+    j["units"].push_back({{"name", u.name}, {"kind", unit_kind_name(u.kind)},
+                          {"forward_s", u.forward_s}, {"backward_s", u.backward_s},
+                          {"activation_bytes", u.activation_bytes},
+                          {"parameter_bytes", u.parameter_bytes}, {"trainable", u.trainable},
+                          {"output_bytes", u.output_bytes}});
+  return j.dump(2);
+}
+
+UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    OMNIBAL_FAIL(origin, ": not valid JSON (", e.what(), ")");
+  }
+  const auto format = field<std::string>(j, "format", origin);
+  OMNIBAL_CHECK(format == kFormat, origin, ": format '", format, "', expected '", kFormat, "'");
+  UnitCostTable t;
+  t.model = field<std::string>(j, "model", origin);
+  t.source = field<std::string>(j, "source", origin);
+  const auto& load = j.at("load");
+  t.load.tiles = field<int64_t>(load, "tiles", origin + ": load");
+  t.load.tokens = field<int64_t>(load, "tokens", origin + ": load");
+  t.load.samples = field<int64_t>(load, "samples", origin + ": load");
+  const auto units = field<nlohmann::json>(j, "units", origin);
+  OMNIBAL_CHECK(units.is_array() && !units.empty(), origin, ": 'units' must be a non-empty array");
+  for (size_t i = 0; i < units.size(); ++i) {
+    const std::string where = origin + ": units[" + std::to_string(i) + "]";
+    UnitCost u;
+    u.name = field<std::string>(units[i], "name", where);
+    u.kind = parse_unit_kind(field<std::string>(units[i], "kind", where), where);
+    u.forward_s = non_negative(units[i], "forward_s", where);
+    u.backward_s = non_negative(units[i], "backward_s", where);
+    u.activation_bytes = non_negative(units[i], "activation_bytes", where);
+    u.parameter_bytes = non_negative(units[i], "parameter_bytes", where);
+    u.trainable = field<bool>(units[i], "trainable", where);
+    u.output_bytes = non_negative(units[i], "output_bytes", where);
+    t.units.push_back(u);
+  }
+  return t;
+}
+
+void write_unit_cost_table(const UnitCostTable& table, const std::string& path) {
+  std::ofstream out(path);
+  OMNIBAL_CHECK(out.good(), "cannot write the unit cost table to '", path, "'");
+  out << unit_cost_table_json(table) << "\n";
+  OMNIBAL_CHECK(out.good(), "error while writing '", path, "'");
+}
+
+UnitCostTable read_unit_cost_table(const std::string& path) {
+  std::ifstream in(path);
+  OMNIBAL_CHECK(in.good(), "cannot read the unit cost table '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_unit_cost_table(ss.str(), path);
+}
+
+}  // namespace omnibal::partition

@@ -1,0 +1,71 @@
+// The per-unit cost table (conventions.md): what one micro-batch of a given load costs in each
+// pipeline unit. The model is one chain of units in a fixed order (spec §2.2 item 1, the same
+// order as models/): ViT embedding, ViT blocks, projector, LLM embedding + merge, LLM blocks,
+// final norm + head + loss. The table is torch-free: the profiler (lib/pipeline, later) writes
+// it from measurements, analytic_cost_model.h writes it from FLOPs and bytes, and the partition
+// and memory planners read it. JSON format (all numbers per micro-batch of `load`):
+//   {"format": "omnibal.unit_costs.v1", "model": "<preset>", "source": "analytic:a100-80g",
+//    "load": {"tiles": 20, "tokens": 6656, "samples": 5},
+//    "units": [{"name": "vit_block.0", "kind": "vit_block", "forward_s": 0.05,
+//               "backward_s": 0.1, "activation_bytes": 1.3e9, "parameter_bytes": 2.5e8,
+//               "trainable": true, "output_bytes": 1.3e8}, ...]}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace omnibal::partition {
+
+/// What a pipeline unit is. Only vit_block and llm_block are candidates for recomputation.
+enum class UnitKind { VitEmbed, VitBlock, Projector, LlmEmbed, LlmBlock, Head };
+
+/// "vit_embed", "vit_block", "projector", "llm_embed", "llm_block", "head".
+const char* unit_kind_name(UnitKind kind);
+/// Inverse of unit_kind_name; throws omnibal::Error naming `where` on an unknown name.
+UnitKind parse_unit_kind(const std::string& name, const std::string& where);
+
+/// Costs of one unit for one micro-batch.
+struct UnitCost {
+  std::string name;             ///< e.g. "llm_block.17"
+  UnitKind kind = UnitKind::LlmBlock;
+  double forward_s = 0;         ///< forward seconds
+  double backward_s = 0;        ///< backward seconds, without recomputation
+  double activation_bytes = 0;  ///< bytes kept from forward to backward when not recomputed
+  double parameter_bytes = 0;   ///< bytes of the unit's weights (bf16 in the analytic model)
+  bool trainable = true;        ///< false when frozen (train.freeze): no grads, no optimizer state
+  double output_bytes = 0;      ///< bytes sent to the next unit (activation + side inputs)
+
+  /// True for the unit kinds the recompute planner may checkpoint (ViT and LLM blocks).
+  bool recomputable() const { return kind == UnitKind::VitBlock || kind == UnitKind::LlmBlock; }
+};
+
+/// The load a table was measured or computed at.
+struct TableLoad {
+  int64_t tiles = 0;
+  int64_t tokens = 0;
+  int64_t samples = 0;
+};
+
+/// The cost table of the whole chain for one micro-batch load.
+struct UnitCostTable {
+  std::string model;   ///< preset name
+  std::string source;  ///< "analytic:<device>" or "profiled:<device>"
+  TableLoad load;
+  std::vector<UnitCost> units;
+
+  /// Bytes a recomputed unit keeps: its input, i.e. the previous unit's output (0 for unit 0).
+  double checkpoint_bytes(size_t unit) const;
+};
+
+/// Writes `table` as JSON (format above) to `path`; throws omnibal::Error when it cannot write.
+void write_unit_cost_table(const UnitCostTable& table, const std::string& path);
+/// Reads a table written by write_unit_cost_table (or the profiler). Throws omnibal::Error
+/// naming the file, the unit index and the key on a missing or wrongly typed field.
+UnitCostTable read_unit_cost_table(const std::string& path);
+/// JSON text of `table` (what write_unit_cost_table writes).
+std::string unit_cost_table_json(const UnitCostTable& table);
+/// Parses JSON text; `origin` names the source in error messages.
+UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& origin);
+
+}  // namespace omnibal::partition

@@ -1,0 +1,86 @@
+#include "balance/balance_metrics.h"
+
+#include <catch2/catch.hpp>
+
+using namespace omnibal::balance;
+using Approx = Catch::Detail::Approx;
+
+namespace {
+
+// Five hand-made packs (tiles per member, tokens per member):
+//   A (1,100) (2,60)   B (5,50)   C (1,80) (1,80)   D (1,30) (1,10) (1,20)   E (4,70)
+struct Fixture {
+  SampleTable table;
+  PackList packs;
+  explicit Fixture(PackLayout layout) : packs(layout) {
+    table.add_dataset({"d", "p", 9, 0, 1.0});
+    const std::vector<std::vector<Load>> members = {
+        {Load{{1, 100}}, Load{{2, 60}}}, {Load{{5, 50}}}, {Load{{1, 80}}, Load{{1, 80}}},
+        {Load{{1, 30}}, Load{{1, 10}}, Load{{1, 20}}}, {Load{{4, 70}}}};
+    uint32_t next = 0;
+    for (const auto& pack : members) {
+      std::vector<uint32_t> ids;
+      for (const auto& l : pack) {
+        table.add(0, next, l, l.tiles());
+        ids.push_back(next++);
+      }
+      packs.push(ids.data(), ids.size(), table);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("dist_ratio follows sum_j (max - T_j) / (max * N)", "[balance][metrics]") {
+  const int64_t a[] = {10, 8, 6};
+  CHECK(dist_ratio(a, 3) == Approx(6.0 / 30.0));
+  const int64_t same[] = {7, 7, 7, 7};
+  CHECK(dist_ratio(same, 4) == 0.0);
+  const int64_t zeros[] = {0, 0};
+  CHECK(dist_ratio(zeros, 2) == 0.0);  // max floored at 1
+  const int64_t one[] = {0, 1};
+  CHECK(dist_ratio(one, 2) == Approx(0.5));
+  CHECK(dist_ratio(nullptr, 0) == 0.0);
+}
+
+TEST_CASE("metrics of padded micro-batches, hand computed", "[balance][metrics]") {
+  Fixture f(PackLayout::kPadded);
+  const StepPlan plan = place_in_order(f.packs.size(), 2, 1);  // steps {A,B} {C,D}, E carried
+  const BalanceMetrics m = compute_metrics(f.packs, plan, {0, 0}, 3);
+  // padded costs A 200, B 50, C 160, D 90, E 70; pads 40 + 30.
+  CHECK(m.pad_ratio == Approx(70.0 / 570.0));
+  CHECK(m.dist_ratio_llm == Approx((150.0 / 400.0 + 70.0 / 320.0) / 2));
+  CHECK(m.dist_ratio_vit == Approx((2.0 / 10.0 + 1.0 / 6.0) / 2));
+  CHECK(m.packs == 5);
+  CHECK(m.samples == 9);
+  CHECK(m.samples_per_pack == Approx(1.8));
+  CHECK(m.max_tiles == 5);
+  CHECK(m.max_tokens == 200);
+  CHECK(m.tile_fill == Approx(3.4 / 5));   // no budget: largest pack
+  CHECK(m.token_fill == Approx(100.0 / 200));
+  CHECK(m.skipped == 3);
+  CHECK(m.steps == 2);
+  CHECK(m.carried_packs == 1);
+  CHECK(m.carried_samples == 1);
+  const BalanceMetrics b = compute_metrics(f.packs, plan, {10, 400}, 0);
+  CHECK(b.tile_fill == Approx(0.34));
+  CHECK(b.token_fill == Approx(0.25));
+}
+
+TEST_CASE("metrics of concatenated packs, hand computed", "[balance][metrics]") {
+  Fixture f(PackLayout::kConcatenated);
+  const BalanceMetrics m = compute_metrics(f.packs, place_in_order(5, 2, 1), {0, 0}, 0);
+  CHECK(m.pad_ratio == 0.0);
+  CHECK(m.dist_ratio_llm == Approx((110.0 / 320.0 + 100.0 / 320.0) / 2));
+  CHECK(m.max_tokens == 160);
+  // m = 2: rank loads are sums of two packs: {A+B, C+D} = {210, 220}.
+  const BalanceMetrics m2 = compute_metrics(f.packs, place_in_order(5, 2, 2), {0, 0}, 0);
+  CHECK(m2.steps == 1);
+  CHECK(m2.dist_ratio_llm == Approx(10.0 / 440.0));
+  CHECK(m2.dist_ratio_vit == Approx(3.0 / 16.0));  // tiles {3+5, 2+3}
+}
+
+TEST_CASE("metrics reject a plan of another pack list", "[balance][metrics]") {
+  Fixture f(PackLayout::kConcatenated);
+  CHECK_THROWS(compute_metrics(f.packs, place_in_order(4, 2, 1), {0, 0}, 0));
+}

@@ -1,0 +1,56 @@
+#include "balance/data_planner.h"
+
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "test_tables.h"
+
+using namespace omnibal::balance;
+using omnibal::balance::testing::synthetic_table;
+
+TEST_CASE("every method places every sample exactly once", "[balance][planner]") {
+  const Method method = GENERATE(Method::kIsf, Method::kIsfRandomPlacement, Method::kMultiSource,
+                                 Method::kRandom, Method::kLengthGroup, Method::kBestFit);
+  const int dp = GENERATE(1, 8);
+  const int m = GENERATE(1, 3);
+  const SampleTable t = synthetic_table(4000, 21, 3);
+  PlannerOptions o;
+  o.dp = dp;
+  o.micro_batches = m;
+  const MethodResult r = plan_method(t, method, o);  // budgets unset: searched where needed
+  INFO(method_name(method));
+  std::vector<int> seen(t.size(), 0);
+  auto count = [&](uint32_t p) {
+    for (const uint32_t* it = r.packing.packs.begin(p); it != r.packing.packs.end(p); ++it) ++seen[*it];
+  };
+  for (uint32_t p : r.plan.slots) count(p);
+  for (uint32_t p : r.plan.carried) count(p);
+  for (uint32_t id : r.packing.skipped) ++seen[id];
+  for (size_t i = 0; i < t.size(); ++i) REQUIRE(seen[i] == 1);
+  CHECK(r.metrics.samples + r.metrics.skipped == static_cast<int64_t>(t.size()));
+  CHECK(r.plan.carried.size() < static_cast<size_t>(dp * m) * (method == Method::kMultiSource ? 3 : 1));
+  if (method == Method::kMultiSource) CHECK(r.source_budgets.size() == 3);
+}
+
+TEST_CASE("methods parse by name and reject others", "[balance][planner]") {
+  CHECK(parse_method("length-group", "--method") == Method::kLengthGroup);
+  CHECK(std::string(method_name(Method::kBestFit)) == "best-fit");
+  CHECK_THROWS_WITH(parse_method("sorted", "balance.method"),
+                    Catch::Contains("balance.method: expected isf") && Catch::Contains("'sorted'"));
+  CHECK(parse_on_bad_sample("skip", "data.on_bad_sample") == OnBadSample::kSkip);
+  CHECK_THROWS_WITH(parse_on_bad_sample("drop", "data.on_bad_sample"),
+                    Catch::Contains("data.on_bad_sample: expected error | skip"));
+}
+
+TEST_CASE("skipped counts include failed-statistics records", "[balance][planner]") {
+  SampleTable t = synthetic_table(200, 3);
+  t.datasets[0].failed_stats = 5;
+  t.add(0, 999, Load{{40, 100}}, 40);  // over any searched... given budget Q_v = 20
+  PlannerOptions o;
+  o.budgets = {20, 6144, 6016};
+  o.on_bad_sample = OnBadSample::kSkip;
+  const MethodResult r = plan_method(t, Method::kIsf, o);
+  CHECK(r.metrics.skipped == 6);
+  o.on_bad_sample = OnBadSample::kError;
+  CHECK_THROWS_WITH(plan_method(t, Method::kIsf, o), Catch::Contains("sample 999 of dataset 'ds0'"));
+}

@@ -1,0 +1,116 @@
+#include "balance/isf_packer.h"
+
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "test_tables.h"
+
+using namespace omnibal::balance;
+using omnibal::balance::testing::synthetic_table;
+using Catch::Contains;
+
+namespace {
+
+// Every sample id in exactly one pack or in skipped, nothing else.
+void require_partition(const PackResult& r, size_t samples) {
+  std::vector<int> seen(samples, 0);
+  for (size_t p = 0; p < r.packs.size(); ++p) {
+    REQUIRE(r.packs.end(p) - r.packs.begin(p) >= 1);  // no empty pack
+    for (const uint32_t* it = r.packs.begin(p); it != r.packs.end(p); ++it) ++seen.at(*it);
+  }
+  for (uint32_t id : r.skipped) ++seen.at(id);
+  for (size_t i = 0; i < samples; ++i) REQUIRE(seen[i] == 1);
+}
+
+}  // namespace
+
+TEST_CASE("ISF: every sample in one pack, budgets kept, loads consistent", "[balance][isf]") {
+  const uint64_t seed = GENERATE(1, 2, 3, 4);
+  const size_t n = GENERATE(1, 7, 500, 5000);
+  const int64_t q_vit = GENERATE(5, 9, 20);
+  const int iterations = GENERATE(1, 3, 50);
+  const SampleTable t = synthetic_table(n, seed * 7919 + n);
+  const int64_t q_tok = q_vit * 420;
+  const IsfPacker packer({{q_vit, q_tok, q_tok - 128}, iterations, seed, OnBadSample::kError});
+  const PackResult r = packer.pack(t);
+  require_partition(r, t.size());
+  CHECK(r.skipped.empty());
+  CHECK(r.rounds <= iterations);
+  int64_t unaccepted = 0;
+  for (size_t p = 0; p < r.packs.size(); ++p) {
+    std::array<int64_t, kLoadDims> sum{};
+    for (const uint32_t* it = r.packs.begin(p); it != r.packs.end(p); ++it)
+      for (int d = 0; d < kLoadDims; ++d) sum[d] += t.load[*it].v[d];
+    REQUIRE(sum == r.packs.load(p).sum);
+    REQUIRE(sum[kTiles] <= q_vit);
+    REQUIRE(sum[kTokens] <= q_tok);
+    unaccepted += !(sum[kTiles] == q_vit || sum[kTokens] >= q_tok - 128);
+  }
+  CHECK(unaccepted == r.unaccepted_packs);
+}
+
+TEST_CASE("ISF: same seed gives the same packs, another seed differs", "[balance][isf]") {
+  const SampleTable t = synthetic_table(3000, 11);
+  const IsfBudgets b{20, 6144, 6016};
+  const PackResult a = IsfPacker({b, 50, 5, OnBadSample::kError}).pack(t);
+  const PackResult a2 = IsfPacker({b, 50, 5, OnBadSample::kError}).pack(t);
+  const PackResult c = IsfPacker({b, 50, 6, OnBadSample::kError}).pack(t);
+  CHECK(a.packs.members() == a2.packs.members());
+  CHECK(a.packs.members() != c.packs.members());
+}
+
+TEST_CASE("ISF: hand case, identical samples fill Q_v exactly", "[balance][isf]") {
+  // 10 samples of (1 tile, 100 tokens), Q_v = 4: packs of 4, 4 and the flushed 2.
+  omnibal::balance::SampleTable t;
+  t.add_dataset({"d", "p", 10, 0, 1.0});
+  for (uint32_t i = 0; i < 10; ++i) t.add(0, i, Load{{1, 100}}, 1);
+  const PackResult r = IsfPacker({{4, 1000, 872}, 1, 3, OnBadSample::kError}).pack(t);
+  REQUIRE(r.packs.size() == 3);
+  CHECK(r.packs.load(0).count == 4);
+  CHECK(r.packs.load(1).count == 4);
+  CHECK(r.packs.load(2).count == 2);
+  CHECK(r.packs.load(2).sum[kTokens] == 200);
+  CHECK(r.unaccepted_packs == 1);
+  // With more rounds the 2 leftovers are regrouped but can never fill: still kept.
+  const PackResult r50 = IsfPacker({{4, 1000, 872}, 50, 3, OnBadSample::kError}).pack(t);
+  CHECK(r50.packs.samples() == 10);
+  CHECK(r50.rounds == 50);
+}
+
+TEST_CASE("ISF: over-budget samples error by default, are counted when skipping", "[balance][isf]") {
+  SampleTable t;
+  t.add_dataset({"docvqa", "/data/docvqa.json", 4, 0, 1.0});
+  t.add(0, 0, Load{{2, 500}}, 2);
+  t.add(0, 1, Load{{2, 500}}, 2);
+  t.add(0, 2, Load{{6, 500}}, 6);  // over Q_v
+  t.add(0, 3, Load{{1, 9000}}, 1);  // over Q_t
+  const IsfBudgets b{5, 4096, 3968};
+  CHECK_THROWS_WITH(IsfPacker({b, 10, 1, OnBadSample::kError}).pack(t),
+                    Contains("sample 2 of dataset 'docvqa' (/data/docvqa.json) has 6 tiles") &&
+                        Contains("data.on_bad_sample"));
+  // The reference loses the open group when the last permuted sample is oversize; we do not.
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const PackResult r = IsfPacker({b, 10, seed, OnBadSample::kSkip}).pack(t);
+    CHECK(r.skipped == std::vector<uint32_t>{2, 3});
+    CHECK(r.packs.samples() == 2);
+  }
+}
+
+TEST_CASE("ISF: invalid budgets are rejected with the key", "[balance][isf]") {
+  CHECK_THROWS_WITH(IsfPacker({{0, 4096, 3968}, 10, 1, OnBadSample::kError}),
+                    Contains("balance.q_vit"));
+  CHECK_THROWS_WITH(IsfPacker({{9, 4096, 5000}, 10, 1, OnBadSample::kError}),
+                    Contains("balance.q_tok_thresh"));
+  CHECK_THROWS_WITH(IsfPacker({{9, 4096, 3968}, 0, 1, OnBadSample::kError}),
+                    Contains("balance.iterations"));
+}
+
+TEST_CASE("ISF: packing a subset uses only those ids", "[balance][isf]") {
+  const SampleTable t = synthetic_table(1000, 3);
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < 1000; i += 3) ids.push_back(i);
+  const PackResult r = IsfPacker({{20, 6144, 6016}, 20, 1, OnBadSample::kError}).pack(t, ids);
+  std::vector<uint32_t> got = r.packs.members();
+  std::sort(got.begin(), got.end());
+  CHECK(got == ids);
+}

@@ -1,0 +1,114 @@
+#include "memory/recompute_planner.h"
+
+#include <catch2/catch.hpp>
+
+#include <limits>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+using namespace omnibal;
+using partition::UnitKind;
+
+namespace {
+constexpr double kMiB = 1 << 20;
+
+/// A random chain: embed, ViT blocks, projector, LLM blocks, head; sizes in whole MiB.
+partition::UnitCostTable random_table(Rng& rng, int vit, int llm) {
+  partition::UnitCostTable t;
+  auto mib = [&](int lo, int hi) { return kMiB * (lo + static_cast<int>(rng.below(hi - lo + 1))); };
+  t.units.push_back({"vit_embed", UnitKind::VitEmbed, 0.01, 0.02, mib(1, 4), mib(1, 2), true, mib(1, 3)});
+  for (int i = 0; i < vit; ++i)
+    t.units.push_back({"vit_block", UnitKind::VitBlock, 0.1 + rng.uniform(), 1.0, mib(5, 40),
+                       mib(2, 8), true, mib(1, 3)});
+  t.units.push_back({"projector", UnitKind::Projector, 0.02, 0.04, mib(1, 3), mib(1, 2), true, mib(1, 3)});
+  for (int i = 0; i < llm; ++i)
+    t.units.push_back({"llm_block", UnitKind::LlmBlock, 0.1 + rng.uniform(), 1.0, mib(5, 40),
+                       mib(2, 8), true, mib(1, 3)});
+  t.units.push_back({"head", UnitKind::Head, 0.05, 0.1, mib(2, 6), mib(1, 2), true, 0});
+  return t;
+}
+
+/// Least recompute time of stage s by enumerating every subset of its blocks.
+double brute_force(const partition::UnitCostTable& t, const partition::Partition& p, int s,
+                   const memory::RecomputeOptions& o) {
+  std::vector<int> items;
+  for (int u = p.begin(s); u < p.end(s); ++u)
+    if (t.units[u].recomputable()) items.push_back(u);
+  double best = std::numeric_limits<double>::infinity();
+  for (unsigned mask = 0; mask < (1u << items.size()); ++mask) {
+    std::vector<bool> flags(t.units.size(), false);
+    double time = 0;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (mask & (1u << i)) {
+        flags[items[i]] = true;
+        time += t.units[items[i]].forward_s;
+      }
+    if (memory::stage_memory(t, p, s, o.micro_batches, flags, o.memory).total() <= o.budget_bytes)
+      best = std::min(best, time);
+  }
+  return best;
+}
+}  // namespace
+
+TEST_CASE("adaptive recompute fits with the least recompute time (vs brute force)",
+          "[memory][recompute]") {
+  Rng rng(GENERATE(11, 12, 13, 14, 15, 16));
+  for (int trial = 0; trial < 6; ++trial) {
+    const auto t = random_table(rng, 5, 6);  // 14 units
+    const partition::Partition p{{5, 4, 5}};
+    memory::RecomputeOptions o;
+    o.micro_batches = 1 + static_cast<int>(rng.below(6));
+    o.memory.dp = 2;
+    o.memory.workspace_bytes = 0;
+    const auto full = memory::plan_full_recompute(t, p, o);
+    const auto none = memory::plan_no_recompute(t, p, o);
+    double lo = 0, hi = 0;
+    for (int s = 0; s < 3; ++s) {
+      lo = std::max(lo, full.memory[s].total());
+      hi = std::max(hi, none.memory[s].total());
+    }
+    o.budget_bytes = lo + rng.uniform() * (hi - lo);  // between "only full fits" and "none fits"
+    const auto plan = memory::plan_adaptive_recompute(t, p, o);
+    INFO("trial " << trial << " m=" << o.micro_batches << " budget " << o.budget_bytes);
+    CHECK(plan.all_fit());
+    for (int s = 0; s < 3; ++s) {
+      CHECK(plan.memory[s].total() <= o.budget_bytes);
+      double time = 0;
+      for (int u = p.begin(s); u < p.end(s); ++u)
+        if (plan.recompute[u]) time += t.units[u].forward_s;
+      CHECK(time == Approx(brute_force(t, p, s, o)).margin(1e-9));
+    }
+  }
+}
+
+TEST_CASE("full, none and per-stage counts", "[memory][recompute]") {
+  Rng rng(3);
+  const auto t = random_table(rng, 3, 3);  // units: embed, 3 vit, projector, 3 llm, head
+  const partition::Partition p{{4, 5}};
+  memory::RecomputeOptions o;
+  o.micro_batches = 4;
+  o.budget_bytes = 1e12;
+  const auto full = memory::plan_full_recompute(t, p, o);
+  CHECK(full.recomputed_units == std::vector<int>{3, 3});
+  CHECK_FALSE(full.recompute[0]);  // embeddings, projector and head always keep activations
+  CHECK_FALSE(full.recompute[4]);
+  const auto none = memory::plan_no_recompute(t, p, o);
+  CHECK(none.recomputed_units == std::vector<int>{0, 0});
+  CHECK(none.recompute_s == 0);
+  CHECK(none.memory[0].total() > full.memory[0].total());
+  const auto counts = memory::plan_recompute_counts(t, p, {2, 1}, o);
+  CHECK(counts.recompute == std::vector<bool>{false, true, true, false, false, true, false,
+                                               false, false});
+  CHECK_THROWS_WITH(memory::plan_recompute_counts(t, p, {4, 0}, o),
+                    Catch::Contains("stage 0 has only 3"));
+  CHECK_THROWS_AS(memory::plan_recompute_counts(t, p, {1}, o), Error);
+  // A budget below full recomputation: the stage is flagged, not silently accepted.
+  o.budget_bytes = 1;
+  const auto adaptive = memory::plan_adaptive_recompute(t, p, o);
+  CHECK_FALSE(adaptive.all_fit());
+  CHECK(adaptive.recomputed_units == std::vector<int>{3, 3});
+  // A huge budget: nothing recomputed.
+  o.budget_bytes = 1e15;
+  CHECK(memory::plan_adaptive_recompute(t, p, o).recompute_s == 0);
+}

@@ -1,0 +1,113 @@
+#include "partition/training_simulator.h"
+
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "schedule/one_f_one_b.h"
+
+using namespace omnibal::partition;
+
+namespace {
+/// Four LLM blocks; each costs 0.5 s forward and 1 s backward per 100 computed tokens, keeps
+/// 100 bytes per token (10 bytes of output per token), 1e9 parameter bytes.
+class LinearModel : public CostModel {
+ public:
+  UnitCostTable costs(const MicroBatchLoad& load) const override {
+    UnitCostTable t;
+    const double k = load.computed_tokens() / 100.0;
+    for (int u = 0; u < 4; ++u)
+      t.units.push_back({"llm_block." + std::to_string(u), UnitKind::LlmBlock, 0.5 * k, 1.0 * k,
+                         100.0 * load.computed_tokens(), 1e9, true,
+                         10.0 * load.computed_tokens()});
+    return t;
+  }
+};
+
+SimulatorSetup setup_for(const LinearModel& model, int dp) {
+  SimulatorSetup s;
+  s.model = &model;
+  s.partition = Partition{{2, 2}};
+  s.recompute.assign(4, false);
+  s.dp = dp;
+  s.device = device_spec("a100-80g");
+  s.device.intra_node_bandwidth = 1e30;  // no transfer time unless a test sets one
+  s.device.inter_node_bandwidth = 1e30;
+  s.device.hbm_bandwidth = 1e30;         // no optimizer time
+  s.static_bytes = {1000, 2000};
+  return s;
+}
+
+StepLoads uniform_loads(int dp, int m, int tokens) {
+  return StepLoads(dp, std::vector<MicroBatchLoad>(m, MicroBatchLoad::packed({1}, {tokens})));
+}
+}  // namespace
+
+TEST_CASE("P=2, m=2 with uniform micro-batches: textbook 1F1B step", "[partition][simulator]") {
+  const LinearModel model;
+  const auto rep = simulate_step(setup_for(model, 1), uniform_loads(1, 2, 100));
+  // Per stage f = 1 s, b = 2 s: (m + P - 1)(f + b) = 9 s.
+  CHECK(rep.step_s == Approx(9));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  CHECK(rep.breakdown.useful_s == Approx(6));  // each device computes 2 x 3 s
+  CHECK(rep.breakdown.bubble_s / rep.step_s == Approx(omnibal::schedule::bubble_fraction_1f1b(2, 2)));
+  CHECK(rep.breakdown.dp_wait_s == Approx(0));
+  // Stage 0 holds 2 micro-batches of 2 units x 100 tokens x 100 bytes; stage 1 holds one.
+  CHECK(rep.stages[0].peak_memory_bytes == Approx(1000 + 2 * 2e4));
+  CHECK(rep.stages[1].peak_memory_bytes == Approx(2000 + 2e4));
+  CHECK(rep.samples == 2);
+}
+
+TEST_CASE("bubble fraction matches (P-1)/(m+P-1) for uniform micro-batches",
+          "[partition][simulator]") {
+  const int m = GENERATE(1, 3, 8, 16);
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  s.partition = Partition{{1, 1, 1, 1}};
+  s.static_bytes = {0, 0, 0, 0};
+  const auto rep = simulate_step(s, uniform_loads(1, m, 200));
+  CHECK(rep.breakdown.bubble_s / rep.step_s == Approx(omnibal::schedule::bubble_fraction_1f1b(4, m)));
+}
+
+TEST_CASE("recompute adds forward time to backward; DP waits for the slowest rank",
+          "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  s.recompute = {true, false, true, true};
+  auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  // Stage 0 backward 2 + 0.5, stage 1 backward 2 + 1: per stage f + b = 3.5 and 4.
+  // Stage 0: F0 [0,1] F1 [1,2]; stage 1: F0 [1,2] B0 [2,5] F1 [5,6] B1 [6,9];
+  // stage 0: B0 [5,7.5] B1 [9,11.5].
+  CHECK(rep.step_s == Approx(11.5));
+  CHECK(rep.breakdown.recompute_s == Approx((2 * 0.5 + 2 * 1.0) / 2));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  // Stage 0 keeps unit 0's input only (unit 0 is the chain start: 0 bytes) + unit 1's 1e4.
+  CHECK(rep.stages[0].peak_memory_bytes == Approx(1000 + 2 * 1e4 + 1e4));
+
+  auto d = setup_for(model, 2);
+  StepLoads loads = uniform_loads(2, 2, 100);
+  loads[1][1] = MicroBatchLoad::packed({1}, {200});  // rank 1's second micro-batch is 2x
+  rep = simulate_step(d, loads);
+  // Rank 1: stage 0 F0 [0,1] F1 [1,3]; stage 1 F0 [1,2] B0 [2,4] F1 [4,6] B1 [6,10]; stage 0
+  // B0 [4,6] B1 [10,14]. Rank 0's stage 0 is ready at 9. The all-reduce is free here.
+  CHECK(rep.step_s == Approx(14));
+  CHECK(rep.breakdown.dp_wait_s > 0);
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  CHECK(rep.stages[0].dp_wait_s == Approx((14 - 9) / 2.0));
+}
+
+TEST_CASE("padding shows up as padding time and transfers and all-reduce as time",
+          "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 2);
+  s.device.intra_node_bandwidth = 1e9;  // dp = 2 < 8 GPUs: NVLink for both
+  StepLoads loads(2, {MicroBatchLoad::padded_to_longest({1, 1}, {50, 150})});
+  const auto rep = simulate_step(s, loads);
+  // 300 computed tokens vs 200 real: one third of the compute is padding.
+  CHECK(rep.breakdown.padding_s == Approx((rep.breakdown.padding_s + rep.breakdown.useful_s) / 3));
+  // Stage 0: F 3 s, send 300 * 10 * 2 B... = 3000 B at 1 GB/s = 3 us; all-reduce of 2e9 B:
+  // 2 * (1/2) * 2e9 / 1e9 = 2 s after the backward.
+  CHECK(rep.stages[0].reduce_s == Approx(2.0));
+  CHECK(rep.step_s == Approx(3 + 6 + 6 + 3 + 2 + 2 * 3000 / 1e9));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  CHECK_THROWS_WITH(simulate_step(s, StepLoads(1, loads[0])), Catch::Contains("dp = 2"));
+}

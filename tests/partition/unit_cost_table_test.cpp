@@ -1,0 +1,67 @@
+#include "partition/unit_cost_table.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "core/error.h"
+#include "partition/cost_model.h"
+
+using namespace omnibal::partition;
+
+namespace {
+UnitCostTable small_table() {
+  UnitCostTable t;
+  t.model = "tiny";
+  t.source = "profiled:cpu";
+  t.load = {4, 100, 2};
+  t.units = {{"vit_embed", UnitKind::VitEmbed, 0.1, 0.2, 1000, 50, false, 400},
+             {"vit_block.0", UnitKind::VitBlock, 0.5, 1.0, 3000, 80, false, 400},
+             {"llm_block.0", UnitKind::LlmBlock, 0.25, 0.5, 2000, 90, true, 300},
+             {"head", UnitKind::Head, 0.05, 0.1, 500, 60, true, 0}};
+  return t;
+}
+}  // namespace
+
+TEST_CASE("unit cost tables round-trip through JSON", "[partition][cost_table]") {
+  const auto t = small_table();
+  const std::string path = "unit_cost_table_test.json";
+  write_unit_cost_table(t, path);
+  const auto back = read_unit_cost_table(path);
+  std::remove(path.c_str());
+  CHECK(back.model == "tiny");
+  CHECK(back.load.tokens == 100);
+  REQUIRE(back.units.size() == 4);
+  CHECK(back.units[1].name == "vit_block.0");
+  CHECK(back.units[1].kind == UnitKind::VitBlock);
+  CHECK(back.units[1].backward_s == 1.0);
+  CHECK_FALSE(back.units[1].trainable);
+  CHECK(back.units[2].activation_bytes == 2000);
+  CHECK(back.checkpoint_bytes(2) == 400);
+  CHECK(back.checkpoint_bytes(0) == 0);
+}
+
+TEST_CASE("bad cost tables name the unit and key", "[partition][cost_table]") {
+  std::string text = unit_cost_table_json(small_table());
+  std::string bad = text;
+  bad.replace(bad.find("\"vit_block\""), 11, "\"vit_blok\"");
+  CHECK_THROWS_WITH(parse_unit_cost_table(bad, "t.json"),
+                    Catch::Contains("t.json: units[1]") && Catch::Contains("vit_blok"));
+  bad = text;
+  bad.replace(bad.find("\"forward_s\": 0.25"), 17, "\"forward_s\": -1.0");
+  CHECK_THROWS_WITH(parse_unit_cost_table(bad, "t.json"),
+                    Catch::Contains("units[2]") && Catch::Contains("forward_s"));
+  CHECK_THROWS_WITH(parse_unit_cost_table("{", "t.json"), Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("a profiled table scales with tiles and tokens", "[partition][cost_table]") {
+  const ScaledTableCostModel model(small_table());
+  const auto t = model.costs(MicroBatchLoad::packed({4, 4}, {100, 100}));  // 8 tiles, 200 tokens
+  CHECK(t.units[1].forward_s == Approx(1.0));        // ViT: x2 tiles
+  CHECK(t.units[2].forward_s == Approx(0.5));        // LLM: x2 tokens
+  CHECK(t.units[2].activation_bytes == Approx(4000));
+  const auto padded = model.costs(MicroBatchLoad::padded_to_longest({1, 1}, {50, 150}));
+  CHECK(padded.units[2].forward_s == Approx(0.75));  // 2 x 150 computed tokens
+  CHECK(padded.units[0].forward_s == Approx(0.05));  // 2 tiles
+}
