@@ -1,6 +1,8 @@
 #include "balance/data_planner.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 
 #include "balance/baseline_packers.h"
@@ -61,7 +63,9 @@ void plan_multi_source(const SampleTable& table, const PlannerOptions& o, Method
     out.packing.skipped.insert(out.packing.skipped.end(), r.skipped.begin(), r.skipped.end());
     out.packing.unaccepted_packs += r.unaccepted_packs;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   out.plan = place_by_source(out.packing.packs, pack_source, o.dp, o.micro_batches, o.seed);
+  out.place_seconds += seconds_since(t0);
 }
 
 // Runs the packer of `method` and its placement into `out`.
@@ -74,6 +78,7 @@ void pack_and_place(const SampleTable& table, Method method, const PlannerOption
     case Method::kIsfRandomPlacement: {
       out.budgets = resolve_budgets(table, all, o, out);
       out.packing = IsfPacker(isf_options(o, out.budgets)).pack(table);
+      const auto t0 = std::chrono::steady_clock::now();
       if (method == Method::kIsf) {
         out.plan = place_load_grouped(out.packing.packs, o.dp, o.micro_batches, o.seed);
       } else {  // the reference: packs in a random order, cut into steps
@@ -85,6 +90,7 @@ void pack_and_place(const SampleTable& table, Method method, const PlannerOption
         for (auto& p : out.plan.slots) p = order[p];
         for (auto& p : out.plan.carried) p = order[p];
       }
+      out.place_seconds += seconds_since(t0);
       return;
     }
     case Method::kMultiSource:
@@ -97,11 +103,14 @@ void pack_and_place(const SampleTable& table, Method method, const PlannerOption
                                                  o.micro_batches, o.seed);
       break;
     case Method::kBestFit:
-      out.budgets.q_tok = resolve_budgets(table, all, o, out).q_tok;
+      out.budgets.q_tok = budgets_unset(o.budgets) ? best_fit_budget(table, o.samples_per_pack)
+                                                   : o.budgets.q_tok;
       out.packing = best_fit_packing(table, out.budgets.q_tok, o.on_bad_sample, o.seed);
       break;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   out.plan = place_in_order(out.packing.packs.size(), o.dp, o.micro_batches);
+  out.place_seconds += seconds_since(t0);
 }
 
 }  // namespace
@@ -125,6 +134,27 @@ Method parse_method(const std::string& name, const std::string& key) {
                "length-group | best-fit, got '", name, "'");
 }
 
+int64_t best_fit_budget(const SampleTable& table, int samples_per_pack) {
+  const double mean = table.mean_load()[kTokens];
+  const auto target = static_cast<int64_t>(std::ceil((samples_per_pack + 0.5) * mean / 256.0)) * 256;
+  return std::max<int64_t>(target, table.max_load()[kTokens]);
+}
+
+PlannerOptions planner_options(const ParallelConfig& parallel, const BalanceConfig& balance,
+                               const DataConfig& data) {
+  PlannerOptions o;
+  o.dp = parallel.dp;
+  o.micro_batches = parallel.micro_batches;
+  o.samples_per_pack = balance.samples_per_pack;
+  o.budgets = {balance.q_vit, balance.q_tok,
+               balance.q_tok_thresh ? balance.q_tok_thresh
+                                    : (balance.q_tok > 0 ? balance.q_tok - 128 : 0)};
+  o.iterations = balance.iterations;
+  o.seed = balance.seed;
+  o.on_bad_sample = parse_on_bad_sample(data.on_bad_sample, "data.on_bad_sample");
+  return o;
+}
+
 bool budgets_unset(const IsfBudgets& b) {
   return b.q_vit == 0 && b.q_tok == 0 && b.q_tok_thresh == 0;
 }
@@ -136,11 +166,14 @@ MethodResult plan_method(const SampleTable& table, Method method, const PlannerO
   out.method = method;
   const auto t0 = std::chrono::steady_clock::now();
   pack_and_place(table, method, o, out);
+  out.pack_seconds = seconds_since(t0) - out.search_seconds - out.place_seconds;
+  const auto t1 = std::chrono::steady_clock::now();
   const int64_t skipped = static_cast<int64_t>(out.packing.skipped.size()) + table.failed_stats();
   std::array<int64_t, kLoadDims> budget{out.budgets.q_vit, out.budgets.q_tok};
   if (method == Method::kMultiSource) budget = {0, 0};  // per-source budgets: fill vs largest
   out.metrics = compute_metrics(out.packing.packs, out.plan, budget, skipped);
-  out.seconds = seconds_since(t0) - out.search_seconds;
+  out.place_seconds += seconds_since(t1);
+  out.seconds = out.pack_seconds + out.place_seconds;
   return out;
 }
 

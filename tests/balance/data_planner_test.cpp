@@ -54,3 +54,32 @@ TEST_CASE("skipped counts include failed-statistics records", "[balance][planner
   o.on_bad_sample = OnBadSample::kError;
   CHECK_THROWS_WITH(plan_method(t, Method::kIsf, o), Catch::Contains("sample 999 of dataset 'ds0'"));
 }
+
+TEST_CASE("planner options come from the config structs", "[balance][planner]") {
+  omnibal::ParallelConfig parallel;
+  parallel.dp = 8;
+  parallel.micro_batches = 4;
+  omnibal::BalanceConfig balance;
+  balance.q_vit = 20;
+  balance.q_tok = 6656;
+  balance.seed = 9;
+  omnibal::DataConfig data;
+  data.on_bad_sample = "skip";
+  const PlannerOptions o = planner_options(parallel, balance, data);
+  CHECK(o.dp == 8);
+  CHECK(o.micro_batches == 4);
+  CHECK(o.budgets.q_tok_thresh == 6656 - 128);  // Q'_t = Q_t - 128 when unset
+  CHECK(o.seed == 9);
+  CHECK(o.on_bad_sample == OnBadSample::kSkip);
+  CHECK(budgets_unset(planner_options(parallel, omnibal::BalanceConfig{}, data).budgets));
+}
+
+TEST_CASE("best-fit budget: (s + 0.5) * mean tokens rounded up to 256", "[balance][planner]") {
+  SampleTable t;
+  t.add_dataset({"d", "p", 0, 0, 1.0});
+  t.add(0, 0, Load{{1, 1000}}, 1);
+  t.add(0, 1, Load{{1, 1200}}, 1);
+  CHECK(best_fit_budget(t, 4) == 5120);  // 4.5 * 1100 = 4950 -> 5120
+  t.add(0, 2, Load{{1, 9000}}, 1);       // mean 3733.3 * 1.5 = 5600 -> 5632 < 9000
+  CHECK(best_fit_budget(t, 1) == 9000);
+}
