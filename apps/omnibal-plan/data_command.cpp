@@ -3,7 +3,8 @@
 //   omnibal-plan data --lengths F.json [F2.json ...] | --meta M.json --dp 8 --samples-per-pack 4
 //       --method isf|random|length-group|best-fit|multi-source|isf-random-placement|all
 //       [--search] [--q-vit N --q-tok N [--q-tok-thresh N]] [--micro-batches m] [--iterations T]
-//       [--seed S] [--on-bad-sample error|skip] [--resample N] [--json OUT.json] [--plan OUT]
+//       [--seed S] [--on-bad-sample error|skip] [--search-samples N] [--resample N]
+//       [--json OUT.json] [--plan OUT]
 //
 // Prints one table row per method (spec §1.8 metrics). Budgets are searched once (with the
 // candidate table printed) when --search is given or when a method needs budgets that were not
@@ -42,6 +43,7 @@ struct DataArgs {
   std::string on_bad_sample = "error";
   std::string json_out, plan_out;
   size_t resample = 0;
+  size_t search_samples = SearchOptions{}.max_scored_samples;
 };
 
 std::vector<Method> methods_of(const std::string& name) {
@@ -136,8 +138,9 @@ int run_data(const DataArgs& a) {
   if (searched && needs_budgets) {
     PlannerOptions so = o;
     const auto t0 = std::chrono::steady_clock::now();
+    const size_t scored = a.search_samples ? a.search_samples : table.size();
     search = search_budgets(table, SearchOptions{o.dp, o.micro_batches, o.samples_per_pack,
-                                                 o.iterations, o.seed});
+                                                 o.iterations, o.seed, scored});
     search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("{}search: {:.3f} s\n\n", format_search_table(*search), search_seconds);
     o.budgets = search->budgets();
@@ -194,6 +197,8 @@ void register_data_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--seed", args->seed, "seed of packing and placement")->capture_default_str();
   cmd->add_option("--on-bad-sample", args->on_bad_sample, "over-budget samples: error|skip")
       ->capture_default_str();
+  cmd->add_option("--search-samples", args->search_samples,
+                  "score search candidates on at most N samples (0 = all)")->capture_default_str();
   cmd->add_option("--resample", args->resample,
                   "draw N samples with replacement from the inputs (benchmarks at mixture scale)");
   cmd->add_option("--json", args->json_out, "write {\"results\": [...]} here");
