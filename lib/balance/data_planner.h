@@ -76,7 +76,15 @@ int64_t best_fit_budget(const SampleTable& table, int samples_per_pack);
 bool budgets_unset(const IsfBudgets& b);
 
 /// Runs one method on `table`. Skipped counts include the table's failed-statistics records.
+/// `carry_in` (optional) holds the previous epoch's tail (carried_packs of its result, same
+/// table and method): those packs are placed with this epoch's packs (first, for the
+/// in-order baselines), so over epochs nothing is dropped. Use seed + epoch per epoch.
 /// Throws omnibal::Error on invalid options or (on_bad_sample = error) an over-budget sample.
-MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& options);
+MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& options,
+                         const PackList* carry_in = nullptr);
+
+/// The epoch tail of `result` (its carried packs) as a pack list, for the next epoch's
+/// plan_method(..., carry_in).
+PackList carried_packs(const MethodResult& result);
 
 }  // namespace omnibal::balance
