@@ -13,9 +13,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "balance/data_planner.h"
 #include "balance/length_reader.h"
@@ -136,7 +138,6 @@ int run_data(const DataArgs& a) {
     return m == Method::kIsf || m == Method::kIsfRandomPlacement;
   });
   if (searched && needs_budgets) {
-    PlannerOptions so = o;
     const auto t0 = std::chrono::steady_clock::now();
     const size_t scored = a.search_samples ? a.search_samples : table.size();
     search = search_budgets(table, SearchOptions{o.dp, o.micro_batches, o.samples_per_pack,
