@@ -3,7 +3,8 @@
 //   omnibal-plan data --lengths F.json [F2.json ...] | --meta M.json --dp 8 --samples-per-pack 4
 //       --method isf|random|length-group|best-fit|multi-source|isf-random-placement|all
 //       [--search] [--q-vit N --q-tok N [--q-tok-thresh N]] [--micro-batches m] [--iterations T]
-//       [--seed S] [--on-bad-sample error|skip] [--json OUT.json] [--plan OUT]
+//       [--seed S] [--on-bad-sample error|skip] [--search-samples N] [--resample N]
+//       [--json OUT.json] [--plan OUT]
 //
 // Prints one table row per method (spec §1.8 metrics). Budgets are searched once (with the
 // candidate table printed) when --search is given or when a method needs budgets that were not
@@ -12,9 +13,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "balance/data_planner.h"
 #include "balance/length_reader.h"
@@ -41,6 +44,8 @@ struct DataArgs {
   uint64_t seed = 1024;
   std::string on_bad_sample = "error";
   std::string json_out, plan_out;
+  size_t resample = 0;
+  size_t search_samples = SearchOptions{}.max_scored_samples;
 };
 
 std::vector<Method> methods_of(const std::string& name) {
@@ -100,6 +105,7 @@ Json result_json(const MethodResult& r, const PlannerOptions& o) {
             {"skipped", m.skipped}, {"seconds", r.seconds}, {"max_tiles", m.max_tiles},
             {"max_tokens", m.max_tokens}, {"steps", m.steps},
             {"carried_packs", m.carried_packs}, {"carried_samples", m.carried_samples},
+            {"pack_seconds", r.pack_seconds}, {"place_seconds", r.place_seconds},
             {"dp", o.dp}, {"micro_batches", o.micro_batches}, {"seed", o.seed}};
   if (r.budgets.q_vit || r.budgets.q_tok) {
     j["q_vit"] = r.budgets.q_vit;
@@ -118,7 +124,8 @@ Json result_json(const MethodResult& r, const PlannerOptions& o) {
 
 int run_data(const DataArgs& a) {
   OMNIBAL_CHECK(a.lengths.empty() != a.meta.empty(), "give either --lengths F.json ... or --meta M.json");
-  const SampleTable table = a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta);
+  SampleTable table = a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta);
+  if (a.resample > 0) table = resample(table, a.resample, a.seed);
   fmt::print("data: {} samples from {} datasets ({} failed-statistics records skipped), dp {}, "
              "m {}, target {} samples/pack, seed {}\n", table.size(), table.datasets.size(),
              table.failed_stats(), a.dp, a.micro_batches, a.samples_per_pack, a.seed);
@@ -128,13 +135,13 @@ int run_data(const DataArgs& a) {
   double search_seconds = 0;
   std::optional<SearchResult> search;
   const bool needs_budgets = std::any_of(methods.begin(), methods.end(), [](Method m) {
-    return m == Method::kIsf || m == Method::kIsfRandomPlacement || m == Method::kBestFit;
+    return m == Method::kIsf || m == Method::kIsfRandomPlacement;
   });
   if (searched && needs_budgets) {
-    PlannerOptions so = o;
     const auto t0 = std::chrono::steady_clock::now();
+    const size_t scored = a.search_samples ? a.search_samples : table.size();
     search = search_budgets(table, SearchOptions{o.dp, o.micro_batches, o.samples_per_pack,
-                                                 o.iterations, o.seed});
+                                                 o.iterations, o.seed, scored});
     search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("{}search: {:.3f} s\n\n", format_search_table(*search), search_seconds);
     o.budgets = search->budgets();
@@ -144,7 +151,8 @@ int run_data(const DataArgs& a) {
   std::unique_ptr<MethodResult> first;
   for (Method m : methods) {
     PlannerOptions mo = o;
-    if (m == Method::kMultiSource && searched) mo.budgets = IsfBudgets{};  // per-source search
+    // Searched budgets are ISF's: multi-source searches per dataset, best-fit sizes its own.
+    if ((m == Method::kMultiSource || m == Method::kBestFit) && searched) mo.budgets = IsfBudgets{};
     MethodResult r = plan_method(table, m, mo);
     if (m == Method::kIsf || m == Method::kIsfRandomPlacement) r.search_seconds = search_seconds;
     print_row(r);
@@ -190,6 +198,10 @@ void register_data_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--seed", args->seed, "seed of packing and placement")->capture_default_str();
   cmd->add_option("--on-bad-sample", args->on_bad_sample, "over-budget samples: error|skip")
       ->capture_default_str();
+  cmd->add_option("--search-samples", args->search_samples,
+                  "score search candidates on at most N samples (0 = all)")->capture_default_str();
+  cmd->add_option("--resample", args->resample,
+                  "draw N samples with replacement from the inputs (benchmarks at mixture scale)");
   cmd->add_option("--json", args->json_out, "write {\"results\": [...]} here");
   cmd->add_option("--plan", args->plan_out, "write the plan (steps x DP ranks x packs) here");
   cmd->callback([args, &actions] { actions.push_back([args] { return run_data(*args); }); });

@@ -1,6 +1,8 @@
 #include "balance/data_planner.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 
 #include "balance/baseline_packers.h"
@@ -44,64 +46,85 @@ IsfOptions isf_options(const PlannerOptions& o, const IsfBudgets& b) {
   return IsfOptions{b, o.iterations, o.seed, o.on_bad_sample};
 }
 
-// ISF per dataset with per-dataset budgets; packs record their source for placement.
-void plan_multi_source(const SampleTable& table, const PlannerOptions& o, MethodResult& out) {
+// ISF per dataset with per-dataset budgets; `pack_source` records each pack's dataset.
+void pack_multi_source(const SampleTable& table, const PlannerOptions& o, MethodResult& out,
+                       std::vector<uint32_t>& pack_source) {
   std::vector<std::vector<uint32_t>> by_source(table.datasets.size());
   for (uint32_t i = 0; i < table.size(); ++i) by_source[table.dataset[i]].push_back(i);
-  std::vector<uint32_t> pack_source;
   for (uint32_t s = 0; s < by_source.size(); ++s) {
     if (by_source[s].empty()) continue;
     const IsfBudgets b = resolve_budgets(table, by_source[s], o, out);
     out.source_budgets.push_back(b);
     PackResult r = IsfPacker(isf_options(o, b)).pack(table, by_source[s]);
-    std::vector<uint32_t> identity(table.size());
-    std::iota(identity.begin(), identity.end(), 0u);
-    out.packing.packs.append(r.packs, identity);
+    out.packing.packs.append(r.packs);
     pack_source.resize(out.packing.packs.size(), s);
     out.packing.skipped.insert(out.packing.skipped.end(), r.skipped.begin(), r.skipped.end());
     out.packing.unaccepted_packs += r.unaccepted_packs;
   }
-  out.plan = place_by_source(out.packing.packs, pack_source, o.dp, o.micro_batches, o.seed);
 }
 
-// Runs the packer of `method` and its placement into `out`.
-void pack_and_place(const SampleTable& table, Method method, const PlannerOptions& o,
-                    MethodResult& out) {
+// Runs the packer of `method` into out.packing (and pack_source for multi-source).
+void pack(const SampleTable& table, Method method, const PlannerOptions& o, MethodResult& out,
+          std::vector<uint32_t>& pack_source) {
   std::vector<uint32_t> all(table.size());
   std::iota(all.begin(), all.end(), 0u);
   switch (method) {
     case Method::kIsf:
-    case Method::kIsfRandomPlacement: {
+    case Method::kIsfRandomPlacement:
       out.budgets = resolve_budgets(table, all, o, out);
       out.packing = IsfPacker(isf_options(o, out.budgets)).pack(table);
-      if (method == Method::kIsf) {
-        out.plan = place_load_grouped(out.packing.packs, o.dp, o.micro_batches, o.seed);
-      } else {  // the reference: packs in a random order, cut into steps
-        std::vector<uint32_t> order(out.packing.packs.size());
-        std::iota(order.begin(), order.end(), 0u);
-        Rng rng(o.seed);
-        rng.shuffle(order);
-        out.plan = place_in_order(order.size(), o.dp, o.micro_batches);
-        for (auto& p : out.plan.slots) p = order[p];
-        for (auto& p : out.plan.carried) p = order[p];
-      }
       return;
-    }
     case Method::kMultiSource:
-      return plan_multi_source(table, o, out);
+      return pack_multi_source(table, o, out, pack_source);
     case Method::kRandom:
       out.packing = random_micro_batches(table, o.samples_per_pack, o.seed);
-      break;
+      return;
     case Method::kLengthGroup:
       out.packing = length_grouped_micro_batches(table, o.samples_per_pack, o.dp,
                                                  o.micro_batches, o.seed);
-      break;
+      return;
     case Method::kBestFit:
-      out.budgets.q_tok = resolve_budgets(table, all, o, out).q_tok;
+      out.budgets.q_tok = budgets_unset(o.budgets) ? best_fit_budget(table, o.samples_per_pack)
+                                                   : o.budgets.q_tok;
       out.packing = best_fit_packing(table, out.budgets.q_tok, o.on_bad_sample, o.seed);
-      break;
+      return;
   }
-  out.plan = place_in_order(out.packing.packs.size(), o.dp, o.micro_batches);
+}
+
+// Puts the previous epoch's tail in front of this epoch's packs (carried packs run first).
+void merge_carry_in(const SampleTable& table, const PackList& carry_in, MethodResult& out,
+                    std::vector<uint32_t>& pack_source) {
+  if (carry_in.size() == 0) return;
+  PackList merged(out.packing.packs.layout());
+  merged.append(carry_in);
+  merged.append(out.packing.packs);
+  out.packing.packs = std::move(merged);
+  if (pack_source.empty()) return;
+  std::vector<uint32_t> source;
+  for (size_t p = 0; p < carry_in.size(); ++p) source.push_back(table.dataset[*carry_in.begin(p)]);
+  source.insert(source.end(), pack_source.begin(), pack_source.end());
+  pack_source = std::move(source);
+}
+
+// Places out.packing.packs with the placement of `method`.
+void place(Method method, const PlannerOptions& o, const std::vector<uint32_t>& pack_source,
+           MethodResult& out) {
+  const PackList& packs = out.packing.packs;
+  if (method == Method::kIsf) {
+    out.plan = place_load_grouped(packs, o.dp, o.micro_batches, o.seed);
+  } else if (method == Method::kMultiSource) {
+    out.plan = place_by_source(packs, pack_source, o.dp, o.micro_batches, o.seed);
+  } else if (method == Method::kIsfRandomPlacement) {  // the reference: random order, cut
+    std::vector<uint32_t> order(packs.size());
+    std::iota(order.begin(), order.end(), 0u);
+    Rng rng(o.seed);
+    rng.shuffle(order);
+    out.plan = place_in_order(order.size(), o.dp, o.micro_batches);
+    for (auto& p : out.plan.slots) p = order[p];
+    for (auto& p : out.plan.carried) p = order[p];
+  } else {  // baselines carry their own order
+    out.plan = place_in_order(packs.size(), o.dp, o.micro_batches);
+  }
 }
 
 }  // namespace
@@ -125,22 +148,59 @@ Method parse_method(const std::string& name, const std::string& key) {
                "length-group | best-fit, got '", name, "'");
 }
 
+int64_t best_fit_budget(const SampleTable& table, int samples_per_pack) {
+  const double mean = table.mean_load()[kTokens];
+  const auto target = static_cast<int64_t>(std::ceil((samples_per_pack + 0.5) * mean / 256.0)) * 256;
+  return std::max<int64_t>(target, table.max_load()[kTokens]);
+}
+
+PlannerOptions planner_options(const ParallelConfig& parallel, const BalanceConfig& balance,
+                               const DataConfig& data) {
+  PlannerOptions o;
+  o.dp = parallel.dp;
+  o.micro_batches = parallel.micro_batches;
+  o.samples_per_pack = balance.samples_per_pack;
+  o.budgets = {balance.q_vit, balance.q_tok,
+               balance.q_tok_thresh ? balance.q_tok_thresh
+                                    : (balance.q_tok > 0 ? balance.q_tok - 128 : 0)};
+  o.iterations = balance.iterations;
+  o.seed = balance.seed;
+  o.on_bad_sample = parse_on_bad_sample(data.on_bad_sample, "data.on_bad_sample");
+  return o;
+}
+
 bool budgets_unset(const IsfBudgets& b) {
   return b.q_vit == 0 && b.q_tok == 0 && b.q_tok_thresh == 0;
 }
 
-MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& o) {
+PackList carried_packs(const MethodResult& result) {
+  PackList tail(result.packing.packs.layout());
+  for (uint32_t p : result.plan.carried) {
+    const PackList& packs = result.packing.packs;
+    tail.push(packs.begin(p), packs.end(p) - packs.begin(p), packs.load(p));
+  }
+  return tail;
+}
+
+MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& o,
+                         const PackList* carry_in) {
   OMNIBAL_CHECK(table.size() > 0, "plan_method: no samples to plan (all records failed or empty)");
   if (!budgets_unset(o.budgets)) o.budgets.validate();
   MethodResult out;
   out.method = method;
   const auto t0 = std::chrono::steady_clock::now();
-  pack_and_place(table, method, o, out);
+  std::vector<uint32_t> pack_source;
+  pack(table, method, o, out, pack_source);
+  if (carry_in) merge_carry_in(table, *carry_in, out, pack_source);
+  out.pack_seconds = seconds_since(t0) - out.search_seconds;
+  const auto t1 = std::chrono::steady_clock::now();
+  place(method, o, pack_source, out);
   const int64_t skipped = static_cast<int64_t>(out.packing.skipped.size()) + table.failed_stats();
   std::array<int64_t, kLoadDims> budget{out.budgets.q_vit, out.budgets.q_tok};
   if (method == Method::kMultiSource) budget = {0, 0};  // per-source budgets: fill vs largest
   out.metrics = compute_metrics(out.packing.packs, out.plan, budget, skipped);
-  out.seconds = seconds_since(t0) - out.search_seconds;
+  out.place_seconds = seconds_since(t1);
+  out.seconds = out.pack_seconds + out.place_seconds;
   return out;
 }
 

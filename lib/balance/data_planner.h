@@ -10,7 +10,8 @@
 //   random                random padded micro-batches of samples_per_pack
 //   length-group          LLaVA length-grouped padded micro-batches
 //   best-fit              best-fit decreasing on tokens (budget Q_t), random order
-// Budgets left at 0 are searched (budget_search.h) for the methods that need them.
+// Budgets left at 0 are searched (budget_search.h) for the ISF methods; best-fit then uses
+// best_fit_budget() so that it, too, lands near the samples-per-pack target.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "balance/isf_packer.h"
 #include "balance/pack_list.h"
 #include "balance/step_plan.h"
+#include "core/config.h"
 
 namespace omnibal::balance {
 
@@ -54,16 +56,35 @@ struct MethodResult {
   BalanceMetrics metrics;
   IsfBudgets budgets;             ///< budgets used (zero where the method has none)
   std::vector<IsfBudgets> source_budgets;  ///< multi-source: one per dataset
-  double seconds = 0;             ///< packing + placement + metrics, wall clock
-  double search_seconds = 0;      ///< budget search run inside plan_method, if any
+  double seconds = 0;         ///< packing + placement + metrics, wall clock (search excluded)
+  double pack_seconds = 0;    ///< packing alone
+  double place_seconds = 0;   ///< placement + metrics
+  double search_seconds = 0;  ///< budget search run inside plan_method, if any
   std::optional<SearchResult> search;
 };
+
+/// Planner options from the run configuration (parallel.dp, parallel.micro_batches,
+/// balance.*, data.on_bad_sample); Q'_t defaults to Q_t - 128 when only Q_t is set.
+PlannerOptions planner_options(const ParallelConfig& parallel, const BalanceConfig& balance,
+                               const DataConfig& data);
+
+/// Token budget of best-fit packing when none is given: round_up_256((s + 0.5) * mean tokens),
+/// at least the longest sample, so best-fit packs hold about s + 0.5 samples like ISF's range.
+int64_t best_fit_budget(const SampleTable& table, int samples_per_pack);
 
 /// True when every ISF budget is zero (they must then be searched).
 bool budgets_unset(const IsfBudgets& b);
 
 /// Runs one method on `table`. Skipped counts include the table's failed-statistics records.
+/// `carry_in` (optional) holds the previous epoch's tail (carried_packs of its result, same
+/// table and method): those packs are placed with this epoch's packs (first, for the
+/// in-order baselines), so over epochs nothing is dropped. Use seed + epoch per epoch.
 /// Throws omnibal::Error on invalid options or (on_bad_sample = error) an over-budget sample.
-MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& options);
+MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& options,
+                         const PackList* carry_in = nullptr);
+
+/// The epoch tail of `result` (its carried packs) as a pack list, for the next epoch's
+/// plan_method(..., carry_in).
+PackList carried_packs(const MethodResult& result);
 
 }  // namespace omnibal::balance

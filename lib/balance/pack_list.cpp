@@ -44,6 +44,12 @@ OnBadSample parse_on_bad_sample(const std::string& value, const std::string& key
   OMNIBAL_FAIL(key, ": expected error | skip, got '", value, "'");
 }
 
+void PackList::append(const PackList& other) {
+  OMNIBAL_CHECK(other.layout_ == layout_, "PackList::append: layouts differ");
+  reserve(size() + other.size(), samples() + other.samples());
+  for (size_t p = 0; p < other.size(); ++p) push(other.begin(p), other.end(p) - other.begin(p), other.load_[p]);
+}
+
 void PackList::reserve(size_t packs, size_t samples) {
   members_.reserve(samples);
   offsets_.reserve(packs + 1);

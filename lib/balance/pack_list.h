@@ -67,6 +67,8 @@ class PackList {
   }
   /// Appends every pack of `other`, mapping its sample ids through `id_map` (other id -> id).
   void append(const PackList& other, const std::vector<uint32_t>& id_map);
+  /// Appends every pack of `other` as is (same sample ids).
+  void append(const PackList& other);
   /// Reserves room for `packs` packs and `samples` members.
   void reserve(size_t packs, size_t samples);
 

@@ -16,14 +16,21 @@ void check_grid(int dp, int m) {
 }
 
 // Sorts `ids` ascending by device cost, tiles first, then tokens, then id (a total order, so the
-// result does not depend on the sort implementation).
+// result does not depend on the sort implementation). The key is packed into one 64-bit word
+// (tiles in the top 20 bits, tokens in the low 44) and sorted with the id as a contiguous pair,
+// which keeps the sort cache-friendly at 250k+ packs.
 void sort_by_cost(const PackList& packs, std::vector<uint32_t>& ids) {
-  std::vector<std::array<int64_t, kLoadDims + 1>> key(packs.size());
-  for (uint32_t p : ids) {
-    for (int d = 0; d < kLoadDims; ++d) key[p][d] = packs.cost(p, d);
-    key[p][kLoadDims] = p;
+  static_assert(kLoadDims == 2, "sort_by_cost packs (tiles, tokens); extend the key for more");
+  constexpr int64_t kTileLimit = int64_t{1} << 20, kTokenLimit = int64_t{1} << 44;
+  std::vector<std::pair<uint64_t, uint32_t>> key(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t tiles = packs.cost(ids[i], kTiles), tokens = packs.cost(ids[i], kTokens);
+    OMNIBAL_CHECK(tiles < kTileLimit && tokens < kTokenLimit, "placement: pack ", ids[i],
+                  " load (", tiles, " tiles, ", tokens, " tokens) exceeds the sort key range");
+    key[i] = {(static_cast<uint64_t>(tiles) << 44) | static_cast<uint64_t>(tokens), ids[i]};
   }
-  std::sort(ids.begin(), ids.end(), [&](uint32_t a, uint32_t b) { return key[a] < key[b]; });
+  std::sort(key.begin(), key.end());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = key[i].second;
 }
 
 // Appends the steps of one source (its packs sorted by cost) to `steps`; the tail goes to

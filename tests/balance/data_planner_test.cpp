@@ -54,3 +54,60 @@ TEST_CASE("skipped counts include failed-statistics records", "[balance][planner
   o.on_bad_sample = OnBadSample::kError;
   CHECK_THROWS_WITH(plan_method(t, Method::kIsf, o), Catch::Contains("sample 999 of dataset 'ds0'"));
 }
+
+TEST_CASE("planner options come from the config structs", "[balance][planner]") {
+  omnibal::ParallelConfig parallel;
+  parallel.dp = 8;
+  parallel.micro_batches = 4;
+  omnibal::BalanceConfig balance;
+  balance.q_vit = 20;
+  balance.q_tok = 6656;
+  balance.seed = 9;
+  omnibal::DataConfig data;
+  data.on_bad_sample = "skip";
+  const PlannerOptions o = planner_options(parallel, balance, data);
+  CHECK(o.dp == 8);
+  CHECK(o.micro_batches == 4);
+  CHECK(o.budgets.q_tok_thresh == 6656 - 128);  // Q'_t = Q_t - 128 when unset
+  CHECK(o.seed == 9);
+  CHECK(o.on_bad_sample == OnBadSample::kSkip);
+  CHECK(budgets_unset(planner_options(parallel, omnibal::BalanceConfig{}, data).budgets));
+}
+
+TEST_CASE("best-fit budget: (s + 0.5) * mean tokens rounded up to 256", "[balance][planner]") {
+  SampleTable t;
+  t.add_dataset({"d", "p", 0, 0, 1.0});
+  t.add(0, 0, Load{{1, 1000}}, 1);
+  t.add(0, 1, Load{{1, 1200}}, 1);
+  CHECK(best_fit_budget(t, 4) == 5120);  // 4.5 * 1100 = 4950 -> 5120
+  t.add(0, 2, Load{{1, 9000}}, 1);       // mean 3733.3 * 1.5 = 5600 -> 5632 < 9000
+  CHECK(best_fit_budget(t, 1) == 9000);
+}
+
+TEST_CASE("the epoch tail is carried into the next epoch, never dropped", "[balance][planner]") {
+  const Method method = GENERATE(Method::kIsf, Method::kMultiSource, Method::kRandom,
+                                 Method::kLengthGroup, Method::kBestFit);
+  PlannerOptions o;
+  o.dp = 8;
+  o.micro_batches = 2;
+  o.budgets = {20, 6144, 6016};
+  SampleTable t;
+  MethodResult e0;
+  for (size_t n = 3001; n < 3040 && e0.plan.carried.empty(); ++n) {  // want a non-empty tail
+    t = synthetic_table(n, 4, 2);
+    e0 = plan_method(t, method, o);
+  }
+  const PackList tail = carried_packs(e0);
+  REQUIRE(tail.size() == e0.plan.carried.size());
+  REQUIRE(tail.size() > 0);
+  o.seed += 1;  // next epoch
+  const MethodResult e1 = plan_method(t, method, o, &tail);
+  // Epoch 1 holds every sample once plus the carried samples once more.
+  std::vector<int> seen(t.size(), 0);
+  for (uint32_t id : e1.packing.packs.members()) ++seen[id];
+  std::vector<int> expected(t.size(), 1);
+  for (uint32_t id : tail.members()) ++expected[id];
+  CHECK(seen == expected);
+  CHECK(e1.metrics.packs == e1.metrics.steps * 16 + e1.metrics.carried_packs);
+  CHECK(e1.plan.carried.size() < 16 * (method == Method::kMultiSource ? 2 : 1));
+}
