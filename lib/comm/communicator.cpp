@@ -36,6 +36,12 @@ Request::Request(std::unique_ptr<RequestImpl> impl, std::string what,
                  std::shared_ptr<const Watchdog> dog)
     : impl_(std::move(impl)), what_(std::move(what)), watchdog_(std::move(dog)), done_(!impl_) {}
 
+Request::Request(Request&& other) noexcept
+    : impl_(std::move(other.impl_)), what_(std::move(other.what_)),
+      watchdog_(std::move(other.watchdog_)), done_(other.done_) {
+  other.done_ = true;
+}
+
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
     if (impl_ && !done_) leak(std::move(impl_));

@@ -40,7 +40,7 @@ class Request {
  public:
   Request() = default;
   Request(std::unique_ptr<RequestImpl> impl, std::string what, std::shared_ptr<const Watchdog> dog);
-  Request(Request&&) noexcept = default;
+  Request(Request&& other) noexcept;
   Request& operator=(Request&&) noexcept;
   ~Request();
 

@@ -4,7 +4,13 @@
 #include "comm/parallel_comms.h"
 #include "comm/stop_signal.h"
 #include "comm/tensor_message.h"
+#include "comm/thread_setup.h"
 #include "mpi_test_support.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 #include <catch2/catch.hpp>
 
@@ -71,6 +77,22 @@ TEST_CASE("collective: dp 2 x pp 2 groups follow the process grid", "[collective
     auto got = messenger.recv({MessageKind::kActivation, 0, {{at::kFloat, {2, 3}}}}, 0).wait();
     CHECK(torch::equal(got[0], pattern({2, 3}, *grid.prev_stage_rank(comms.rank()))));
   }
+}
+
+TEST_CASE("collective: threads per rank follow cores / ranks on the node", "[collective]") {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  REQUIRE(local != nullptr);
+  REQUIRE(std::atoi(local) == 4);
+  const ThreadPlan plan = configure_threads(0, std::atoi(local));
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  CHECK(plan.threads == std::max(1, cores / 4));
+  CHECK(torch::get_num_threads() == plan.threads);
+  CHECK(at::get_num_interop_threads() == plan.interop);
+  CHECK_FALSE(plan.affinity.empty());
+  // runtime.threads overrides; the inter-op pool keeps its first setting.
+  CHECK(configure_threads(3, 4).threads == 3);
+  CHECK(torch::get_num_threads() == 3);
+  CHECK(at::get_num_interop_threads() == plan.interop);
 }
 
 TEST_CASE("collective: should_stop agrees when one rank has the flag", "[collective]") {

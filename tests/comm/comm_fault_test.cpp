@@ -41,9 +41,11 @@ std::string read_file(const fs::path& p) {
 }
 
 /// Starts mpiexec with `ranks` ranks of comm_fault_program, stdout and stderr into `log`.
-pid_t spawn(int ranks, const std::vector<std::string>& args, const fs::path& log) {
-  std::vector<std::string> argv = {OMNIBAL_MPIEXEC, "-n", std::to_string(ranks), "--oversubscribe",
-                                   OMNIBAL_FAULT_PROGRAM};
+pid_t spawn(int ranks, const std::vector<std::string>& args, const fs::path& log,
+            const std::vector<std::string>& mpiexec_args = {}) {
+  std::vector<std::string> argv = {OMNIBAL_MPIEXEC, "-n", std::to_string(ranks), "--oversubscribe"};
+  argv.insert(argv.end(), mpiexec_args.begin(), mpiexec_args.end());
+  argv.push_back(OMNIBAL_FAULT_PROGRAM);
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
@@ -97,6 +99,31 @@ RunResult run_mode(int ranks, const std::string& mode, const std::string& timeou
   return r;
 }
 
+/// The step each rank wrote to <dir>/rank<r>.stop when it agreed to stop (-1: no file).
+std::vector<int> stop_steps(const fs::path& dir, int ranks) {
+  std::vector<int> steps;
+  for (int r = 0; r < ranks; ++r) {
+    const fs::path stop_file = dir / ("rank" + std::to_string(r) + ".stop");
+    steps.push_back(fs::exists(stop_file) ? std::stoi(read_file(stop_file)) : -1);
+  }
+  return steps;
+}
+
+/// Waits until every rank wrote its pid file and returns the pids.
+std::vector<pid_t> rank_pids(const fs::path& dir, int ranks) {
+  std::vector<pid_t> pids;
+  const auto start = Clock::now();
+  for (int r = 0; r < ranks; ++r) {
+    const fs::path pid_file = dir / ("rank" + std::to_string(r) + ".pid");
+    while (!fs::exists(pid_file) && Clock::now() - start < std::chrono::seconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    REQUIRE(fs::exists(pid_file));
+    pids.push_back(std::stoi(read_file(pid_file)));
+  }
+  return pids;
+}
+
 }  // namespace
 
 TEST_CASE("failure: a throw on rank 1 ends the job while rank 0 waits in a receive", "[mpi][fault]") {
@@ -142,32 +169,38 @@ TEST_CASE("sigterm: ranks agree on one step, stop and exit 0", "[mpi][sigterm]")
   const int ranks = 2;
   const fs::path dir = fresh_dir(all_ranks ? "sigterm_all" : "sigterm_one");
   const pid_t pid = spawn(ranks, {"sigterm", dir.string(), "20"}, dir / "log.txt");
-  // Wait for every rank's pid file, let a few steps run, then signal the rank processes.
-  std::vector<pid_t> rank_pids;
-  const auto start = Clock::now();
+  const std::vector<pid_t> pids = rank_pids(dir, ranks);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let some steps run
   for (int r = 0; r < ranks; ++r) {
-    const fs::path pid_file = dir / ("rank" + std::to_string(r) + ".pid");
-    while (!fs::exists(pid_file) && Clock::now() - start < std::chrono::seconds(20)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    REQUIRE(fs::exists(pid_file));
-    rank_pids.push_back(std::stoi(read_file(pid_file)));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  for (int r = 0; r < ranks; ++r) {
-    if (all_ranks || r == 1) REQUIRE(kill(rank_pids[r], SIGTERM) == 0);
+    if (all_ranks || r == 1) REQUIRE(kill(pids[r], SIGTERM) == 0);
   }
   const RunResult result = finish(pid, dir / "log.txt");
   INFO(result.output);
   CHECK_FALSE(result.hung);
   CHECK(result.exit_code == 0);
-  std::vector<int> stop_steps;
-  for (int r = 0; r < ranks; ++r) {
-    const fs::path stop_file = dir / ("rank" + std::to_string(r) + ".stop");
-    REQUIRE(fs::exists(stop_file));
-    stop_steps.push_back(std::stoi(read_file(stop_file)));
-  }
-  CHECK(stop_steps[0] == stop_steps[1]);
-  CHECK(stop_steps[0] > 1);  // it ran some steps before the signal
+  const std::vector<int> steps = stop_steps(dir, ranks);
+  CHECK(steps[0] == steps[1]);
+  CHECK(steps[0] > 1);  // it ran some steps before the signal
+  fs::remove_all(dir);
+}
+
+TEST_CASE("sigterm: mpirun forwards SIGTERM after odls_base_sigkill_timeout; ranks stop together",
+          "[mpi][sigterm]") {
+  // Open MPI 4.1: on SIGTERM mpirun waits odls_base_sigkill_timeout seconds, sends SIGTERM to
+  // the ranks, waits as long again, then SIGKILLs. The ranks must stop within that window.
+  const int ranks = 2;
+  const fs::path dir = fresh_dir("sigterm_mpirun");
+  const pid_t pid = spawn(ranks, {"sigterm", dir.string(), "20"}, dir / "log.txt",
+                          {"--mca", "odls_base_sigkill_timeout", "2"});
+  rank_pids(dir, ranks);
+  REQUIRE(kill(pid, SIGTERM) == 0);
+  const RunResult result = finish(pid, dir / "log.txt");
+  INFO(result.output);
+  CHECK_FALSE(result.hung);
+  const std::vector<int> steps = stop_steps(dir, ranks);
+  CHECK(steps[0] > 1);  // the ranks were signalled, not killed before the handler ran
+  CHECK(steps[0] == steps[1]);
+  CHECK_THAT(result.output, Catch::Contains("rank 0 stops at step") &&
+                                Catch::Contains("rank 1 stops at step"));
   fs::remove_all(dir);
 }
