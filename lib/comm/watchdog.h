@@ -26,8 +26,9 @@ class Watchdog {
   explicit Watchdog(WaitPolicy policy);
   const WaitPolicy& policy() const { return policy_; }
 
-  /// Calls `test` until it returns true. Between polls it yields, then sleeps with a backoff
-  /// growing to 1 ms (so oversubscribed ranks do not starve their peers).
+  /// Calls `test` until it returns true. Between polls it yields for the first 2 ms, then
+  /// sleeps with a backoff growing to 250 us (so long waits and oversubscribed ranks do not
+  /// burn the cores their peers need).
   /// Throws omnibal::Error "<what> timed out after <t> s (comm.timeout_s)" on timeout, after
   /// calling `on_timeout` (e.g. ncclCommAbort); rethrows a forwarded background error.
   void wait(const std::function<bool()>& test, const std::string& what,

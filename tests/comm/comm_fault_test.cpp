@@ -184,7 +184,7 @@ TEST_CASE("sigterm: ranks agree on one step, stop and exit 0", "[mpi][sigterm]")
   fs::remove_all(dir);
 }
 
-TEST_CASE("sigterm: mpirun forwards SIGTERM after odls_base_sigkill_timeout; ranks stop together",
+TEST_CASE("sigterm: mpirun forwards SIGTERM after odls_base_sigkill_timeout, ranks stop together",
           "[mpi][sigterm]") {
   // Open MPI 4.1: on SIGTERM mpirun waits odls_base_sigkill_timeout seconds, sends SIGTERM to
   // the ranks, waits as long again, then SIGKILLs. The ranks must stop within that window.
