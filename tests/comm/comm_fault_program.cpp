@@ -6,6 +6,7 @@
 //   thread-throw        a background thread of rank 1 throws; its main thread waits in a
 //                       receive that never completes, rank 0 in an all-reduce
 //   timeout             rank 0 waits for an activation rank 1 never sends (watchdog)
+//   timeout-allreduce   rank 0 waits in an all-reduce rank 1 never joins (watchdog)
 //   sigterm             steps of all-reduce + should_stop(); each rank writes <dir>/rank<r>.pid
 //                       at start and <dir>/rank<r>.stop (the step) when all agree to stop
 // Everything runs under run_guarded(), as omnibal's apps do.
@@ -98,6 +99,10 @@ int run_mode(const std::string& mode, const std::string& dir, double timeout_s) 
   } else if (mode == "timeout") {
     if (me == 1) sleep_s(120);
     if (me == 0) messenger.recv(expect_activation(3), 1).wait();
+  } else if (mode == "timeout-allreduce") {
+    if (me == 1) sleep_s(120);
+    auto grads = torch::zeros({16});
+    world->all_reduce(grads, ReduceOp::kSum, "gradient all-reduce of bucket 2 over world");
   } else {
     OMNIBAL_FAIL("unknown mode '", mode, "'");
   }

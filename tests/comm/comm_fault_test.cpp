@@ -164,6 +164,16 @@ TEST_CASE("failure: the watchdog names the stuck receive", "[mpi][fault]") {
                                            "after 1.5 s (comm.timeout_s)"));
 }
 
+TEST_CASE("failure: the watchdog names the stuck all-reduce", "[mpi][fault]") {
+  const RunResult r = run_mode(2, "timeout-allreduce", "1.5");
+  INFO(r.output);
+  CHECK_FALSE(r.hung);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Catch::Contains("[rank 0] ") &&
+                           Catch::Contains("gradient all-reduce of bucket 2 over world timed out "
+                                           "after 1.5 s (comm.timeout_s)"));
+}
+
 TEST_CASE("sigterm: ranks agree on one step, stop and exit 0", "[mpi][sigterm]") {
   const bool all_ranks = GENERATE(true, false);  // Slurm signals all tasks; a partial signal too
   const int ranks = 2;
