@@ -1,0 +1,37 @@
+#include "comm/job_guard.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+namespace omnibal::comm {
+
+void abort_job(const std::string& message, int exit_code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  const bool mpi_up = initialized && !finalized;
+  int rank = -1;
+  if (mpi_up) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fflush(stdout);
+  // One fprintf per line so lines of different ranks do not interleave mid-line.
+  if (rank >= 0) std::fprintf(stderr, "[rank %d] %s\n", rank, message.c_str());
+  else std::fprintf(stderr, "[rank ?] %s\n", message.c_str());
+  std::fflush(stderr);
+  if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+int run_guarded(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    abort_job(e.what());
+  } catch (...) {
+    abort_job("unknown exception (not derived from std::exception)");
+  }
+}
+
+}  // namespace omnibal::comm

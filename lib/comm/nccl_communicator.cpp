@@ -1,0 +1,207 @@
+// The NCCL backend of Communicator (CUDA tensors), built only when CMake sets OMNIBAL_HAVE_NCCL.
+// The ncclUniqueId is created by group rank 0 and broadcast over MPI; ncclCommInitRank then
+// builds the communicator on `device`. Operations are enqueued on the current CUDA stream of
+// LibTorch (so they order with compute and the caching allocator needs no record_stream); a
+// CUDA event recorded after each operation is what Request::test() polls, together with
+// ncclCommGetAsyncError, so the watchdog also covers NCCL, and ncclCommAbort runs on timeout.
+// Inside group_start()/group_end() kernels are launched only at ncclGroupEnd, so the events of
+// the grouped operations are recorded there. CPU tensors (message headers, flags) go to an MPI
+// twin communicator over the same ranks.
+#include "comm/communicator.h"
+
+#include "core/error.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <cstring>
+
+namespace omnibal::comm {
+namespace {
+
+#define OMNIBAL_NCCL_CHECK(call)                                                          \
+  do {                                                                                    \
+    ncclResult_t r_ = (call);                                                             \
+    OMNIBAL_CHECK(r_ == ncclSuccess, #call, " failed: ", ncclGetErrorString(r_), " (", \
+                  static_cast<int>(r_), ")");                                             \
+  } while (0)
+#define OMNIBAL_CUDA_CHECK(call)                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    OMNIBAL_CHECK(e_ == cudaSuccess, #call, " failed: ", cudaGetErrorString(e_), " (", \
+                  static_cast<int>(e_), ")");                                                \
+  } while (0)
+
+ncclDataType_t nccl_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kHalf: return ncclFloat16;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+    case at::kBFloat16: return ncclBfloat16;
+#endif
+    case at::kInt: return ncclInt32;
+    case at::kLong: return ncclInt64;
+    case at::kByte: return ncclUint8;
+    case at::kChar: return ncclInt8;
+    default:
+      OMNIBAL_FAIL("the NCCL backend cannot reduce ", dtype_name(dtype), " tensors");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  OMNIBAL_FAIL("unknown ReduceOp");
+}
+
+/// Completion of one enqueued NCCL operation: a CUDA event (recorded now, or at group_end).
+struct NcclEvent {
+  cudaEvent_t event = nullptr;
+  bool recorded = false;
+  ~NcclEvent() {
+    if (event) cudaEventDestroy(event);
+  }
+};
+
+class NcclRequest : public RequestImpl {
+ public:
+  NcclRequest(ncclComm_t comm, std::shared_ptr<NcclEvent> event, torch::Tensor keep)
+      : comm_(comm), event_(std::move(event)), keep_(std::move(keep)) {}
+  bool test() override {
+    ncclResult_t async = ncclSuccess;
+    OMNIBAL_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    OMNIBAL_CHECK(async == ncclSuccess, "NCCL asynchronous error: ", ncclGetErrorString(async));
+    if (!event_->recorded) return false;
+    const cudaError_t state = cudaEventQuery(event_->event);
+    if (state == cudaErrorNotReady) return false;
+    OMNIBAL_CUDA_CHECK(state);
+    return true;
+  }
+  void on_timeout() override { ncclCommAbort(comm_); }
+
+ private:
+  ncclComm_t comm_;
+  std::shared_ptr<NcclEvent> event_;
+  torch::Tensor keep_;
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm parent, std::string name, std::shared_ptr<const Watchdog> dog,
+                   int device)
+      : name_(std::move(name)), watchdog_(std::move(dog)), device_(device),
+        cpu_(make_mpi_communicator(parent, name_ + " (cpu)", watchdog_)) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    ncclUniqueId id;
+    if (cpu_->rank() == 0) OMNIBAL_NCCL_CHECK(ncclGetUniqueId(&id));
+    auto id_bytes = torch::empty({static_cast<int64_t>(sizeof(id))}, torch::kUInt8);
+    std::memcpy(id_bytes.data_ptr(), &id, sizeof(id));
+    cpu_->broadcast(id_bytes, 0, "broadcast of the NCCL unique id over " + name_);
+    std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
+    OMNIBAL_NCCL_CHECK(ncclCommInitRank(&comm_, cpu_->size(), id, cpu_->rank()));
+  }
+  ~NcclCommunicator() override {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return cpu_->rank(); }
+  int size() const override { return cpu_->size(); }
+  int world_rank(int r) const override { return cpu_->world_rank(r); }
+  const std::string& name() const override { return name_; }
+  std::shared_ptr<const Watchdog> watchdog() const override { return watchdog_; }
+
+  Request isend(const torch::Tensor& t, int peer, int tag, std::string what) override {
+    if (t.device().is_cpu()) return cpu_->isend(t, peer, tag, std::move(what));
+    check_cuda(t, what);
+    return enqueue(t, std::move(what), [&](cudaStream_t s) {
+      OMNIBAL_NCCL_CHECK(ncclSend(t.data_ptr(), t.nbytes(), ncclUint8, peer, comm_, s));
+    });
+  }
+  Request irecv(torch::Tensor t, int peer, int tag, std::string what) override {
+    if (t.device().is_cpu()) return cpu_->irecv(std::move(t), peer, tag, std::move(what));
+    check_cuda(t, what);
+    return enqueue(t, std::move(what), [&](cudaStream_t s) {
+      OMNIBAL_NCCL_CHECK(ncclRecv(t.data_ptr(), t.nbytes(), ncclUint8, peer, comm_, s));
+    });
+  }
+  Request iall_reduce(torch::Tensor t, ReduceOp op, std::string what) override {
+    if (t.device().is_cpu()) return cpu_->iall_reduce(std::move(t), op, std::move(what));
+    check_cuda(t, what);
+    return enqueue(t, std::move(what), [&](cudaStream_t s) {
+      OMNIBAL_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
+                                       nccl_type(t.scalar_type()), nccl_op(op), comm_, s));
+    });
+  }
+  Request ibroadcast(torch::Tensor t, int root, std::string what) override {
+    if (t.device().is_cpu()) return cpu_->ibroadcast(std::move(t), root, std::move(what));
+    check_cuda(t, what);
+    return enqueue(t, std::move(what), [&](cudaStream_t s) {
+      OMNIBAL_NCCL_CHECK(ncclBcast(t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, s));
+    });
+  }
+  Request ibarrier(std::string what) override { return cpu_->ibarrier(std::move(what)); }
+
+  void group_start() override {
+    OMNIBAL_CHECK(!in_group_, name_, ": nested group_start()");
+    OMNIBAL_NCCL_CHECK(ncclGroupStart());
+    in_group_ = true;
+  }
+  void group_end() override {
+    OMNIBAL_CHECK(in_group_, name_, ": group_end() without group_start()");
+    in_group_ = false;
+    OMNIBAL_NCCL_CHECK(ncclGroupEnd());
+    for (auto& e : grouped_) record(*e);
+    grouped_.clear();
+  }
+
+ private:
+  void check_cuda(const torch::Tensor& t, const std::string& what) const {
+    OMNIBAL_CHECK(t.is_cuda() && t.device().index() == device_, what, ": expected a tensor on cuda:",
+                  device_, ", got one on ", t.device().str());
+    OMNIBAL_CHECK(t.is_contiguous(), what, ": expected a contiguous tensor, got ",
+                  describe_tensor(t));
+  }
+  void record(NcclEvent& e) const {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_).stream();
+    OMNIBAL_CUDA_CHECK(cudaEventRecord(e.event, stream));
+    e.recorded = true;
+  }
+  template <class Fn>
+  Request enqueue(const torch::Tensor& t, std::string what, Fn&& launch) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    auto event = std::make_shared<NcclEvent>();
+    OMNIBAL_CUDA_CHECK(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming));
+    launch(c10::cuda::getCurrentCUDAStream(device_).stream());
+    if (in_group_) grouped_.push_back(event);
+    else record(*event);
+    return Request(std::make_unique<NcclRequest>(comm_, event, t), std::move(what), watchdog_);
+  }
+
+  std::string name_;
+  std::shared_ptr<const Watchdog> watchdog_;
+  int device_;
+  std::unique_ptr<Communicator> cpu_;
+  ncclComm_t comm_ = nullptr;
+  bool in_group_ = false;
+  std::vector<std::shared_ptr<NcclEvent>> grouped_;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, std::string name,
+                                                     std::shared_ptr<const Watchdog> watchdog,
+                                                     int device) {
+  return std::make_unique<NcclCommunicator>(comm, std::move(name), std::move(watchdog), device);
+}
+
+}  // namespace omnibal::comm

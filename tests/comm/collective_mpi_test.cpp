@@ -1,0 +1,104 @@
+// Collectives and the process-grid communicators at 4 ranks (registered as `mpiexec -n 4`):
+// all-reduce and broadcast values, DP groups and pipelines of a dp 2 x pp 2 grid, and the
+// SIGTERM stop agreement (should_stop) when one rank has the flag.
+#include "comm/parallel_comms.h"
+#include "comm/stop_signal.h"
+#include "comm/tensor_message.h"
+#include "comm/thread_setup.h"
+#include "mpi_test_support.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <catch2/catch.hpp>
+
+using namespace omnibal::comm;
+using omnibal::comm::testing::pattern;
+using omnibal::comm::testing::world_comm;
+using Catch::Matchers::Contains;
+
+TEST_CASE("collective: all-reduce sum, max, min", "[collective]") {
+  auto comm = world_comm();
+  REQUIRE(comm->size() == 4);
+  const int r = comm->rank();
+  // Rank r holds (r + 1) * [1, 2, ..., 1000]; the sum is 10 * [1, ..., 1000].
+  auto base = torch::arange(1, 1001, torch::kDouble);
+  auto t = base * (r + 1);
+  comm->all_reduce(t);
+  CHECK(torch::equal(t, base * 10));
+  auto f = pattern({3, 5}, r);  // float32: values exact in float for these magnitudes
+  comm->all_reduce(f, ReduceOp::kSum);
+  CHECK(torch::equal(f, pattern({3, 5}, 0) * 4 + 1000.0f * (0 + 1 + 2 + 3)));
+  CHECK(comm->all_reduce_int(r * 7, ReduceOp::kMax) == 21);
+  CHECK(comm->all_reduce_int(r * 7 + 3, ReduceOp::kMin) == 3);
+  auto ints = torch::full({4}, r, torch::kInt);
+  comm->all_reduce(ints, ReduceOp::kSum);
+  CHECK(torch::equal(ints, torch::full({4}, 6, torch::kInt)));
+  CHECK_THROWS_WITH(comm->iall_reduce(torch::zeros({2}, torch::kBFloat16), ReduceOp::kSum, "bf16"),
+                    Contains("cannot reduce bfloat16 tensors"));
+}
+
+TEST_CASE("collective: broadcast and barrier", "[collective]") {
+  auto comm = world_comm();
+  const int root = 2;
+  auto t = comm->rank() == root ? pattern({64, 3}, 9) : torch::zeros({64, 3});
+  comm->broadcast(t, root);
+  CHECK(torch::equal(t, pattern({64, 3}, 9)));
+  auto ids = comm->rank() == 0 ? torch::arange(10, torch::kLong) : torch::empty({10}, torch::kLong);
+  comm->broadcast(ids, 0);
+  CHECK(torch::equal(ids, torch::arange(10, torch::kLong)));
+  comm->barrier();
+  SUCCEED("all ranks passed the barrier");
+}
+
+TEST_CASE("collective: dp 2 x pp 2 groups follow the process grid", "[collective]") {
+  const ProcessGrid grid(GridShape{2, 2, 1}, 4);
+  WaitPolicy policy;
+  policy.timeout_s = 20;
+  ParallelComms comms(grid, policy);
+  const GridCoord c = comms.coord();
+  CHECK(comms.world().rank() == comms.rank());
+  CHECK(comms.dp_group().rank() == c.dp);
+  CHECK(comms.pipeline().rank() == c.pp);
+  // DP group all-reduce of world ranks equals the sum of the grid's DP group.
+  const auto dp_ranks = grid.dp_group(c.pp);
+  CHECK(comms.dp_group().all_reduce_int(comms.rank(), ReduceOp::kSum) ==
+        dp_ranks[0] + dp_ranks[1]);
+  CHECK(comms.dp_group().world_rank(1 - c.dp) == dp_ranks[1 - c.dp]);
+  // An activation travels along each pipeline: stage 0 -> stage 1 of the same replica.
+  TensorMessenger messenger(comms.pipeline());
+  if (c.pp == 0) {
+    CHECK(comms.next_stage() == 1);
+    messenger.send({MessageKind::kActivation, 0, {pattern({2, 3}, comms.rank())}}, 1).wait();
+  } else {
+    CHECK(comms.prev_stage() == 0);
+    auto got = messenger.recv({MessageKind::kActivation, 0, {{at::kFloat, {2, 3}}}}, 0).wait();
+    CHECK(torch::equal(got[0], pattern({2, 3}, *grid.prev_stage_rank(comms.rank()))));
+  }
+}
+
+TEST_CASE("collective: threads per rank follow cores / ranks on the node", "[collective]") {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  REQUIRE(local != nullptr);
+  REQUIRE(std::atoi(local) == 4);
+  const ThreadPlan plan = configure_threads(0, std::atoi(local));
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  CHECK(plan.threads == std::max(1, cores / 4));
+  CHECK(torch::get_num_threads() == plan.threads);
+  CHECK(at::get_num_interop_threads() == plan.interop);
+  CHECK_FALSE(plan.affinity.empty());
+  // runtime.threads overrides; the inter-op pool keeps its first setting.
+  CHECK(configure_threads(3, 4).threads == 3);
+  CHECK(torch::get_num_threads() == 3);
+  CHECK(at::get_num_interop_threads() == plan.interop);
+}
+
+TEST_CASE("collective: should_stop agrees when one rank has the flag", "[collective]") {
+  auto comm = world_comm();
+  CHECK_FALSE(should_stop(*comm));
+  if (comm->rank() == 3) request_stop();
+  CHECK(stop_requested() == (comm->rank() == 3));
+  CHECK(should_stop(*comm));  // every rank sees it at the same call
+}
