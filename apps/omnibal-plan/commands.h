@@ -11,6 +11,9 @@ namespace omnibal::plan {
 
 using Actions = std::vector<std::function<int()>>;
 
+/// `scan`: per-sample lengths of a meta file (scan_command.cpp; needs the LibTorch build).
+void register_scan_command(CLI::App& app, Actions& actions);
+
 /// Registers every subcommand compiled into this build (commands.cpp lists them).
 void register_commands(CLI::App& app, Actions& actions);
 
