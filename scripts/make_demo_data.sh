@@ -20,11 +20,12 @@ done
 rm -rf "$OUT/train" "$OUT/eval"
 mkdir -p "$OUT"
 "${OMNIBAL_PYTHON:-/usr/bin/python3}" "$ROOT/scripts/demo_data/make_demo_data.py" --out "$OUT" "${ARGS[@]+"${ARGS[@]}"}"
-# Byte fallback encodes characters outside the corpus (and the template's "\n") as single byte
-# pieces; identity normalisation keeps text as written. Vocab <= 1000 fits the tiny preset (1024).
+# BPE keeps the corpus's words whole (unigram splits this small corpus into characters). Byte
+# fallback encodes characters outside the corpus (and the template's "\n") as single byte pieces;
+# identity normalisation keeps text as written. Vocab <= 1000 fits the tiny preset (1024).
 # Relative paths: the model stores its trainer flags, so it is byte-identical wherever it is built.
 cd "$OUT"
-spm_train --input=corpus.txt --model_prefix=tokenizer --model_type=unigram --random_seed=2025 \
+spm_train --input=corpus.txt --model_prefix=tokenizer --model_type=bpe --random_seed=2025 \
   --vocab_size=1000 --hard_vocab_limit=false --character_coverage=1.0 --byte_fallback=true \
   --normalization_rule_name=identity --remove_extra_whitespaces=false --add_dummy_prefix=false \
   --user_defined_symbols='<img>,</img>,<IMG_CONTEXT>,<|im_start|>,<|im_end|>' \

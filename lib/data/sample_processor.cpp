@@ -21,6 +21,11 @@ SampleOptions sample_options(const DataConfig& config, const ModelPreset& preset
   return o;
 }
 
+std::ostream& operator<<(std::ostream& os, const SampleLengths& l) {
+  return os << "{vit_num " << l.vit_num << ", token_num " << l.token_num << ", image_flags "
+            << l.image_flags << "}";
+}
+
 std::string image_path(const std::string& root, const std::string& path) {
   const std::filesystem::path p(path);
   return p.is_absolute() ? path : (std::filesystem::path(root) / p).string();

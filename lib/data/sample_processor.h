@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,9 @@ struct SampleLengths {
     return vit_num == o.vit_num && token_num == o.token_num && image_flags == o.image_flags;
   }
 };
+
+/// Prints "{vit_num 5, token_num 80, image_flags 5}" (test and log messages).
+std::ostream& operator<<(std::ostream& os, const SampleLengths& l);
 
 /// The lengths that mark a skipped sample.
 inline constexpr SampleLengths kSkippedLengths{-1, -1, 0};

@@ -73,6 +73,10 @@ class Split:
         write_png(path, grey)
         return rel
 
+    def turns(self, most=2):
+        """Question-answer rounds: one in 70% of samples, else 2 .. most (real data is mostly short)."""
+        return 1 if self.rng.rand() < 0.7 else 2 + int(self.rng.randint(most - 1))
+
     def choice(self, options):
         return options[int(self.rng.randint(len(options)))]
 
@@ -86,7 +90,7 @@ def conv(turns):
 
 def single_sample(s, idx):
     grey, y = s.item()
-    scale = s.choice([1, 1, 2, 3, 4, 6])
+    scale = s.choice([1, 3, 4, 6, 6, 6])
     big = np.kron(grey, np.ones((scale, scale), np.uint8))
     rel = s.save("single", big)
     other = s.choice([k for k in range(10) if k != y])
@@ -96,8 +100,7 @@ def single_sample(s, idx):
             (f"Is this a {LABELS[y].lower()}?", "Yes."),
             ("Describe the item in one sentence.",
              f"The picture shows one {LABELS[y].lower()}, a {CATEGORY[y]} item, in grey on black.")]
-    order = s.rng.permutation(len(asks))[: 1 + int(s.rng.randint(3))]
-    turns = [asks[k] for k in order]
+    turns = [asks[k] for k in s.rng.permutation(len(asks))[: s.turns()]]
     turns[0] = ("<image>\n" + turns[0][0], turns[0][1])
     h, w = big.shape
     return {"id": f"single_{idx}", "image": rel, "width": w, "height": h,
@@ -109,7 +112,7 @@ def multi_sample(s, idx):
     items = [s.item() for _ in range(n)]
     rels = []
     for grey, _ in items:
-        scale = s.choice([1, 2, 3])
+        scale = s.choice([1, 3, 3])
         rels.append(s.save("multi", np.kron(grey, np.ones((scale, scale), np.uint8))))
     ys = [y for _, y in items]
     head = "".join(f"Image {k + 1}: <image>\n" for k in range(n))
@@ -122,8 +125,7 @@ def multi_sample(s, idx):
              str(sum(CATEGORY[y] == "footwear" for y in ys))),
             ("Do all images show the same kind of item?",
              "Yes." if len(set(ys)) == 1 else "No.")]
-    order = s.rng.permutation(len(asks))[: 1 + int(s.rng.randint(2))]
-    turns = [asks[k] for k in order]
+    turns = [asks[k] for k in s.rng.permutation(len(asks))[: s.turns()]]
     turns[0] = (head + turns[0][0], turns[0][1])
     return {"id": f"multi_{idx}", "image": rels, "conversations": conv(turns)}
 
@@ -134,7 +136,7 @@ GRIDS = [(1, 2), (1, 3), (1, 4), (1, 6), (2, 1), (2, 2), (2, 3), (2, 4), (2, 6),
 
 def catalog_sample(s, idx):
     rows, cols = s.choice(GRIDS)
-    cell = s.choice([28, 28, 56])
+    cell = s.choice([28, 56, 56])
     page = np.zeros((rows * cell, cols * cell), np.uint8)
     ys = []
     for r in range(rows):
@@ -155,8 +157,7 @@ def catalog_sample(s, idx):
         asks.append(("List all items on this page, row by row.",
                      " ".join(f"Row {r + 1}: " + ", ".join(LABELS[y] for y in ys[r * cols:(r + 1) * cols]) + "."
                               for r in range(rows))))
-    order = s.rng.permutation(len(asks))[: 1 + int(s.rng.randint(3))]
-    turns = [asks[k] for k in order]
+    turns = [asks[k] for k in s.rng.permutation(len(asks))[: s.turns(3)]]
     turns[0] = ("<image>\n" + turns[0][0], turns[0][1])
     return {"id": f"catalog_{idx}", "image": rel, "width": cols * cell, "height": rows * cell,
             "conversations": conv(turns)}
@@ -176,7 +177,7 @@ def text_sample(s, idx):
 
 
 KINDS = [("single", single_sample, 0.30), ("multi", multi_sample, 0.20),
-         ("catalog", catalog_sample, 0.35), ("text", text_sample, 0.15)]
+         ("catalog", catalog_sample, 0.40), ("text", text_sample, 0.10)]
 
 
 def write_split(split, total, corpus):
