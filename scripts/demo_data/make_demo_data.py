@@ -74,8 +74,8 @@ class Split:
         return rel
 
     def turns(self, most=2):
-        """Question-answer rounds: one in 70% of samples, else 2 .. most (real data is mostly short)."""
-        return 1 if self.rng.rand() < 0.7 else 2 + int(self.rng.randint(most - 1))
+        """Question-answer rounds: one in 80% of samples, else 2 .. most (real data is mostly short)."""
+        return 1 if self.rng.rand() < 0.8 else 2 + int(self.rng.randint(most - 1))
 
     def choice(self, options):
         return options[int(self.rng.randint(len(options)))]
@@ -90,7 +90,7 @@ def conv(turns):
 
 def single_sample(s, idx):
     grey, y = s.item()
-    scale = s.choice([1, 3, 4, 6, 6, 6])
+    scale = s.choice([1, 3, 4, 6, 6, 6, 6, 6])
     big = np.kron(grey, np.ones((scale, scale), np.uint8))
     rel = s.save("single", big)
     other = s.choice([k for k in range(10) if k != y])
@@ -130,13 +130,16 @@ def multi_sample(s, idx):
     return {"id": f"multi_{idx}", "image": rels, "conversations": conv(turns)}
 
 
+# (rows, cols) of catalog pages: aspect ratios from 1:4 to 6:1; larger pages are drawn more
+# often so that image tokens are most of a sequence, as in real VLM data.
 GRIDS = [(1, 2), (1, 3), (1, 4), (1, 6), (2, 1), (2, 2), (2, 3), (2, 4), (2, 6), (3, 1), (3, 2),
-         (3, 3), (3, 4), (4, 1), (4, 2), (4, 4), (4, 6)]
+         (3, 3), (3, 4), (4, 1), (4, 2), (4, 4), (4, 6),
+         (2, 4), (2, 6), (3, 3), (3, 4), (4, 4), (4, 6), (2, 3), (3, 2)]
 
 
 def catalog_sample(s, idx):
     rows, cols = s.choice(GRIDS)
-    cell = s.choice([28, 56, 56])
+    cell = s.choice([28, 56, 56, 56])
     page = np.zeros((rows * cell, cols * cell), np.uint8)
     ys = []
     for r in range(rows):
