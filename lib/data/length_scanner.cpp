@@ -21,6 +21,15 @@ ScanResult scan_lengths(const ConversationDataset& dataset, const SampleProcesso
   std::mutex error_mutex;
   int64_t error_index = -1;
   std::exception_ptr error;
+  // Every sample is scanned; the error reported is the one of the lowest global index, so the
+  // message does not depend on thread timing.
+  auto keep_first_error = [&](int64_t g) {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    if (error_index < 0 || g < error_index) {
+      error_index = g;
+      error = std::current_exception();
+    }
+  };
   constexpr int64_t kChunk = 64;
   auto work = [&] {
     for (int64_t begin = next.fetch_add(kChunk); begin < dataset.size();
@@ -35,19 +44,11 @@ ScanResult scan_lengths(const ConversationDataset& dataset, const SampleProcesso
           flat[g] = kSkippedLengths;
           if (policy == BadSamplePolicy::kSkip) {
             result.bad.add(bad);
-            continue;
-          }
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (error_index < 0 || g < error_index) {
-            error_index = g;
-            error = std::current_exception();
+          } else {
+            keep_first_error(g);
           }
         } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (error_index < 0 || g < error_index) {
-            error_index = g;
-            error = std::current_exception();
-          }
+          keep_first_error(g);
         }
       }
     }

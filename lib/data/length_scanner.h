@@ -22,8 +22,8 @@ struct ScanResult {
   BadSampleCounts bad;                              ///< skipped samples by reason
 };
 
-/// Scans every sample of `dataset` with `threads` threads (>= 1). Under kError the first bad
-/// sample (lowest global index among those seen) throws its BadSampleError.
+/// Scans every sample of `dataset` with `threads` threads (>= 1). Under kError the bad sample
+/// of the lowest global index throws its BadSampleError once all samples are scanned.
 ScanResult scan_lengths(const ConversationDataset& dataset, const SampleProcessor& processor,
                         BadSamplePolicy policy, int threads);
 
