@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -36,10 +37,17 @@ int run_scan(const ScanArgs& a) {
                 config.data.tokenizer, "' has ", tokenizer.vocab_size(),
                 " pieces, more than the preset's llm.vocab_size ", preset.llm.vocab_size);
   const data::SampleProcessor processor(tokenizer, data::sample_options(config.data, preset));
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   const auto dataset = data::ConversationDataset::load(a.meta, policy);
+  const auto t1 = Clock::now();
   const int threads = a.threads > 0 ? a.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto result = data::scan_lengths(dataset, processor, policy, threads);
+  const auto t2 = Clock::now();
+  const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  fmt::print("read {} samples in {:.3f} s; scanned them with {} thread(s) in {:.3f} s\n",
+             dataset.size(), seconds(t1 - t0), threads, seconds(t2 - t1));
   for (const auto& file : data::write_scan(a.out, dataset, result)) fmt::print("wrote {}\n", file);
   for (int d = 0; d < dataset.num_datasets(); ++d) {
     int64_t n = 0, tiles = 0, tokens = 0;

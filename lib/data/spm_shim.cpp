@@ -6,6 +6,7 @@
 // Only C types cross this boundary.
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -28,7 +28,7 @@ for rep in $(seq "$REPS"); do
     "$BIN" scan --meta "$OUT/meta.json" --preset tiny --tokenizer "$DEMO/tokenizer.model" \
       --set data.max_tiles=12 --threads "$t" --out "$OUT/scan" > /dev/null
     e=$(date +%s.%N)
-    times[$t]="${times[$t]:-} $(echo "$e - $s" | bc)"
+    times[$t]="${times[$t]:-} $(awk -v s="$s" -v e="$e" 'BEGIN { print e - s }')"
   done
 done
 for t in 1 "$THREADS"; do
