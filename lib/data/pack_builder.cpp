@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "data/length_scanner.h"
 
 namespace omnibal::data {
 
@@ -25,6 +26,37 @@ torch::Tensor int64_tensor(const std::vector<int32_t>& v) {
 
 }  // namespace
 
+void PackBuilder::expect_lengths(std::vector<SampleLengths> lengths) {
+  OMNIBAL_CHECK(lengths.empty() || static_cast<int64_t>(lengths.size()) == dataset_.size(),
+                "expect_lengths: ", lengths.size(), " lengths for ", dataset_.size(), " samples");
+  expected_ = std::move(lengths);
+}
+
+void PackBuilder::check_lengths(int64_t id, const ProcessedSample& sample) const {
+  if (expected_.empty()) return;
+  const SampleLengths& want = expected_[id];
+  int64_t real = 0;
+  for (int64_t f : sample.image_flags) real += f;
+  const SampleLengths got{static_cast<int64_t>(sample.image_flags.size()), sample.token_num, real};
+  OMNIBAL_CHECK(got == want, dataset_.entry(id).origin.to_string(), ": sample ", id, " has ", got,
+                " but the length file says ", want,
+                "; the length files are stale (rerun omnibal-plan scan with this config)");
+}
+
+std::vector<SampleLengths> load_meta_lengths(const ConversationDataset& dataset) {
+  std::vector<SampleLengths> all;
+  for (int d = 0; d < dataset.num_datasets(); ++d) {
+    const DatasetMetaEntry& m = dataset.meta(d);
+    OMNIBAL_CHECK(!m.token_lengths.empty(), "dataset '", m.name, "' has no token_lengths file");
+    const auto lengths = read_length_file(m.token_lengths);
+    OMNIBAL_CHECK(lengths.size() == dataset.entries(d).size(), m.token_lengths, ": ",
+                  lengths.size(), " entries for the ", dataset.entries(d).size(), " samples of '",
+                  m.annotation, "'");
+    all.insert(all.end(), lengths.begin(), lengths.end());
+  }
+  return all;
+}
+
 models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, const PackParts& parts,
                                      BadSampleCounts* counts) const {
   OMNIBAL_CHECK(policy_ == BadSamplePolicy::kError || counts != nullptr,
@@ -37,6 +69,7 @@ models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, con
     try {
       if (entry.error) throw *entry.error;
       samples.push_back(processor_.process(*entry.record, dataset_.root_of(id), sample_parts));
+      check_lengths(id, samples.back());
       batch.sample_ids.push_back(id);
     } catch (const BadSampleError& e) {
       if (policy_ == BadSamplePolicy::kError) throw;

@@ -46,13 +46,26 @@ class PackBuilder {
   models::PackBatch build(const std::vector<int64_t>& sample_ids, const PackParts& parts,
                           BadSampleCounts* counts = nullptr) const;
 
+  /// Checks every built sample against the lengths the plan was made from (spec §1.5: "assert
+  /// the stored lengths match the sample"), indexed by global sample id; a mismatch throws
+  /// omnibal::Error naming the sample (stale length files: rerun `omnibal-plan scan`).
+  void expect_lengths(std::vector<SampleLengths> lengths);
+
   /// The dataset packs refer to.
   const ConversationDataset& dataset() const { return dataset_; }
 
  private:
+  void check_lengths(int64_t id, const ProcessedSample& sample) const;
+
   const ConversationDataset& dataset_;
   const SampleProcessor& processor_;
   BadSamplePolicy policy_;
+  std::vector<SampleLengths> expected_;  ///< empty = no check
 };
+
+/// The lengths listed by the meta file's token_lengths files, concatenated in dataset order
+/// (global sample ids). Throws omnibal::Error when a dataset has no token_lengths or its file
+/// does not hold one entry per annotation entry.
+std::vector<SampleLengths> load_meta_lengths(const ConversationDataset& dataset);
 
 }  // namespace omnibal::data

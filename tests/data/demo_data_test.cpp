@@ -85,4 +85,17 @@ TEST_CASE("demo: scan output files round-trip", "[data][demo]") {
   }
   const auto single = write_scan(out.file("all.json"), ds, scan);
   CHECK(read_length_file(single.at(0)).size() == static_cast<size_t>(ds.size()));
+
+  // The scanned meta drives training: packs are checked against its lengths; a stale length
+  // file (here: one token off) is caught when the pack is built.
+  const auto scanned = ConversationDataset::load(files.back(), BadSamplePolicy::kError);
+  auto lengths = load_meta_lengths(scanned);
+  REQUIRE(lengths.size() == static_cast<size_t>(scanned.size()));
+  PackBuilder builder(scanned, proc, BadSamplePolicy::kError);
+  builder.expect_lengths(lengths);
+  CHECK(builder.build({0, 1, 2}, PackParts::for_stage(1, 2)).num_samples() == 3);
+  lengths[1].token_num += 1;
+  builder.expect_lengths(lengths);
+  CHECK_THROWS_WITH(builder.build({0, 1, 2}, PackParts::for_stage(1, 2)),
+                    Catch::Contains("length file says") && Catch::Contains("stale"));
 }
