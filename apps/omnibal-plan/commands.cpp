@@ -7,6 +7,9 @@ namespace omnibal::plan {
 void register_commands(CLI::App& app, Actions& actions) {
   register_data_command(app, actions);
   register_partition_command(app, actions);
+#ifdef OMNIBAL_PLAN_HAS_SCAN
+  register_scan_command(app, actions);
+#endif
 }
 
 }  // namespace omnibal::plan

@@ -15,6 +15,8 @@ using Actions = std::vector<std::function<int()>>;
 void register_data_command(CLI::App& app, Actions& actions);
 /// `partition`: BMP, adaptive recompute and the simulated OmniBal ablation (partition_command.cpp).
 void register_partition_command(CLI::App& app, Actions& actions);
+/// `scan`: per-sample lengths of a meta file (scan_command.cpp; needs the LibTorch build).
+void register_scan_command(CLI::App& app, Actions& actions);
 
 /// Registers every subcommand compiled into this build (commands.cpp lists them).
 void register_commands(CLI::App& app, Actions& actions);

@@ -137,6 +137,11 @@ void MemoryConfig::validate(const std::string& w) const {
 
 void DataConfig::validate(const std::string& w) const {
   check_one_of(w + "on_bad_sample", on_bad_sample, {"error", "skip"});
+  check_one_of(w + "template", template_name, {"internlm2-chat"});
+  OMNIBAL_CHECK(min_tiles >= 1, w, "min_tiles: expected >= 1, got ", min_tiles);
+  OMNIBAL_CHECK(max_tiles >= min_tiles, w, "max_tiles: expected >= min_tiles (", min_tiles,
+                "), got ", max_tiles);
+  OMNIBAL_CHECK(workers >= 1, w, "workers: expected >= 1, got ", workers);
 }
 
 void TrainConfig::validate(const std::string& w) const {

@@ -70,11 +70,21 @@ struct MemoryConfig {
   void validate(const std::string& where) const;
 };
 
-/// Training data.
+/// Training data (lib/data).
 struct DataConfig {
   std::string meta;                    ///< InternVL-style meta file (datasets -> annotation, lengths)
+  std::string eval_meta;               ///< held-out meta file; empty = no evaluation set
+  std::string tokenizer;               ///< SentencePiece .model with the special tokens
+  std::string template_name = "internlm2-chat";  ///< key `template`: chat template
+  int min_tiles = 1;                   ///< dynamic tiling: fewest tiles per sample (thumbnail aside)
+  int max_tiles = 6;                   ///< dynamic tiling: most tiles per sample, split over images
+  int workers = 2;                     ///< loader threads materialising packs ahead of training
   std::string on_bad_sample = "error";  ///< error | skip (counted)
-  template <class V> void visit_fields(V& v) { v("meta", meta); v("on_bad_sample", on_bad_sample); }
+  template <class V> void visit_fields(V& v) {
+    v("meta", meta); v("eval_meta", eval_meta); v("tokenizer", tokenizer);
+    v("template", template_name); v("min_tiles", min_tiles); v("max_tiles", max_tiles);
+    v("workers", workers); v("on_bad_sample", on_bad_sample);
+  }
   void validate(const std::string& where) const;
 };
 

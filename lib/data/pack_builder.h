@@ -1,0 +1,71 @@
+// Pack materialisation (spec §1.5): the samples of one pack (one micro-batch on one device)
+// concatenated into a models::PackBatch, position ids restarting at 0 for every sample and
+// cu_seqlens holding the sample boundaries, so packed attention never crosses samples. Only the
+// parts a pipeline stage needs are built: decoding and tiling images is by far the most
+// expensive part and only the first stage needs it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/bad_sample.h"
+#include "data/conversation_dataset.h"
+#include "data/sample_processor.h"
+#include "models/pack_batch.h"
+
+namespace omnibal::data {
+
+/// Which tensors of a PackBatch to build. image_flags, position_ids, cu_seqlens and sample_ids
+/// are always built (they are cheap and every stage needs the boundaries).
+struct PackParts {
+  bool pixels = true;     ///< pixel_values: decode + tile + normalise images (first stage)
+  bool input_ids = true;  ///< input_ids (the stage holding the LLM embedding)
+  bool labels = true;     ///< labels (the stage holding the loss)
+
+  /// Everything (single-stage training, tests).
+  static PackParts all() { return {true, true, true}; }
+  /// Pipeline stage `stage` of `stages`: stage 0 gets pixels and ids, the last stage labels.
+  static PackParts for_stage(int stage, int stages) {
+    return {stage == 0, stage == 0, stage == stages - 1};
+  }
+};
+
+/// Builds PackBatches from global sample ids of a ConversationDataset. Thread-safe.
+class PackBuilder {
+ public:
+  /// `dataset` and `processor` must outlive the builder.
+  PackBuilder(const ConversationDataset& dataset, const SampleProcessor& processor,
+              BadSamplePolicy policy);
+
+  /// The pack of `sample_ids` (global indices, in pack order). A bad sample throws its
+  /// BadSampleError under BadSamplePolicy::kError; under kSkip it is left out of the pack,
+  /// counted in `counts` (required then) and absent from PackBatch::sample_ids. Tensors:
+  /// pixel_values [tiles, 3, S, S] float32; image_flags [tiles], input_ids / labels /
+  /// position_ids [T], cu_seqlens [n + 1], all int64. A pack whose every sample was skipped has
+  /// n = 0, T = 0 and no tiles.
+  models::PackBatch build(const std::vector<int64_t>& sample_ids, const PackParts& parts,
+                          BadSampleCounts* counts = nullptr) const;
+
+  /// Checks every built sample against the lengths the plan was made from (spec §1.5: "assert
+  /// the stored lengths match the sample"), indexed by global sample id; a mismatch throws
+  /// omnibal::Error naming the sample (stale length files: rerun `omnibal-plan scan`).
+  void expect_lengths(std::vector<SampleLengths> lengths);
+
+  /// The dataset packs refer to.
+  const ConversationDataset& dataset() const { return dataset_; }
+
+ private:
+  void check_lengths(int64_t id, const ProcessedSample& sample) const;
+
+  const ConversationDataset& dataset_;
+  const SampleProcessor& processor_;
+  BadSamplePolicy policy_;
+  std::vector<SampleLengths> expected_;  ///< empty = no check
+};
+
+/// The lengths listed by the meta file's token_lengths files, concatenated in dataset order
+/// (global sample ids). Throws omnibal::Error when a dataset has no token_lengths or its file
+/// does not hold one entry per annotation entry.
+std::vector<SampleLengths> load_meta_lengths(const ConversationDataset& dataset);
+
+}  // namespace omnibal::data

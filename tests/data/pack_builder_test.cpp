@@ -1,0 +1,139 @@
+// Pack materialisation (shapes, restarting positions, cu_seqlens, dummy tile, per-stage parts)
+// and the threaded loader (order, worker errors surfacing on the consumer, early shutdown).
+#include <catch2/catch.hpp>
+
+#include "data/length_scanner.h"
+#include "data/pack_loader.h"
+#include "data_fixtures.h"
+
+using namespace omnibal::data;
+
+namespace {
+
+struct Fixture {
+  testing::TempDir dir;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<SampleProcessor> proc;
+  std::unique_ptr<ConversationDataset> ds;
+
+  explicit Fixture(const std::string& extra_line = "") {
+    testing::write_split_png(dir.file("one.png"), 56, 56, 0, 255);    // 1 tile
+    testing::write_split_png(dir.file("two.png"), 112, 56, 0, 255);   // 2x1 + thumbnail
+    std::string lines =
+        R"({"image": "one.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Sneaker"}]})"
+        "\n"
+        R"({"image": "two.png", "width": 112, "height": 56, "conversations": [{"from": "human", "value": "List the items in row 1."}, {"from": "gpt", "value": "Coat, Bag"}]})"
+        "\n"
+        R"({"conversations": [{"from": "human", "value": "Is it footwear?"}, {"from": "gpt", "value": "Yes."}]})"
+        "\n";
+    testing::write_text(dir.file("a.jsonl"), lines + extra_line);
+    testing::write_text(dir.file("meta.json"), R"({"d": {"annotation": "a.jsonl"}})");
+    tok = std::make_unique<Tokenizer>(testing::test_tokenizer());
+    SampleOptions o;
+    o.tiling.tile_size = 56;
+    o.tiling.max_tiles = 6;
+    o.tokens_per_tile = 4;
+    o.max_tokens = 1024;
+    o.norm.mean = {0.5f, 0.5f, 0.5f};
+    o.norm.std = {0.5f, 0.5f, 0.5f};
+    proc = std::make_unique<SampleProcessor>(*tok, o);
+    ds = std::make_unique<ConversationDataset>(
+        ConversationDataset::load(dir.file("meta.json"), BadSamplePolicy::kSkip));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pack: three samples concatenated with restarting positions", "[data][pack]") {
+  Fixture f;
+  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kError);
+  const auto scan = scan_lengths(*f.ds, *f.proc, BadSamplePolicy::kError, 1);
+  const auto& len = scan.lengths[0];
+  CHECK(len[0] == SampleLengths{1, len[0].token_num, 1});
+  CHECK(len[1] == SampleLengths{3, len[1].token_num, 3});
+  CHECK(len[2] == SampleLengths{1, len[2].token_num, 0});
+
+  const auto pack = builder.build({2, 0, 1}, PackParts::all());
+  const int64_t n2 = len[2].token_num, n0 = len[0].token_num, n1 = len[1].token_num;
+  CHECK(pack.sample_ids == std::vector<int64_t>{2, 0, 1});
+  CHECK(pack.pixel_values.sizes() == torch::IntArrayRef({5, 3, 56, 56}));
+  CHECK(pack.pixel_values.dtype() == torch::kFloat32);
+  CHECK(torch::equal(pack.image_flags, torch::tensor({0, 1, 1, 1, 1}, torch::kInt64)));
+  CHECK(torch::equal(pack.cu_seqlens, torch::tensor({int64_t{0}, n2, n2 + n0, n2 + n0 + n1})));
+  CHECK(pack.input_ids.size(0) == n0 + n1 + n2);
+  CHECK(pack.labels.size(0) == n0 + n1 + n2);
+  CHECK(torch::equal(pack.position_ids,
+                     torch::cat({torch::arange(n2), torch::arange(n0), torch::arange(n1)})));
+  // The dummy tile is white: (1 - 0.5) / 0.5 = 1 everywhere; tile 1 (one.png) has black pixels.
+  CHECK(torch::allclose(pack.pixel_values[0], torch::ones({3, 56, 56})));
+  CHECK(pack.pixel_values[1][0][0][0].item<float>() == Approx(-1.0f));
+  // Labels: the reply of each sample is trained, the rest is masked.
+  const auto trained = (pack.labels != kIgnoreLabel).sum().item<int64_t>();
+  CHECK(trained > 3);
+  CHECK(trained < pack.labels.size(0) / 2);
+  CHECK(torch::equal(pack.labels.masked_select(pack.labels != kIgnoreLabel),
+                     pack.input_ids.masked_select(pack.labels != kIgnoreLabel)));
+}
+
+TEST_CASE("pack: only the parts a pipeline stage needs are built", "[data][pack]") {
+  Fixture f;
+  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kError);
+  const auto first = builder.build({0, 1}, PackParts::for_stage(0, 3));
+  CHECK(first.pixel_values.defined());
+  CHECK(first.input_ids.defined());
+  CHECK_FALSE(first.labels.defined());
+  const auto middle = builder.build({0, 1}, PackParts::for_stage(1, 3));
+  CHECK_FALSE(middle.pixel_values.defined());
+  CHECK_FALSE(middle.input_ids.defined());
+  CHECK_FALSE(middle.labels.defined());
+  CHECK(torch::equal(middle.cu_seqlens, first.cu_seqlens));
+  CHECK(torch::equal(middle.position_ids, first.position_ids));
+  CHECK(middle.image_flags.size(0) == 4);
+  const auto last = builder.build({0, 1}, PackParts::for_stage(2, 3));
+  CHECK(last.labels.defined());
+  CHECK_FALSE(last.pixel_values.defined());
+}
+
+TEST_CASE("loader: packs come back in plan order from worker threads", "[data][loader]") {
+  Fixture f;
+  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kError);
+  const int workers = GENERATE(1, 2, 3);
+  const std::vector<std::vector<int64_t>> plan = {{0}, {1, 2}, {2, 0, 1}, {1}, {0, 2}};
+  PackLoader loader(builder, plan, LoaderOptions{workers, 2, PackParts::all()});
+  for (const auto& expected : plan) {
+    const auto pack = loader.next();
+    REQUIRE(pack.has_value());
+    CHECK(pack->sample_ids == expected);
+  }
+  CHECK_FALSE(loader.next().has_value());
+  CHECK_FALSE(loader.next().has_value());
+}
+
+TEST_CASE("loader: a worker's error is rethrown on the consumer, then loading goes on",
+          "[data][loader]") {
+  Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
+            "\n");
+  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kError);
+  const int workers = GENERATE(1, 2);
+  PackLoader loader(builder, {{0}, {1, 3}, {2}}, LoaderOptions{workers, 3, PackParts::all()});
+  CHECK(loader.next()->sample_ids == std::vector<int64_t>{0});
+  CHECK_THROWS_AS(loader.next(), BadSampleError);
+  CHECK(loader.next()->sample_ids == std::vector<int64_t>{2});
+  CHECK_FALSE(loader.next().has_value());
+}
+
+TEST_CASE("loader: skip policy counts bad samples; early destruction does not hang",
+          "[data][loader]") {
+  Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
+            "\n");
+  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kSkip);
+  {
+    PackLoader loader(builder, {{3, 0}, {1, 3}}, LoaderOptions{2, 2, PackParts::all()});
+    CHECK(loader.next()->sample_ids == std::vector<int64_t>{0});
+    CHECK(loader.next()->sample_ids == std::vector<int64_t>{1});
+    CHECK(loader.bad_samples().count(BadSampleReason::kMissingImage) == 2);
+  }
+  std::vector<std::vector<int64_t>> many(64, std::vector<int64_t>{0, 1, 2});
+  PackLoader unused(builder, many, LoaderOptions{2, 4, PackParts::all()});
+  CHECK(unused.size() == 64);
+}  // `unused` is destroyed with most packs unbuilt
