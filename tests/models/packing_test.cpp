@@ -78,8 +78,8 @@ TEST_CASE("the per-segment attention loop equals the dense block-diagonal refere
   }
 }
 
-TEST_CASE("changing a token of sample 2 leaves sample 1 unchanged; later tokens leave earlier "
-          "ones unchanged", "[models][packing]") {
+TEST_CASE("isolation and causality: sample 2 never changes sample 1, later tokens never change "
+          "earlier ones", "[models][packing]") {
   const std::vector<SampleSpec> specs{{1, 14, 17}, {1, 12, 15}};
   PackBatch pack = make_pack(tiny_preset(), specs, 7);
   Vlm model(tiny_preset(), VlmOptions{}.with_img_context_id(kImgContextId));

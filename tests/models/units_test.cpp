@@ -101,10 +101,32 @@ TEST_CASE("unit names, kinds and analytic parameter counts match the built model
   int64_t built = 0;
   for (const auto& p : model->parameters()) built += p.numel();
   CHECK(built == total);
+  // Totals computed by hand from the YAML (tiny: also the Python golden script's count).
+  CHECK(total == (name == "tiny" ? 1189568 : 99587712));
   CHECK(model->units().front()->kind() == UnitKind::kVitEmbed);
   CHECK(model->units().back()->kind() == UnitKind::kLlmHead);
   CHECK(model->named_parameters().contains("llm_block_0.attention.wq.weight"));
   CHECK(model->named_parameters().contains("vit_block_0.attn.qkv.weight"));
+}
+
+TEST_CASE("the planning presets have their published sizes", "[models][units]") {
+  // InternViT-6B-448px-V1-5 (45 blocks of width 3200) + InternLM2-chat-20B / Nous-Hermes-2-Yi-34B.
+  const auto counts20 = unit_parameter_counts(omnibal::load_model_preset("internvl-1.5-6b-20b"));
+  const auto counts34 = unit_parameter_counts(omnibal::load_model_preset("internvl-1.5-6b-34b"));
+  // Units 0..45 are the ViT, 46 the projector, 47.. the LLM (embedding, blocks, head).
+  auto sum = [](const std::vector<int64_t>& c, size_t a, size_t b) {
+    int64_t t = 0;
+    for (size_t i = a; i < b; ++i) t += c[i];
+    return static_cast<double>(t);
+  };
+  REQUIRE(counts20.size() == 46 + 1 + 50);
+  REQUIRE(counts34.size() == 46 + 1 + 62);
+  // Hugging Face model cards: InternViT-6B-448px-V1-5 5.54B, InternLM2-chat-20B 19.9B
+  // (vocabulary 92544 there, 92553 with InternVL's added tokens), Nous-Hermes-2-Yi-34B 34.4B.
+  CHECK(sum(counts20, 0, 46) == Approx(5.54e9).epsilon(0.005));
+  CHECK(sum(counts34, 0, 46) == sum(counts20, 0, 46));
+  CHECK(sum(counts20, 47, counts20.size()) == Approx(19.86e9).epsilon(0.005));
+  CHECK(sum(counts34, 47, counts34.size()) == Approx(34.39e9).epsilon(0.005));
 }
 
 TEST_CASE("initialisation depends only on seed and parameter name", "[models][units]") {
