@@ -49,8 +49,14 @@ inline torch::Tensor causal_additive_mask(int64_t q_len, int64_t k_len, const to
 inline torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k,
                                     const torch::Tensor& v, const torch::Tensor& mask) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
-  scores = mask.defined() ? torch::add(scores.mul(scale), mask) : scores.mul(scale);
+  torch::Tensor scores;
+  if (mask.defined() && q.dim() == 3) {  // one fused op: mask + scale * q k^T
+    scores = torch::baddbmm(mask.expand({q.size(0), q.size(1), k.size(1)}), q, k.transpose(1, 2),
+                            /*beta=*/1.0, /*alpha=*/scale);
+  } else {
+    scores = torch::matmul(q, k.transpose(-2, -1)).mul_(scale);
+    if (mask.defined()) scores = scores + mask;
+  }
   torch::Tensor probs = scores.dtype() == torch::kFloat32
                             ? torch::softmax(scores, -1)
                             : torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());

@@ -103,11 +103,9 @@ Summary summarise(std::vector<double> v) {
 
 void print_profile(Vlm& model, const PackBatch& pack, int top) {
   namespace prof = torch::autograd::profiler;
+  model->zero_grad(/*set_to_none=*/true);
   prof::enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
-  {
-    model->zero_grad();
-    model->forward(pack).loss_sum.backward();
-  }
+  model->forward(pack).loss_sum.backward();
   const auto lists = prof::disableProfilerLegacy();
   std::map<std::string, std::pair<double, int64_t>> self;  // name -> (self us, calls)
   double total = 0;
@@ -173,11 +171,11 @@ int main(int argc, char** argv) {
     mm_iters = std::max(3, static_cast<int>(st.flops / mm_flops / 4));
     (void)seconds_since(t0);
   }
-  model->zero_grad();
+  model->zero_grad(true);
   model->forward(pack).loss_sum.backward();  // warm-up
   std::vector<double> step_s, mm_gflops;
   for (int r = 0; r < reps; ++r) {
-    model->zero_grad();
+    model->zero_grad(/*set_to_none=*/true);  // one micro-batch: gradients are assigned, not added
     auto t0 = std::chrono::steady_clock::now();
     model->forward(pack).loss_sum.backward();
     step_s.push_back(seconds_since(t0));
