@@ -43,6 +43,10 @@ class PipelineUnit : public torch::nn::Module {
   UnitKind kind() const { return kind_; }
   /// Number of parameter elements owned by this unit.
   int64_t num_parameters() const;
+  /// Activation recomputation: when set, run_unit() keeps only this unit's input and reruns its
+  /// forward during the backward pass (models/recompute.h). Off by default.
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
 
  protected:
   /// Throws omnibal::Error naming this unit when `state.phase != expected`.
@@ -51,6 +55,7 @@ class PipelineUnit : public torch::nn::Module {
  private:
   std::string unit_name_;
   UnitKind kind_;
+  bool recompute_ = false;
 };
 
 using UnitPtr = std::shared_ptr<PipelineUnit>;

@@ -6,6 +6,7 @@
 #include "core/rng.h"
 #include "models/llm.h"
 #include "models/projector.h"
+#include "models/recompute.h"
 #include "models/torch_compat.h"
 #include "models/vit.h"
 
@@ -122,7 +123,7 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
 }
 
 UnitState run_units(const std::vector<UnitPtr>& units, UnitState state) {
-  for (const auto& unit : units) state = unit->forward(state);
+  for (const auto& unit : units) state = run_unit(*unit, state);
   return state;
 }
 
@@ -152,7 +153,7 @@ UnitState VlmImpl::forward(const UnitState& state, int64_t begin, int64_t end) {
   OMNIBAL_CHECK(0 <= begin && begin <= end && end <= num_units(), "Vlm::forward: unit range [",
                 begin, ", ", end, ") outside [0, ", num_units(), "]");
   UnitState s = state;
-  for (int64_t i = begin; i < end; ++i) s = units_[i]->forward(s);
+  for (int64_t i = begin; i < end; ++i) s = run_unit(*units_[i], s);
   return s;
 }
 

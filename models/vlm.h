@@ -52,7 +52,8 @@ std::vector<int64_t> unit_parameter_counts(const ModelPreset& preset);
 std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options,
                                 int64_t begin, int64_t end);
 
-/// Runs units in order: the forward of one pipeline stage (or of the whole model).
+/// Runs units in order (run_unit(), so recompute flags apply): the forward of one pipeline
+/// stage (or of the whole model).
 UnitState run_units(const std::vector<UnitPtr>& units, UnitState state);
 
 /// Re-initialises every parameter of `unit` deterministically from (seed, full parameter name):
