@@ -113,3 +113,18 @@ TEST_CASE("isolation and causality: sample 2 never changes sample 1, later token
     CHECK(torch::equal(after.slice(0, split, tokens), base.slice(0, split, tokens)));
   }
 }
+
+TEST_CASE("a text-only pack without pixel values runs the LLM alone", "[models][packing]") {
+  PackBatch pack = make_pack(tiny_preset(), {{0, 12, 4}, {0, 9, 3}}, 11);
+  Vlm model(tiny_preset(), VlmOptions{}.with_img_context_id(kImgContextId));
+  const UnitState with_dummy = model->forward(pack);  // two dummy tiles, features dropped
+  pack.pixel_values = torch::Tensor();
+  pack.image_flags = torch::Tensor();
+  const UnitState without = model->forward(pack);
+  CHECK(without.label_count == 7);
+  CHECK(without.loss_sum.item<double>() == Approx(with_dummy.loss_sum.item<double>()).epsilon(1e-6));
+  pack.input_ids = pack.input_ids.clone();
+  pack.input_ids[2] = kImgContextId;
+  CHECK_THROWS_WITH(model->forward(pack), Catch::Contains("1 <IMG_CONTEXT> tokens") &&
+                                              Catch::Contains("produced 0 image-feature tokens"));
+}
