@@ -16,9 +16,13 @@ struct PackBatch {
   torch::Tensor pixel_values;  ///< [tiles, 3, H, W] float32, normalised; H = W = preset tile size
   torch::Tensor image_flags;   ///< [tiles] int64: 1 real tile, 0 dummy tile of a text-only sample
   torch::Tensor input_ids;     ///< [T] int64, samples concatenated, no padding between them
-  torch::Tensor labels;        ///< [T] int64, -100 where no loss (prompts, image tokens)
+  torch::Tensor labels;        ///< [T] int64, -100 where no loss (prompts, image tokens); not
+                               ///< shifted: labels[t] is the target of token t, predicted from
+                               ///< position t - 1 of the same sample (a sample's first label is
+                               ///< never used)
   torch::Tensor position_ids;  ///< [T] int64, restarting at 0 for each sample
-  torch::Tensor cu_seqlens;    ///< [n + 1] int64, cumulative sample lengths starting at 0
+  torch::Tensor cu_seqlens;    ///< [n + 1] int64, cumulative sample lengths starting at 0 (kept
+                               ///< on the CPU by the model: the attention loop reads it)
   std::vector<int64_t> sample_ids;  ///< global sample index of each member, in pack order
 
   /// Number of samples in the pack.

@@ -1,0 +1,63 @@
+// PipelineUnit: the granularity at which the VLM is cut into pipeline stages (OmniBal §2,
+// balanced model partition). The model is an ordered list of units:
+//   vit_embed, vit_block_0 .. vit_block_{Lv-1}, projector, llm_embed,
+//   llm_block_0 .. llm_block_{Ll-1}, llm_head
+// Each unit is a torch::nn::Module owning its parameters (names are stable, e.g.
+// "llm_block_3.attention.wq.weight" once prefixed with the unit name) and maps a UnitState to
+// the next UnitState. Running any contiguous range of units is a pipeline stage; running all of
+// them in order is the whole model.
+//
+// A unit's forward is a pure function of its parameters and its input state (no dropout, no
+// hidden caches), so activation recomputation can rerun it from the saved input state.
+// Not here: the stage executor and recomputation policy (lib/pipeline), cost profiling.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "models/unit_state.h"
+
+namespace omnibal::models {
+
+/// The kind of a unit, for cost models and partition constraints.
+enum class UnitKind { kVitEmbed, kVitBlock, kProjector, kLlmEmbed, kLlmBlock, kLlmHead };
+
+/// Name of a kind ("vit_embed", "vit_block", "projector", "llm_embed", "llm_block", "llm_head").
+const char* unit_kind_name(UnitKind kind);
+
+/// One pipeline unit: a module with parameters and a forward over UnitState.
+class PipelineUnit : public torch::nn::Module {
+ public:
+  PipelineUnit(std::string unit_name, UnitKind kind)
+      : unit_name_(std::move(unit_name)), kind_(kind) {}
+
+  /// Maps the state at this unit's input boundary to the state at its output boundary.
+  /// Throws omnibal::Error when `state.phase` is not the phase this unit consumes.
+  virtual UnitState forward(const UnitState& state) = 0;
+
+  /// Stable unit name ("vit_block_3"); the prefix of its parameters' names in the whole model.
+  const std::string& unit_name() const { return unit_name_; }
+  /// What kind of unit this is.
+  UnitKind kind() const { return kind_; }
+  /// Number of parameter elements owned by this unit.
+  int64_t num_parameters() const;
+  /// Activation recomputation: when set, run_unit() keeps only this unit's input and reruns its
+  /// forward during the backward pass (models/recompute.h). Off by default.
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
+
+ protected:
+  /// Throws omnibal::Error naming this unit when `state.phase != expected`.
+  void expect_phase(const UnitState& state, Phase expected) const;
+
+ private:
+  std::string unit_name_;
+  UnitKind kind_;
+  bool recompute_ = false;
+};
+
+using UnitPtr = std::shared_ptr<PipelineUnit>;
+
+}  // namespace omnibal::models

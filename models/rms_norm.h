@@ -1,0 +1,54 @@
+// RMSNorm (Zhang & Sennrich 2019) as used by LLaMA / InternLM2 and InternViT-6B:
+// y = w * x / sqrt(mean(x^2) + eps), computed in fp32 and cast back to the input dtype.
+// Not here: LayerNorm (torch::nn::LayerNorm is used directly).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace omnibal::models {
+
+/// RMS normalisation over the last dimension with a learned per-channel scale `weight` [dim].
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  /// dim: size of the normalised last dimension; eps: added to the mean square.
+  RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
+    weight = register_parameter("weight", torch::ones({dim}));
+  }
+  /// x [..., dim] -> [..., dim], same dtype as x.
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor xf = x.to(torch::kFloat32);
+    const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps_);
+    return weight * normed.to(x.scalar_type());
+  }
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+/// LayerNorm or RMSNorm chosen by name ("layernorm" | "rmsnorm"), as InternViT's norm_type.
+/// Parameters: weight [dim], and bias [dim] for layernorm only.
+class VitNormImpl : public torch::nn::Module {
+ public:
+  VitNormImpl(const std::string& kind, int64_t dim, double eps) : rms_(kind == "rmsnorm"), eps_(eps) {
+    weight = register_parameter("weight", torch::ones({dim}));
+    if (!rms_) bias = register_parameter("bias", torch::zeros({dim}));
+  }
+  /// x [..., dim] -> [..., dim].
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (!rms_) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps_);
+    const torch::Tensor xf = x.to(torch::kFloat32);
+    return weight * (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps_)).to(x.scalar_type());
+  }
+  torch::Tensor weight, bias;
+
+ private:
+  bool rms_;
+  double eps_;
+};
+TORCH_MODULE(VitNorm);
+
+}  // namespace omnibal::models

@@ -1,0 +1,73 @@
+// UnitState: what flows between the model's pipeline units (models/pipeline_unit.h). It carries
+// the hidden-state tensor plus the small side tensors later units need (token ids, position ids,
+// cu_seqlens, labels, image flags), and, after the last unit, the loss sum and label count.
+//
+// At a pipeline-stage boundary only `hidden` is large; side_tensor() packs the rest into one
+// small int64 tensor so a stage sends two tensors (from_wire() rebuilds the state). The hidden
+// state's meaning depends on `phase`:
+//   kPixels    [tiles, 3, H, W]         pixel values (input of the ViT embedding)
+//   kVit       [tiles, 1 + P, d_vit]    ViT tokens, class token first (P patches per tile)
+//   kProjected [img_tokens, d_llm]      projector output of the real tiles, in pack order
+//   kLlm       [T, d_llm]               LLM hidden states of the pack
+//   kLoss      undefined                the head has consumed it; loss fields are set
+// Not here: micro-batch bookkeeping (the pipeline runtime owns it) and any padding (a pack is
+// never padded inside the model).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "models/pack_batch.h"
+
+namespace omnibal::models {
+
+/// Which representation UnitState::hidden holds (the boundary between two units).
+enum class Phase : int64_t { kPixels = 0, kVit = 1, kProjected = 2, kLlm = 3, kLoss = 4 };
+
+/// Name of a phase for error messages ("pixels", "vit", "projected", "llm", "loss").
+const char* phase_name(Phase phase);
+
+/// State passed from one pipeline unit to the next. Side tensors are int64 and live on the
+/// hidden state's device, except cu_seqlens, which stays on the CPU (the attention loop reads it).
+struct UnitState {
+  Phase phase = Phase::kPixels;
+  torch::Tensor hidden;          ///< see the phase table in the file comment
+  torch::Tensor image_flags;     ///< [tiles] int64: 1 real tile, 0 dummy (features dropped)
+  torch::Tensor input_ids;       ///< [T] int64
+  torch::Tensor position_ids;    ///< [T] int64, restarting at 0 per sample
+  torch::Tensor cu_seqlens;      ///< [n + 1] int64 on the CPU, cu_seqlens[n] == T
+  torch::Tensor labels;          ///< [T] int64, -100 = no loss; labels[t] is the target of token t
+  // Set by the last unit (final norm + head + loss):
+  torch::Tensor loss_sum;         ///< [] float32: sum of token cross-entropies (nats)
+  int64_t label_count = 0;        ///< tokens that contributed to loss_sum
+  torch::Tensor token_loss;       ///< [label_count] float32 per-token cross-entropy
+  torch::Tensor label_positions;  ///< [label_count] int64: pack position whose logits predict
+  torch::Tensor logits;           ///< [label_count, vocab] logits at label_positions
+
+  /// Builds the input state of the first unit from a pack: hidden = pixel_values (kPixels).
+  /// Moves tensors to `device` (cu_seqlens stays on the CPU). Checks that the documented shapes
+  /// and dtypes agree (T from input_ids, cu_seqlens monotone from 0 to T) and throws
+  /// omnibal::Error naming the field otherwise.
+  static UnitState from_pack(const PackBatch& pack, const torch::Device& device = torch::kCPU);
+
+  /// Number of tokens T in the pack.
+  int64_t num_tokens() const { return input_ids.size(0); }
+  /// Number of samples n in the pack.
+  int64_t num_samples() const { return cu_seqlens.size(0) - 1; }
+
+  /// All side information (phase, ids, positions, cu_seqlens, labels, image flags) as one int64
+  /// CPU tensor: [phase, T, n, tiles, input_ids(T), position_ids(T), labels(T),
+  /// cu_seqlens(n+1), image_flags(tiles)]. What a stage sends next to `hidden`.
+  torch::Tensor side_tensor() const;
+
+  /// Inverse of side_tensor(): a state with `hidden` and the unpacked side information, side
+  /// tensors moved to hidden's device. Throws omnibal::Error when `side` is malformed.
+  static UnitState from_wire(torch::Tensor hidden, const torch::Tensor& side);
+
+  /// Copy of this state with another hidden tensor (same side tensors, shared storage).
+  UnitState with_hidden(torch::Tensor next, Phase next_phase) const;
+};
+
+}  // namespace omnibal::models

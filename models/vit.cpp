@@ -1,0 +1,111 @@
+#include "models/vit.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "models/torch_compat.h"
+
+namespace omnibal::models {
+
+namespace {
+constexpr double kVitNormEps = 1e-6;  // InternViT layer_norm_eps
+namespace F = torch::nn::functional;
+}  // namespace
+
+VitEmbedUnit::VitEmbedUnit(const VitPreset& preset)
+    : PipelineUnit("vit_embed", UnitKind::kVitEmbed), preset_(preset) {
+  const int64_t d = preset.width, p = preset.patch_size;
+  const int64_t side = preset.tile_size / preset.patch_size;
+  patch_embedding = register_module(
+      "patch_embedding", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, d, p).stride(p)));
+  class_embedding = register_parameter("class_embedding", torch::zeros({1, 1, d}));
+  position_embedding = register_parameter("position_embedding", torch::zeros({1, 1 + side * side, d}));
+}
+
+torch::Tensor VitEmbedUnit::position_embedding_for(int64_t side) const {
+  const int64_t base = preset_.tile_size / preset_.patch_size;
+  if (side == base) return position_embedding;
+  // InternViT: interpolate the patch part of the table bicubically over the patch grid.
+  const int64_t d = position_embedding.size(2);
+  const torch::Tensor grid =
+      position_embedding.narrow(1, 1, base * base).reshape({1, base, base, d}).permute({0, 3, 1, 2});
+  const torch::Tensor resized =
+      F::interpolate(grid.to(torch::kFloat32), F::InterpolateFuncOptions()
+                                                   .size(std::vector<int64_t>{side, side})
+                                                   .mode(torch::kBicubic)
+                                                   .align_corners(false))
+          .to(position_embedding.scalar_type());
+  return torch::cat({position_embedding.narrow(1, 0, 1),
+                     resized.permute({0, 2, 3, 1}).reshape({1, side * side, d})},
+                    1);
+}
+
+UnitState VitEmbedUnit::forward(const UnitState& state) {
+  expect_phase(state, Phase::kPixels);
+  if (!state.hidden.defined()) return state.with_hidden({}, Phase::kVit);  // pack without images
+  const torch::Tensor& px = state.hidden;
+  const int64_t p = preset_.patch_size;
+  OMNIBAL_CHECK(px.dim() == 4 && px.size(1) == 3 && px.size(2) == px.size(3) &&
+                    px.size(2) % (2 * p) == 0,
+                "vit_embed: wrong tile size: pixel_values are ", px.sizes(),
+                "; expected [tiles, 3, S, S] with S a multiple of 2 * patch_size = ", 2 * p,
+                " (the preset's tile is ", preset_.tile_size, ")");
+  const torch::Tensor x = px.to(class_embedding.scalar_type());
+  const int64_t tiles = x.size(0), side = x.size(2) / p;
+  const torch::Tensor patches = patch_embedding->forward(x).flatten(2).transpose(1, 2);
+  const torch::Tensor tokens =
+      torch::cat({class_embedding.expand({tiles, 1, class_embedding.size(2)}), patches}, 1);
+  return state.with_hidden(tokens + position_embedding_for(side), Phase::kVit);
+}
+
+VitAttentionImpl::VitAttentionImpl(const VitPreset& preset) : heads_(preset.heads) {
+  const int64_t d = preset.width;
+  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(d, 3 * d).bias(preset.qkv_bias)));
+  if (preset.qk_norm) {
+    q_norm = register_module("q_norm", RmsNorm(d, kVitNormEps));
+    k_norm = register_module("k_norm", RmsNorm(d, kVitNormEps));
+  }
+  proj = register_module("proj", torch::nn::Linear(d, d));
+}
+
+torch::Tensor VitAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t b = x.size(0), n = x.size(1), d = x.size(2), hd = d / heads_;
+  const auto parts = qkv->forward(x).chunk(3, -1);  // each [B, N, d]
+  torch::Tensor q = parts[0], k = parts[1];
+  if (q_norm) {  // InternViT-6B normalises q and k over all heads together
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  auto heads = [&](const torch::Tensor& t) { return t.reshape({b, n, heads_, hd}).transpose(1, 2); };
+  const torch::Tensor out = compat::attention(heads(q), heads(k), heads(parts[2]), /*causal=*/false);
+  return proj->forward(out.transpose(1, 2).reshape({b, n, d}));
+}
+
+VitBlockUnit::VitBlockUnit(const VitPreset& preset, int index)
+    : PipelineUnit("vit_block_" + std::to_string(index), UnitKind::kVitBlock) {
+  const int64_t d = preset.width;
+  norm1 = register_module("norm1", VitNorm(preset.norm, d, kVitNormEps));
+  attn = register_module("attn", VitAttention(preset));
+  norm2 = register_module("norm2", VitNorm(preset.norm, d, kVitNormEps));
+  mlp = register_module("mlp", torch::nn::Sequential());
+  mlp->push_back("fc1", torch::nn::Linear(d, preset.mlp_dim));
+  mlp->push_back("act", torch::nn::GELU());
+  mlp->push_back("fc2", torch::nn::Linear(preset.mlp_dim, d));
+  if (preset.layer_scale) {
+    ls1 = register_parameter("ls1", torch::ones({d}));
+    ls2 = register_parameter("ls2", torch::ones({d}));
+  }
+}
+
+UnitState VitBlockUnit::forward(const UnitState& state) {
+  expect_phase(state, Phase::kVit);
+  if (!state.hidden.defined()) return state;
+  torch::Tensor x = state.hidden;
+  torch::Tensor a = attn->forward(norm1->forward(x));
+  x = x + (ls1.defined() ? a * ls1 : a);
+  torch::Tensor m = mlp->forward(norm2->forward(x));
+  x = x + (ls2.defined() ? m * ls2 : m);
+  return state.with_hidden(x, Phase::kVit);
+}
+
+}  // namespace omnibal::models

@@ -1,0 +1,164 @@
+#include "models/vlm.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "models/llm.h"
+#include "models/projector.h"
+#include "models/recompute.h"
+#include "models/torch_compat.h"
+#include "models/vit.h"
+
+namespace omnibal::models {
+
+namespace {
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Fills `param` from a generator seeded by (seed, name): the value depends on nothing else.
+void init_tensor(torch::Tensor& param, const std::string& name, uint64_t seed, double std) {
+  torch::NoGradGuard no_grad;
+  uint64_t state = seed ^ fnv1a(name);
+  const uint64_t stream = splitmix64(state);
+  torch::Tensor value;
+  const bool is_norm = name.find("norm") != std::string::npos;
+  if (ends_with(name, "bias")) {
+    value = torch::zeros(param.sizes());
+  } else if (is_norm && ends_with(name, "weight")) {
+    value = torch::ones(param.sizes());
+  } else if (ends_with(name, ".ls1") || ends_with(name, ".ls2")) {
+    value = torch::full(param.sizes(), 0.1);
+  } else {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(stream);
+    value = torch::normal(0.0, std, param.sizes(), gen, torch::kFloat32);
+  }
+  param.copy_(value);
+}
+
+int64_t vit_block_params(const VitPreset& v) {
+  const int64_t d = v.width, norm = v.norm == "layernorm" ? 2 * d : d;
+  int64_t n = 2 * norm + 3 * d * d + (v.qkv_bias ? 3 * d : 0) + d * d + d;
+  n += (v.qk_norm ? 2 * d : 0) + (v.layer_scale ? 2 * d : 0);
+  return n + 2 * static_cast<int64_t>(v.mlp_dim) * d + v.mlp_dim + d;
+}
+
+int64_t llm_block_params(const LlmPreset& l) {
+  const int64_t d = l.width, hd = d / l.heads;
+  return 2 * d + 2 * d * d + 2 * d * l.kv_heads * hd + 3 * d * static_cast<int64_t>(l.mlp_dim);
+}
+
+}  // namespace
+
+std::vector<std::string> unit_names(const ModelPreset& preset) {
+  std::vector<std::string> names{"vit_embed"};
+  for (int i = 0; i < preset.vit.depth; ++i) names.push_back("vit_block_" + std::to_string(i));
+  names.push_back("projector");
+  names.push_back("llm_embed");
+  for (int i = 0; i < preset.llm.depth; ++i) names.push_back("llm_block_" + std::to_string(i));
+  names.push_back("llm_head");
+  return names;
+}
+
+std::vector<int64_t> unit_parameter_counts(const ModelPreset& preset) {
+  const VitPreset& v = preset.vit;
+  const LlmPreset& l = preset.llm;
+  const int64_t dv = v.width, dl = l.width, side = v.tile_size / v.patch_size;
+  std::vector<int64_t> counts{dv * 3 * v.patch_size * v.patch_size + dv + dv + (side * side + 1) * dv};
+  for (int i = 0; i < v.depth; ++i) counts.push_back(vit_block_params(v));
+  counts.push_back(2 * 4 * dv + 4 * dv * dl + dl + dl * dl + dl);
+  counts.push_back(static_cast<int64_t>(l.vocab_size) * dl);
+  for (int i = 0; i < l.depth; ++i) counts.push_back(llm_block_params(l));
+  counts.push_back(dl + (l.tie_embeddings ? 0 : static_cast<int64_t>(l.vocab_size) * dl));
+  return counts;
+}
+
+void init_unit_parameters(PipelineUnit& unit, uint64_t seed, double std) {
+  for (auto& item : unit.named_parameters()) {
+    torch::Tensor p = item.value();
+    init_tensor(p, unit.unit_name() + "." + item.key(), seed, std);
+  }
+}
+
+std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options,
+                                int64_t begin, int64_t end) {
+  const int64_t total = preset.vit.depth + preset.llm.depth + 4;
+  OMNIBAL_CHECK(0 <= begin && begin < end && end <= total, "make_units: expected 0 <= begin < end <= ",
+                total, " units of preset '", preset.name, "', got [", begin, ", ", end, ")");
+  const int64_t projector = preset.vit.depth + 1, embed = projector + 1, head = total - 1;
+  const bool tied_here = preset.llm.tie_embeddings && begin <= embed && head < end;
+  std::vector<UnitPtr> units;
+  for (int64_t i = begin; i < end; ++i) {
+    if (i == 0) units.push_back(std::make_shared<VitEmbedUnit>(preset.vit));
+    else if (i < projector) units.push_back(std::make_shared<VitBlockUnit>(preset.vit, static_cast<int>(i - 1)));
+    else if (i == projector) units.push_back(std::make_shared<ProjectorUnit>(preset.vit, preset.llm));
+    else if (i == embed) units.push_back(std::make_shared<LlmEmbedUnit>(preset.llm, options.img_context_id));
+    else if (i < head) units.push_back(std::make_shared<LlmBlockUnit>(preset.llm, static_cast<int>(i - embed - 1)));
+    else units.push_back(std::make_shared<LlmHeadUnit>(preset.llm, !tied_here));
+    init_unit_parameters(*units.back(), options.seed, options.init_std);
+  }
+  const torch::Dtype dtype = options.dtype.value_or(compat::default_dtype(options.device));
+  for (auto& unit : units) unit->to(options.device, dtype);
+  auto* head_unit = units.back()->kind() == UnitKind::kLlmHead
+                        ? static_cast<LlmHeadUnit*>(units.back().get()) : nullptr;
+  if (head_unit && tied_here) {
+    head_unit->tie_to(static_cast<LlmEmbedUnit*>(units[embed - begin].get())->tok_embeddings->weight);
+  } else if (head_unit && preset.llm.tie_embeddings) {
+    // Head on another stage than the embedding: start from the same values (see vlm.h).
+    torch::Tensor w = head_unit->output->weight;
+    torch::Tensor fresh = torch::empty(w.sizes());
+    init_tensor(fresh, "llm_embed.tok_embeddings.weight", options.seed, options.init_std);
+    torch::NoGradGuard no_grad;
+    w.copy_(fresh);
+  }
+  return units;
+}
+
+UnitState run_units(const std::vector<UnitPtr>& units, UnitState state) {
+  for (const auto& unit : units) state = run_unit(*unit, state);
+  return state;
+}
+
+void save_unit(const PipelineUnit& unit, const std::string& path) {
+  torch::serialize::OutputArchive archive;
+  unit.save(archive);
+  archive.save_to(path);
+}
+
+void load_unit(PipelineUnit& unit, const std::string& path) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+    unit.load(archive);
+  } catch (const c10::Error& e) {
+    OMNIBAL_FAIL("load_unit ", unit.unit_name(), ": cannot load '", path, "': ", e.what_without_backtrace());
+  }
+}
+
+VlmImpl::VlmImpl(const ModelPreset& preset, const VlmOptions& options)
+    : preset_(preset), options_(options) {
+  units_ = make_units(preset, options, 0, preset.vit.depth + preset.llm.depth + 4);
+  for (auto& unit : units_) register_module(unit->unit_name(), unit);
+}
+
+UnitState VlmImpl::forward(const UnitState& state, int64_t begin, int64_t end) {
+  OMNIBAL_CHECK(0 <= begin && begin <= end && end <= num_units(), "Vlm::forward: unit range [",
+                begin, ", ", end, ") outside [0, ", num_units(), "]");
+  UnitState s = state;
+  for (int64_t i = begin; i < end; ++i) s = run_unit(*units_[i], s);
+  return s;
+}
+
+UnitState VlmImpl::forward(const PackBatch& pack) {
+  return forward(UnitState::from_pack(pack, options_.device), 0, num_units());
+}
+
+}  // namespace omnibal::models

@@ -1,0 +1,210 @@
+// Forward + backward throughput of a VLM preset on the CPU, against a plain LibTorch matmul.
+//
+// For each of --reps interleaved repetitions: one forward+backward of a realistic pack (several
+// samples, most LLM tokens from images), then a block of matmuls of the LLM's MLP shape. Prints
+// median and min-max of tokens/s, achieved model GFLOP/s, matmul GFLOP/s and their ratio, then a
+// table of the top operations by self CPU time from the autograd profiler (one extra iteration).
+//
+// Model FLOPs (no recomputation) count every parameter with the tokens it actually processes:
+//   6 * (vit params * ViT tokens + projector params * tiles' shuffled tokens
+//        + llm block params * T + head params * label tokens)
+//   + attention: 12 * N^2 * d per ViT layer and tile (bidirectional),
+//                6 * L (L + 1) * d per LLM layer and sample (causal, per sample, not per pack).
+// Embedding lookups count 0. Usage: omnibal_model_bench --preset base-100m --threads 2 --reps 5
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/model_preset.h"
+#include "core/rng.h"
+#include "models/torch_compat.h"
+#include "models/vlm.h"
+
+using namespace omnibal;
+using namespace omnibal::models;
+
+namespace {
+
+constexpr int64_t kImgContextId = 3;
+
+struct PackStats {
+  int64_t tiles = 0, tokens = 0, image_tokens = 0, labels = 0, samples = 0;
+  double flops = 0;
+};
+
+PackBatch make_bench_pack(const ModelPreset& p, int samples, int min_tiles, int max_tiles,
+                          int min_text, int max_text, uint64_t seed, PackStats& st) {
+  Rng rng(seed);
+  std::vector<int64_t> ids, labels, pos, cu{0};
+  const int64_t tpt = p.tokens_per_tile();
+  for (int s = 0; s < samples; ++s) {
+    const int64_t tiles = min_tiles + static_cast<int64_t>(rng.below(max_tiles - min_tiles + 1));
+    const int64_t text = min_text + static_cast<int64_t>(rng.below(max_text - min_text + 1));
+    const int64_t prompt = text / 2;  // prompt text before the image; the answer is labelled
+    std::vector<int64_t> sample;
+    for (int64_t i = 0; i < prompt; ++i) sample.push_back(10 + static_cast<int64_t>(rng.below(p.llm.vocab_size - 10)));
+    for (int64_t i = 0; i < tiles * tpt; ++i) sample.push_back(kImgContextId);
+    for (int64_t i = prompt; i < text; ++i) sample.push_back(10 + static_cast<int64_t>(rng.below(p.llm.vocab_size - 10)));
+    for (size_t i = 0; i < sample.size(); ++i) {
+      ids.push_back(sample[i]);
+      labels.push_back(i >= sample.size() - static_cast<size_t>(text - prompt) ? sample[i] : -100);
+      pos.push_back(static_cast<int64_t>(i));
+    }
+    cu.push_back(cu.back() + static_cast<int64_t>(sample.size()));
+    st.tiles += tiles;
+    st.image_tokens += tiles * tpt;
+    st.labels += text - prompt - 1 + 1;  // every answer token is predicted by its predecessor
+    const double len = static_cast<double>(sample.size());
+    st.flops += 6.0 * len * (len + 1) * p.llm.width * p.llm.depth;
+  }
+  st.samples = samples;
+  st.tokens = cu.back();
+  const int64_t side = p.vit.tile_size;
+  PackBatch pack;
+  pack.pixel_values = torch::rand({st.tiles, 3, side, side}) * 2 - 1;
+  pack.image_flags = torch::ones({st.tiles}, torch::kInt64);
+  pack.input_ids = torch::tensor(ids);
+  pack.labels = torch::tensor(labels);
+  pack.position_ids = torch::tensor(pos);
+  pack.cu_seqlens = torch::tensor(cu);
+  return pack;
+}
+
+void add_parameter_flops(const ModelPreset& p, PackStats& st) {
+  const auto counts = unit_parameter_counts(p);
+  const auto names = unit_names(p);
+  const int64_t side = p.vit.tile_size / p.vit.patch_size, n_vit = side * side + 1;
+  const double vit_tokens = static_cast<double>(st.tiles * n_vit);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const double c = static_cast<double>(counts[i]);
+    if (names[i] == "vit_embed") st.flops += 6.0 * 3 * p.vit.patch_size * p.vit.patch_size * p.vit.width * st.tiles * side * side;
+    else if (names[i].rfind("vit_block", 0) == 0) st.flops += 6.0 * c * vit_tokens + 12.0 * n_vit * n_vit * p.vit.width * st.tiles;
+    else if (names[i] == "projector") st.flops += 6.0 * c * static_cast<double>(st.tiles * p.tokens_per_tile());
+    else if (names[i].rfind("llm_block", 0) == 0) st.flops += 6.0 * c * static_cast<double>(st.tokens);
+    else if (names[i] == "llm_head") st.flops += 6.0 * c * static_cast<double>(st.labels);
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Summary { double median, min, max; };
+Summary summarise(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+void print_profile(Vlm& model, const PackBatch& pack, int top) {
+  namespace prof = torch::autograd::profiler;
+  model->zero_grad(/*set_to_none=*/true);
+  prof::enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
+  model->forward(pack).loss_sum.backward();
+  const auto lists = prof::disableProfilerLegacy();
+  std::map<std::string, std::pair<double, int64_t>> self;  // name -> (self us, calls)
+  double total = 0;
+  for (const auto& list : lists) {
+    struct Open { const prof::LegacyEvent* e; double child_us; };
+    std::vector<Open> stack;
+    for (const auto& e : list) {
+      if (e.kind() == prof::EventKind::PushRange) {
+        stack.push_back({&e, 0.0});
+      } else if (e.kind() == prof::EventKind::PopRange && !stack.empty()) {
+        const Open open = stack.back();
+        stack.pop_back();
+        const double inclusive = open.e->cpuElapsedUs(e);
+        auto& slot = self[open.e->name()];
+        slot.first += inclusive - open.child_us;
+        slot.second += 1;
+        if (!stack.empty()) stack.back().child_us += inclusive; else total += inclusive;
+      }
+    }
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(self.begin(), self.end());
+  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  std::printf("\n| op (self CPU time, one fwd+bwd under the profiler) | ms | %% | calls |\n|---|---:|---:|---:|\n");
+  for (int i = 0; i < top && i < static_cast<int>(rows.size()); ++i)
+    std::printf("| %s | %.1f | %.1f | %lld |\n", rows[i].first.c_str(), rows[i].second.first / 1e3,
+                100.0 * rows[i].second.first / total, static_cast<long long>(rows[i].second.second));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset_name = "base-100m";
+  int threads = 2, reps = 5, samples = 6, min_tiles = 2, max_tiles = 6, min_text = 20, max_text = 60;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    const char* v = argv[i + 1];
+    if (key == "--preset") preset_name = v;
+    else if (key == "--threads") threads = std::stoi(v);
+    else if (key == "--reps") reps = std::stoi(v);
+    else if (key == "--samples") samples = std::stoi(v);
+    else if (key == "--tiles") { std::sscanf(v, "%d-%d", &min_tiles, &max_tiles); }
+    else if (key == "--text") { std::sscanf(v, "%d-%d", &min_text, &max_text); }
+    else { std::fprintf(stderr, "unknown option %s\n", key.c_str()); return 2; }
+  }
+  torch::set_num_threads(threads);
+  torch::manual_seed(0);
+  const ModelPreset preset = load_model_preset(preset_name);
+  Vlm model(preset, VlmOptions{}.with_img_context_id(kImgContextId).with_seed(1));
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  PackStats st;
+  const PackBatch pack = make_bench_pack(preset, samples, min_tiles, max_tiles, min_text, max_text, 7, st);
+  add_parameter_flops(preset, st);
+
+  // Reference matmul: the LLM MLP's up-projection at the pack's token count, fp32.
+  const int64_t m = st.tokens, k = preset.llm.width, n = preset.llm.mlp_dim;
+  const torch::Tensor a = torch::randn({m, k}), b = torch::randn({k, n});
+  const double mm_flops = 2.0 * m * k * n;
+  int mm_iters = 1;
+  {  // calibrate the matmul block to last about as long as 1/4 of a model step
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 3; ++i) torch::matmul(a, b);
+    mm_iters = std::max(3, static_cast<int>(st.flops / mm_flops / 4));
+    (void)seconds_since(t0);
+  }
+  model->zero_grad(true);
+  model->forward(pack).loss_sum.backward();  // warm-up
+  std::vector<double> step_s, mm_gflops;
+  for (int r = 0; r < reps; ++r) {
+    model->zero_grad(/*set_to_none=*/true);  // one micro-batch: gradients are assigned, not added
+    auto t0 = std::chrono::steady_clock::now();
+    model->forward(pack).loss_sum.backward();
+    step_s.push_back(seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < mm_iters; ++i) torch::matmul(a, b);
+    mm_gflops.push_back(mm_flops * mm_iters / seconds_since(t0) / 1e9);
+  }
+  std::vector<double> tok_s, gflops, ratio;
+  for (int r = 0; r < reps; ++r) {
+    tok_s.push_back(st.tokens / step_s[r]);
+    gflops.push_back(st.flops / step_s[r] / 1e9);
+    ratio.push_back(gflops.back() / mm_gflops[r]);
+  }
+  const auto ts = summarise(step_s), tk = summarise(tok_s), gf = summarise(gflops),
+             mg = summarise(mm_gflops), ra = summarise(ratio);
+  std::printf("preset %s: %.1fM parameters, LibTorch %s, %d threads, %d reps\n", preset_name.c_str(),
+              params / 1e6, compat::torch_version(), threads, reps);
+  std::printf("pack: %lld samples, %lld tiles, %lld LLM tokens (%lld from images, %.0f%%), %lld labels, %.1f GFLOP per fwd+bwd\n",
+              static_cast<long long>(st.samples), static_cast<long long>(st.tiles),
+              static_cast<long long>(st.tokens), static_cast<long long>(st.image_tokens),
+              100.0 * st.image_tokens / st.tokens, static_cast<long long>(st.labels), st.flops / 1e9);
+  std::printf("\n| metric | median | min | max |\n|---|---:|---:|---:|\n");
+  std::printf("| fwd+bwd s | %.3f | %.3f | %.3f |\n", ts.median, ts.min, ts.max);
+  std::printf("| LLM tokens/s | %.0f | %.0f | %.0f |\n", tk.median, tk.min, tk.max);
+  std::printf("| model GFLOP/s | %.1f | %.1f | %.1f |\n", gf.median, gf.min, gf.max);
+  std::printf("| matmul GFLOP/s [%lldx%lld]x[%lldx%lld] | %.1f | %.1f | %.1f |\n",
+              static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(k),
+              static_cast<long long>(n), mg.median, mg.min, mg.max);
+  std::printf("| ratio model / matmul | %.3f | %.3f | %.3f |\n", ra.median, ra.min, ra.max);
+  print_profile(model, pack, 15);
+  return 0;
+}

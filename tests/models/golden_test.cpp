@@ -1,0 +1,66 @@
+// The tiny preset against golden values computed by scripts/golden/make_tiny_golden.py with
+// Debian's python3-torch from the architecture description (not from this C++).
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <iterator>
+
+#include "core/paths.h"
+#include "model_test_util.h"
+
+using namespace omnibal::models;
+using namespace omnibal::models::testing;
+
+namespace {
+
+c10::Dict<c10::IValue, c10::IValue> load_fixture() {
+  const std::string path = omnibal::source_dir() + "/tests/models/fixtures/tiny_golden.pt";
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return torch::pickle_load(bytes).toGenericDict();
+}
+
+}  // namespace
+
+TEST_CASE("tiny VLM matches the Python golden logits, loss and gradients", "[models][golden]") {
+  auto fx = load_fixture();
+  auto get = [&](const std::string& key) { return fx.at(key).toTensor(); };
+  const auto& preset = tiny_preset();
+  const int64_t img_id = get("img_context_id").item<int64_t>();
+  Vlm model(preset, VlmOptions{}.with_img_context_id(img_id));
+  fill_golden(model);
+
+  PackBatch pack;
+  pack.input_ids = get("input_ids");
+  pack.labels = get("labels");
+  pack.position_ids = get("position_ids");
+  pack.cu_seqlens = get("cu_seqlens");
+  pack.image_flags = get("image_flags");
+  const int64_t tiles = pack.image_flags.size(0), side = preset.vit.tile_size;
+  pack.pixel_values = golden_values("pixel_values", {tiles, 3, side, side});
+
+  UnitState out = model->forward(pack);
+  REQUIRE(out.label_count == get("label_count").item<int64_t>());
+  CHECK(torch::equal(out.label_positions, get("label_positions")));
+  CHECK(rel_err(out.logits, get("logits")) < 1e-5);
+  CHECK(rel_err(out.token_loss, get("token_loss")) < 1e-5);
+  CHECK(out.loss_sum.item<double>() == Approx(get("loss_sum").item<double>()).epsilon(1e-6));
+
+  out.loss_sum.backward();
+  int64_t checked = 0;
+  for (const auto& item : model->named_parameters()) {
+    INFO("parameter " << item.key());
+    REQUIRE(fx.contains("grad_idx/" + item.key()));
+    const torch::Tensor g = item.value().grad().flatten();
+    const torch::Tensor idx = get("grad_idx/" + item.key()).to(torch::kInt64);
+    const torch::Tensor expected = get("grad_val/" + item.key());
+    const double scale = expected.abs().max().item<double>() + 1e-8;
+    CHECK((g.index_select(0, idx) - expected).abs().max().item<double>() / scale < 1e-5);
+    CHECK(g.norm().item<double>() ==
+          Approx(get("grad_norm/" + item.key()).item<double>()).epsilon(1e-5).margin(1e-9));
+    ++checked;
+  }
+  CHECK(checked == static_cast<int64_t>(model->named_parameters().size()));
+  CHECK(checked == 77);  // every parameter of the tiny preset has a golden gradient
+}
