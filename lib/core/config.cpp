@@ -118,7 +118,7 @@ void ParallelConfig::validate(const std::string& w) const {
 }
 
 void BalanceConfig::validate(const std::string& w) const {
-  check_one_of(w + "method", method, {"isf", "random", "length-group", "best-fit"});
+  check_one_of(w + "method", method, {"isf", "random", "length-group", "best-fit", "multi-source"});
   check_positive(w + "samples_per_pack", samples_per_pack);
   OMNIBAL_CHECK(q_vit >= 0, w, "q_vit: expected a tile count >= 0 (0 = search), got ", q_vit);
   OMNIBAL_CHECK(q_tok >= 0, w, "q_tok: expected a token count >= 0 (0 = search), got ", q_tok);

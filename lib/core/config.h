@@ -47,7 +47,7 @@ struct ParallelConfig {
 
 /// Data balance (OmniBal §3.1, ISF). Budgets left at 0 are searched.
 struct BalanceConfig {
-  std::string method = "isf";  ///< isf | random | length-group | best-fit
+  std::string method = "isf";  ///< isf | random | length-group | best-fit | multi-source
   int samples_per_pack = 4;    ///< ISF target, stands in for the per-device batch size
   int64_t q_vit = 0;           ///< Q_v: tile budget of one pack (0 = search)
   int64_t q_tok = 0;           ///< Q_t: token budget of one pack (0 = search)

@@ -72,7 +72,7 @@ TEST_CASE("bad values are errors naming the key and what was expected", "[core][
   CHECK_THAT(msg, Catch::Contains("parallel.dp: expected an integer, got 'two'"));
   CHECK_THAT(error_of("parallel:\n  dp: 0\n"), Catch::Contains("parallel.dp: expected a positive value"));
   CHECK_THAT(error_of("balance:\n  method: greedy\n"),
-             Catch::Contains("balance.method: expected isf | random | length-group | best-fit, got 'greedy'"));
+             Catch::Contains("balance.method: expected isf | random | length-group | best-fit | multi-source, got 'greedy'"));
   CHECK_THAT(error_of("parallel:\n  pp: 3\n  partition: {manual: [1, 2]}\n"),
              Catch::Contains("one unit count per pipeline stage (3)"));
   CHECK_THAT(error_of("data:\n  on_bad_sample: ignore\n"), Catch::Contains("error | skip"));
