@@ -15,11 +15,14 @@
 #include <cmath>
 #include <limits>
 
-/// 1 when at::scaled_dot_product_attention is available (LibTorch >= 2.0).
+/// 1 when at::scaled_dot_product_attention is available (LibTorch >= 2.0). Predefined only by
+/// tests/models/compat_sdpa_test.cpp, which checks the 2.x branch on 1.13 against a stand-in.
+#ifndef OMNIBAL_TORCH_HAS_SDPA
 #if TORCH_VERSION_MAJOR >= 2
 #define OMNIBAL_TORCH_HAS_SDPA 1
 #else
 #define OMNIBAL_TORCH_HAS_SDPA 0
+#endif
 #endif
 
 namespace omnibal::models::compat {

@@ -211,3 +211,31 @@ TEST_CASE("the side tensor round-trips every field", "[models][units]") {
   CHECK_THROWS_WITH(UnitState::from_wire(s.hidden, s.side_tensor().slice(0, 0, -1)),
                     Catch::Contains("implies"));
 }
+
+TEST_CASE("tied embeddings: shared in one process, summed across stages", "[models][units]") {
+  omnibal::ModelPreset preset = tiny_preset();
+  preset.llm.tie_embeddings = true;
+  const auto options = VlmOptions{}.with_img_context_id(kImgContextId).with_seed(4);
+  const PackBatch pack = make_pack(preset, {{1, 10, 4}, {0, 8, 3}}, 4);
+  Vlm whole(preset, options);
+  const torch::Tensor embed = whole->named_parameters()["llm_embed.tok_embeddings.weight"];
+  CHECK_FALSE(whole->named_parameters().contains("llm_head.output.weight"));
+  CHECK(unit_parameter_counts(preset).back() == preset.llm.width);
+  whole->forward(pack).loss_sum.backward();
+
+  // Two stages: [0, head) and [head]; the head holds an identically initialised copy.
+  const int64_t head = whole->num_units() - 1;
+  auto first = make_units(preset, options, 0, head);
+  auto last = make_units(preset, options, head, head + 1);
+  const torch::Tensor copy = last[0]->named_parameters()["output.weight"];
+  CHECK(torch::equal(copy, embed));
+  UnitState s = run_units(first, UnitState::from_pack(pack));
+  torch::Tensor received = s.hidden.detach().requires_grad_(true);
+  UnitState out = run_units(last, s.with_hidden(received, Phase::kLlm));
+  out.loss_sum.backward();
+  s.hidden.backward(received.grad());
+  const auto embed_unit = first[static_cast<size_t>(preset.vit.depth + 2)];
+  REQUIRE(embed_unit->unit_name() == "llm_embed");
+  const torch::Tensor summed = embed_unit->named_parameters()["tok_embeddings.weight"].grad() + copy.grad();
+  CHECK(rel_err(summed, embed.grad()) < 1e-5);
+}
