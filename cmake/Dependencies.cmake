@@ -10,6 +10,7 @@ find_package(PkgConfig REQUIRED)
 # xxHash (Debian libxxhash-dev): XXH3-64 checksums of checkpoint files.
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 add_library(omnibal::xxhash ALIAS PkgConfig::XXHASH)
+find_package(ZLIB)  # optional: only the checkpoint benchmark's crc32 comparison
 if(OMNIBAL_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
   include(Catch)
