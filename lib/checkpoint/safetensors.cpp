@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors stores little-endian data; big-endian hosts are not supported");
@@ -96,11 +97,21 @@ std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& json_t
                                                        const std::string& origin,
                                                        std::map<std::string, std::string>* metadata) {
   nlohmann::json header;
+  // nlohmann keeps the last of duplicate keys silently; a header naming a tensor twice lies.
+  std::set<std::string> keys;
+  std::string duplicate;
+  const auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(json_text);
+    header = nlohmann::json::parse(json_text, on_event);
   } catch (const nlohmann::json::exception& e) {
     OMNIBAL_FAIL(origin, ": the safetensors header is not valid JSON: ", e.what());
   }
+  OMNIBAL_CHECK(duplicate.empty(), origin, ": tensor \"", duplicate, "\" appears twice in the header");
   OMNIBAL_CHECK(header.is_object(), origin, ": the safetensors header must be a JSON object");
   std::vector<SafetensorsEntry> entries;
   for (const auto& [name, value] : header.items()) {

@@ -11,8 +11,8 @@
 // copies the touched pages (copy-on-write) and never changes the file. Data whose offset is not
 // aligned to its element size is copied instead (torch kernels assume aligned data).
 // A header that lies (length beyond the file, bad JSON, unknown dtype, byte size that does not
-// match dtype x shape, offsets out of range, overlapping tensors, gaps) is an omnibal::Error
-// naming the file and the tensor. Writing pads the header with spaces to a multiple of 8 bytes,
+// match dtype x shape, offsets out of range, overlapping tensors, gaps, a name given twice) is
+// an omnibal::Error naming the file and the tensor. Writing pads the header with spaces to a multiple of 8 bytes,
 // as the reference implementation does.
 // Not here: big-endian hosts (refused at compile time), F8/complex dtypes, lazy remote reads.
 #pragma once

@@ -135,6 +135,9 @@ TEST_CASE("safetensors refuses headers that lie, naming the file and the tensor"
       {"float dim", R"({"w": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}})", 1,
        {"tensor \"w\"", "array of integers"}},
       {"metadata value", R"({"__metadata__": {"k": 3}})", 0, {"__metadata__[\"k\"] must be a string"}},
+      {"duplicate name",
+       R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}})",
+       2, {"tensor \"a\" appears twice"}},
   }));
   INFO(c.what);
   const std::string path = dir.file("bad.safetensors");
