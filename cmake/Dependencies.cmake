@@ -7,6 +7,10 @@ find_package(CLI11 REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(PkgConfig REQUIRED)
+# xxHash (Debian libxxhash-dev): XXH3-64 checksums of checkpoint files.
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+add_library(omnibal::xxhash ALIAS PkgConfig::XXHASH)
+find_package(ZLIB)  # optional: only the checkpoint benchmark's crc32 comparison
 if(OMNIBAL_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
   include(Catch)

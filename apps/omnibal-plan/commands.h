@@ -18,6 +18,10 @@ void register_partition_command(CLI::App& app, Actions& actions);
 /// `scan`: per-sample lengths of a meta file (scan_command.cpp; needs the LibTorch build).
 void register_scan_command(CLI::App& app, Actions& actions);
 
+/// `export`: a training checkpoint as a Hugging Face InternVL checkpoint (export_command.cpp;
+/// needs the LibTorch build).
+void register_export_command(CLI::App& app, Actions& actions);
+
 /// Registers every subcommand compiled into this build (commands.cpp lists them).
 void register_commands(CLI::App& app, Actions& actions);
 

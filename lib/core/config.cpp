@@ -165,6 +165,11 @@ void ModelConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!preset.empty(), w, "preset: expected a preset name (models/presets/<name>.yaml)");
 }
 
+void LossConfig::validate(const std::string& w) const {
+  OMNIBAL_CHECK(reduction == "token" || reduction == "sample" || reduction == "square", w,
+                "reduction: expected token, sample or square, got \"", reduction, "\"");
+}
+
 void Config::validate() const {
   model.validate("model.");
   parallel.validate("parallel.");
@@ -174,6 +179,7 @@ void Config::validate() const {
   train.validate("train.");
   runtime.validate("runtime.");
   comm.validate("comm.");
+  loss.validate("loss.");
 }
 
 }  // namespace omnibal

@@ -92,3 +92,15 @@ TEST_CASE("to_yaml round-trips the resolved config", "[core][config]") {
   CHECK(b.train.freeze == std::vector<std::string>{"vit", "projector"});
   CHECK(b.memory.recompute.per_stage == std::vector<int>{2, 1});
 }
+
+TEST_CASE("model.init_from, model.allow_missing and loss.reduction", "[core][config]") {
+  const auto c = parse_config("model:\n  init_from: /ckpt/InternVL-Chat-V1-5\n  allow_missing: ['projector.*']\n"
+                              "loss:\n  reduction: square\n",
+                              "test.yaml");
+  CHECK(c.model.init_from == "/ckpt/InternVL-Chat-V1-5");
+  CHECK(c.model.allow_missing == std::vector<std::string>{"projector.*"});
+  CHECK(c.loss.reduction == "square");
+  CHECK(parse_config("", "empty.yaml").loss.reduction == "token");
+  CHECK_THAT(error_of("loss:\n  reduction: mean\n"),
+             Catch::Contains("loss.reduction: expected token, sample or square, got \"mean\""));
+}
