@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "core/error.h"
 #include "core/model_preset.h"
 #include "partition/unit_cost_table.h"
 #include "profile/unit_profiler.h"
@@ -20,6 +21,7 @@ struct ProfileArgs {
   std::string preset = "tiny", out, device = "cpu";
   profile::ProfileOptions options;
   int threads = 0;
+  bool cpu_clock = false;
 };
 
 void print_table(const profile::ProfileResult& r) {
@@ -45,6 +47,11 @@ void print_table(const profile::ProfileResult& r) {
 int run_profile(ProfileArgs& a) {
   if (a.threads > 0) torch::set_num_threads(a.threads);
   a.options.device = torch::Device(a.device);
+  if (a.cpu_clock) {
+    OMNIBAL_CHECK(torch::get_num_threads() == 1,
+                  "profile: --cpu-clock times the calling thread only; use it with --threads 1");
+    a.options.clock = profile::ProfileClock::kThreadCpu;
+  }
   const ModelPreset preset = load_model_preset(a.preset);
   const auto result = profile::profile_units(preset, a.options);
   print_table(result);
@@ -69,6 +76,8 @@ void register_profile_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--freeze", a->options.freeze, "train.freeze groups: vit, projector, llm");
   cmd->add_option("--seed", a->options.pack.seed, "seed of the pack's lengths and values");
   cmd->add_option("--threads", a->threads, "intra-op threads (default: LibTorch's)");
+  cmd->add_flag("--cpu-clock", a->cpu_clock,
+                "time by the thread's CPU clock (with --threads 1; robust to busy shared cores)");
   cmd->add_option("--device", a->device, "cpu or cuda[:i] (CUDA LibTorch builds)");
   cmd->add_option("--out", a->out, "cost table JSON to write")->required();
   cmd->callback([a, &actions] { actions.push_back([a] { return run_profile(*a); }); });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <optional>
 
 #include <torch/cuda.h>
@@ -15,7 +16,6 @@
 namespace omnibal::profile {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using models::UnitKind;
 using models::UnitState;
 
@@ -63,9 +63,6 @@ void sync(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -87,7 +84,7 @@ struct UnitMode {
 };
 
 UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode mode,
-                 MemoryMeter& meter) {
+                 MemoryMeter& meter, ProfileClock clock) {
   const torch::Device device = meter.device();
   UnitState in = boundary.with_hidden(boundary.hidden.detach().clone(), boundary.phase);
   if (mode.input_grad && in.hidden.is_floating_point()) in.hidden.requires_grad_(true);
@@ -96,7 +93,7 @@ UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode
   sync(device);
   const int64_t before = meter.current_bytes();
   meter.reset_peak();
-  const auto t0 = Clock::now();
+  const double t0 = clock_seconds(clock);
   UnitState out;
   {
     std::optional<torch::NoGradGuard> no_grad;
@@ -104,7 +101,7 @@ UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode
     out = unit.forward(in);
   }
   sync(device);
-  r.forward_s = seconds(t0, Clock::now());
+  r.forward_s = clock_seconds(clock) - t0;
   r.forward_transient = meter.peak_bytes() - meter.current_bytes();
   in = UnitState();  // the caller's reference to the input is gone; the graph may keep it
   const bool head = unit.kind() == UnitKind::kLlmHead;
@@ -115,22 +112,31 @@ UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode
   sync(device);
   const int64_t start = meter.current_bytes();
   meter.reset_peak();
-  const auto t1 = Clock::now();
+  const double t1 = clock_seconds(clock);
   torch::autograd::backward({root}, {grad});
   sync(device);
-  r.backward_s = seconds(t1, Clock::now());
+  r.backward_s = clock_seconds(clock) - t1;
   r.backward_transient = meter.peak_bytes() - start;
-  for (auto& p : unit.parameters()) p.mutable_grad() = torch::Tensor();
-  return r;
+  return r;  // gradients stay and accumulate, as over the micro-batches of a training step
 }
 
 void check_options(const ProfileOptions& o) {
   OMNIBAL_CHECK(o.repeats >= 1, "profile: repeats must be >= 1, got ", o.repeats);
   OMNIBAL_CHECK(o.warmup >= 0, "profile: warmup must be >= 0, got ", o.warmup);
+  OMNIBAL_CHECK(o.clock == ProfileClock::kWall || o.device.is_cpu(),
+                "profile: the thread CPU clock only times CPU work, not ", o.device.str());
   check_groups(o.freeze);
 }
 
 }  // namespace
+
+double clock_seconds(ProfileClock clock) {
+  if (clock == ProfileClock::kWall)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<std::string>& freeze) {
   check_groups(freeze);
@@ -179,7 +185,7 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
   MemoryMeter meter(o.device);
   for (int r = 0; r < o.warmup + o.repeats; ++r)
     for (size_t i = 0; i < n; ++i) {
-      const UnitRun run = run_once(*units[i], inputs[i], modes[i], meter);
+      const UnitRun run = run_once(*units[i], inputs[i], modes[i], meter, o.clock);
       if (r >= o.warmup) runs[i].push_back(run);
     }
   ProfileResult res;

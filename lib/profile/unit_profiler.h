@@ -6,7 +6,9 @@
 // Per unit, from the pack's state at the unit's input (computed once, without autograd):
 //   forward_s        median forward seconds over `repeats` runs after `warmup` runs
 //   backward_s       median seconds of backpropagating a gradient of ones through the unit's
-//                    graph (weight gradients + input gradient when an earlier unit trains)
+//                    graph (weight gradients + input gradient when an earlier unit trains);
+//                    weight gradients accumulate into existing buffers after the first run, as
+//                    over the micro-batches of a step
 //   activation_bytes tensor bytes the unit's graph keeps from forward to backward, its input
 //                    included when the graph saves it, its output excluded (the next unit or
 //                    the send buffer accounts for it): the meter's bytes after the forward with
@@ -34,6 +36,14 @@
 
 namespace omnibal::profile {
 
+/// Which clock times a unit: wall time (default), or the calling thread's CPU time, which other
+/// processes sharing the cores do not inflate but which only covers intra-op work when LibTorch
+/// runs on 1 thread (CPU only; CUDA work is timed by wall clock after a synchronize).
+enum class ProfileClock { kWall, kThreadCpu };
+
+/// Seconds on `clock` since an unspecified start (differences only).
+double clock_seconds(ProfileClock clock);
+
 /// What to profile and how.
 struct ProfileOptions {
   ProfilingPackOptions pack;        ///< the balanced pack (Q_v, Q_t, samples per pack, seed)
@@ -42,6 +52,7 @@ struct ProfileOptions {
   std::vector<std::string> freeze;  ///< train.freeze groups: vit, projector, llm
   uint64_t init_seed = 0;           ///< parameter initialisation seed
   torch::Device device = torch::kCPU;
+  ProfileClock clock = ProfileClock::kWall;
 };
 
 /// The table plus what the table format has no field for.

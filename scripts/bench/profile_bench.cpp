@@ -26,7 +26,6 @@
 #include "schedule/pipeline_timeline.h"
 
 using namespace omnibal;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -35,7 +34,10 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+profile::ProfileClock g_clock = profile::ProfileClock::kWall;
+
+/// Seconds on the benchmark's clock (the profiler's, so both sides are timed alike).
+double now_s() { return profile::clock_seconds(g_clock); }
 
 /// Per-stage forward and backward seconds of one micro-batch.
 struct StageTimes {
@@ -78,17 +80,17 @@ StageTimes run_split(const std::vector<models::UnitPtr>& units, const partition:
     in[s] = state;
     if (s > 0) in[s].hidden = state.hidden.detach().requires_grad_(true);  // received activation
     const std::vector<models::UnitPtr> stage(units.begin() + split.begin(s), units.begin() + split.end(s));
-    const auto t0 = Clock::now();
+    const double t0 = now_s();
     out[s] = models::run_units(stage, in[s]);
-    t.forward_s[s] = since(t0);
+    t.forward_s[s] = now_s() - t0;
     state = out[s];
   }
   torch::Tensor grad;
   for (int s = p - 1; s >= 0; --s) {
-    const auto t0 = Clock::now();
+    const double t0 = now_s();
     if (s == p - 1) out[s].loss_sum.backward();
     else out[s].hidden.backward(grad);
-    t.backward_s[s] = since(t0);
+    t.backward_s[s] = now_s() - t0;
     if (s > 0) grad = in[s].hidden.grad();  // sent gradient
   }
   for (auto& u : units) u->zero_grad();
@@ -111,8 +113,11 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", m);
   app.add_option("--reps", reps);
   app.add_option("--threads", threads);
+  bool cpu_clock = false;
+  app.add_flag("--cpu-clock", cpu_clock, "thread CPU time instead of wall time (needs --threads 1)");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
+  if (cpu_clock && threads == 1) g_clock = po.clock = profile::ProfileClock::kThreadCpu;
   const auto preset = load_model_preset(preset_name);
   po.repeats = reps;
   const auto table = profile::profile_units(preset, po).table;
@@ -155,8 +160,9 @@ int main(int argc, char** argv) {
       }
       if (r > 0) measured[k].push_back(sum);
     }
-  fmt::print("{} at {} tiles / {} tokens / {} samples, pp {}, m {}, {} threads, {} reps\n",
-             preset.name, po.pack.q_vit, po.pack.q_tok, po.pack.samples, pp, m, threads, reps);
+  fmt::print("{} at {} tiles / {} tokens / {} samples, pp {}, m {}, {} threads, {} reps, {} clock\n",
+             preset.name, po.pack.q_vit, po.pack.q_tok, po.pack.samples, pp, m, threads, reps,
+             g_clock == profile::ProfileClock::kWall ? "wall" : "thread-CPU");
   std::vector<double> stage_err, step_err;
   for (size_t k = 0; k < splits.size(); ++k) {
     const auto pred = predicted(table, splits[k].second);
