@@ -321,7 +321,8 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
                  {"tp", o.tp}, {"micro_batches", o.micro_batches}, {"device", o.device},
                  {"global_batch", o.global_batch}, {"zero1", o.zero1},
                  {"budget_gb", res.budget_bytes / 1e9}, {"epoch_samples", res.epoch_samples},
-                 {"samples_per_pack", res.samples_per_pack}, {"isf_budgets", res.isf_budgets}};
+                 {"samples_per_pack", res.samples_per_pack}, {"isf_budgets", res.isf_budgets},
+                 {"cost_table_in", o.cost_table_in}};
   auto breakdown = [](const partition::TimeBreakdown& b, bool with_useful) {
     nlohmann::json x = {{"padding_s", b.padding_s}, {"dp_wait_s", b.dp_wait_s},
                         {"bubble_s", b.bubble_s}, {"recompute_s", b.recompute_s}};
