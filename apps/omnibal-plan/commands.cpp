@@ -13,6 +13,9 @@ void register_commands(CLI::App& app, Actions& actions) {
 #ifdef OMNIBAL_PLAN_HAS_EXPORT
   register_export_command(app, actions);
 #endif
+#ifdef OMNIBAL_PLAN_HAS_PROFILE
+  register_profile_command(app, actions);
+#endif
 }
 
 }  // namespace omnibal::plan

@@ -17,6 +17,8 @@ void register_data_command(CLI::App& app, Actions& actions);
 void register_partition_command(CLI::App& app, Actions& actions);
 /// `scan`: per-sample lengths of a meta file (scan_command.cpp; needs the LibTorch build).
 void register_scan_command(CLI::App& app, Actions& actions);
+/// `profile`: the measured per-unit cost table of a preset (profile_command.cpp; LibTorch build).
+void register_profile_command(CLI::App& app, Actions& actions);
 
 /// `export`: a training checkpoint as a Hugging Face InternVL checkpoint (export_command.cpp;
 /// needs the LibTorch build).

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
 
 #include "balance/data_planner.h"
 #include "balance/length_reader.h"
@@ -78,11 +80,34 @@ MicroBatchLoad mean_load(const std::vector<StepLoads>& steps) {
 /// Shared context of all rows.
 struct Context {
   AblationOptions o;
-  partition::AnalyticCostModel model;
+  partition::AnalyticCostModel analytic;  ///< the device (links, memory) and, by default, costs
   memory::MemoryOptions memory;
   double budget = 0;
   int64_t epoch_samples = 0;
+  std::optional<partition::ScaledTableCostModel> measured;  ///< --cost-table-in
+
+  const partition::CostModel& model() const {
+    return measured ? static_cast<const partition::CostModel&>(*measured) : analytic;
+  }
 };
+
+/// Loads --cost-table-in: a measured table of the same preset replaces the analytic costs (the
+/// device still gives link bandwidths and memory). Its bytes per parameter (fp32 when profiled
+/// on the CPU) follow from the preset's parameter counts, so the memory model counts weights,
+/// gradients and optimizer state per parameter correctly.
+void use_measured_table(Context& c) {
+  auto table = partition::read_unit_cost_table(c.o.cost_table_in);
+  const auto analytic = c.analytic.costs(partition::MicroBatchLoad::packed({1}, {1}));
+  OMNIBAL_CHECK(table.units.size() == analytic.units.size(), c.o.cost_table_in, ": ",
+                table.units.size(), " units, but preset '", c.o.model, "' has ",
+                analytic.units.size());
+  const auto bytes = [](const partition::UnitCostTable& t) {
+    return std::accumulate(t.units.begin(), t.units.end(), 0.0,
+                           [](double s, const partition::UnitCost& u) { return s + u.parameter_bytes; });
+  };
+  c.memory.weight_bytes_per_param *= bytes(table) / (bytes(analytic) * c.o.tp);
+  c.measured.emplace(std::move(table));
+}
 
 memory::RecomputePlan recompute_plan(const Context& c, const Partition& p,
                                      const MicroBatchLoad& worst, bool adaptive) {
@@ -90,7 +115,7 @@ memory::RecomputePlan recompute_plan(const Context& c, const Partition& p,
   ro.memory = c.memory;
   ro.micro_batches = c.o.micro_batches;
   ro.budget_bytes = c.budget;
-  const auto table = c.model.costs(worst);
+  const auto table = c.model().costs(worst);
   return adaptive ? memory::plan_adaptive_recompute(table, p, ro)
                   : memory::plan_full_recompute(table, p, ro);
 }
@@ -100,12 +125,12 @@ AblationRow simulate_row(const Context& c, const std::string& name, const std::s
                          const std::vector<StepLoads>& steps, bool adaptive) {
   const auto plan = recompute_plan(c, p, worst_load(steps), adaptive);
   partition::SimulatorSetup s;
-  s.model = &c.model;
+  s.model = &c.model();
   s.partition = p;
   s.recompute = plan.recompute;
   s.dp = c.o.dp;
   s.tp = c.o.tp;
-  s.device = c.model.device();
+  s.device = c.analytic.device();
   s.zero1 = c.o.zero1;
   for (const auto& m : plan.memory) s.static_bytes.push_back(m.static_bytes());
   const auto run = partition::simulate_run(s, steps);
@@ -135,7 +160,7 @@ partition::PartitionSearchInput search_input(const Context& c, const MicroBatchL
                                              const MicroBatchLoad& worst,
                                              const std::vector<bool>& recompute) {
   partition::PartitionSearchInput in;
-  const auto table = c.model.costs(profile);
+  const auto table = c.model().costs(profile);
   for (size_t i = 0; i < table.units.size(); ++i) {
     const auto& u = table.units[i];
     const bool rc = u.recomputable() && u.trainable && (recompute.empty() || recompute[i]);
@@ -144,7 +169,7 @@ partition::PartitionSearchInput search_input(const Context& c, const MicroBatchL
     in.output_bytes.push_back(u.output_bytes);
   }
   in.micro_batches = c.o.micro_batches;
-  in.link_bandwidth = partition::pipeline_link_bandwidth(c.model.device(), c.o.dp, c.o.tp);
+  in.link_bandwidth = partition::pipeline_link_bandwidth(c.analytic.device(), c.o.dp, c.o.tp);
   in.stages = c.o.pp;
   in.radius = c.o.radius;
   in.top_k = c.o.top_k;
@@ -215,8 +240,9 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
             {}, 0, 0};
   c.memory.dp = o.dp;
   c.memory.zero1 = o.zero1;
+  if (!o.cost_table_in.empty()) use_measured_table(c);
   c.budget = o.budget_gb > 0 ? o.budget_gb * double(1ull << 30)
-                             : memory::default_budget_bytes(c.model.device().memory_bytes);
+                             : memory::default_budget_bytes(c.analytic.device().memory_bytes);
   const auto table = balance::read_length_files(o.lengths);
   c.epoch_samples = static_cast<int64_t>(table.size());
   AblationResult res;
@@ -239,9 +265,9 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   OMNIBAL_CHECK(!base_steps.empty() && !isf_steps.empty(), "partition: the length files hold ",
                 table.size(), " samples, fewer than one step of dp * m micro-batches");
 
-  res.profile_table = c.model.costs(mean_load(isf_steps));
+  res.profile_table = c.model().costs(mean_load(isf_steps));
   std::vector<double> params;
-  for (const auto& u : c.model.costs(mean_load(isf_steps)).units) params.push_back(u.parameter_bytes);
+  for (const auto& u : c.model().costs(mean_load(isf_steps)).units) params.push_back(u.parameter_bytes);
   const Partition by_params = partition::min_max_partition(params, o.pp);
   const Partition bmp =
       balanced_partition(c, isf_steps, false, res.search, res.candidate_seconds);
@@ -255,7 +281,7 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   rows.push_back(simulate_row(c, "+ adaptive recompute", "isf", "balanced (memory-aware)",
                               bmp_adaptive, isf_steps, true));
   rows.push_back(simulate_row(c, "ISF + uniform split", "isf", "uniform",
-                              partition::uniform_partition(c.model.num_units(), o.pp), isf_steps,
+                              partition::uniform_partition(c.analytic.num_units(), o.pp), isf_steps,
                               false));
   rows.push_back(simulate_row(c, "ISF + greedy profile split", "isf", "greedy-profile",
                               res.search.greedy_anchor, isf_steps, false));
@@ -295,7 +321,8 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
                  {"tp", o.tp}, {"micro_batches", o.micro_batches}, {"device", o.device},
                  {"global_batch", o.global_batch}, {"zero1", o.zero1},
                  {"budget_gb", res.budget_bytes / 1e9}, {"epoch_samples", res.epoch_samples},
-                 {"samples_per_pack", res.samples_per_pack}, {"isf_budgets", res.isf_budgets}};
+                 {"samples_per_pack", res.samples_per_pack}, {"isf_budgets", res.isf_budgets},
+                 {"cost_table_in", o.cost_table_in}};
   auto breakdown = [](const partition::TimeBreakdown& b, bool with_useful) {
     nlohmann::json x = {{"padding_s", b.padding_s}, {"dp_wait_s", b.dp_wait_s},
                         {"bubble_s", b.bubble_s}, {"recompute_s", b.recompute_s}};

@@ -40,6 +40,7 @@ struct AblationOptions {
   int iterations = 50;               ///< ISF rounds
   uint64_t seed = 1024;
   bool freeze_vit = false;
+  std::string cost_table_in;         ///< measured per-unit table (omnibal-plan profile); "": analytic
 };
 
 /// One row of the table.

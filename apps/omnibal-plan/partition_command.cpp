@@ -34,6 +34,9 @@ void register_partition_command(CLI::App& app, Actions& actions) {
                 "keep the full optimizer state on every DP rank");
   cmd->add_flag("--freeze-vit", opts->freeze_vit, "the ViT is frozen (train.freeze: [vit])");
   cmd->add_option("--json", *json_path, "write the result as JSON here");
+  cmd->add_option("--cost-table-in", opts->cost_table_in,
+                  "measured per-unit cost table (omnibal-plan profile) instead of analytic costs; "
+                  "scaled to each micro-batch's tiles and tokens");
   cmd->add_option("--cost-table", *table_path,
                   "write the analytic per-unit cost table at the mean ISF pack here");
   cmd->callback([opts, json_path, table_path, &actions] {

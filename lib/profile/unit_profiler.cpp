@@ -1,0 +1,223 @@
+#include "profile/unit_profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <optional>
+
+#include <torch/cuda.h>
+
+#include "core/error.h"
+#include "models/torch_compat.h"
+#include "models/unit_state.h"
+#include "models/vlm.h"
+#include "profile/memory_meter.h"
+
+namespace omnibal::profile {
+namespace {
+
+using models::UnitKind;
+using models::UnitState;
+
+partition::UnitKind table_kind(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::kVitEmbed: return partition::UnitKind::VitEmbed;
+    case UnitKind::kVitBlock: return partition::UnitKind::VitBlock;
+    case UnitKind::kProjector: return partition::UnitKind::Projector;
+    case UnitKind::kLlmEmbed: return partition::UnitKind::LlmEmbed;
+    case UnitKind::kLlmBlock: return partition::UnitKind::LlmBlock;
+    case UnitKind::kLlmHead: break;
+  }
+  return partition::UnitKind::Head;
+}
+
+/// train.freeze group of a unit kind.
+std::string group_of(UnitKind kind) {
+  if (kind == UnitKind::kVitEmbed || kind == UnitKind::kVitBlock) return "vit";
+  if (kind == UnitKind::kProjector) return "projector";
+  return "llm";
+}
+
+std::string group_of_name(const std::string& unit) {
+  if (unit.rfind("vit_", 0) == 0) return "vit";
+  if (unit == "projector") return "projector";
+  return "llm";
+}
+
+void check_groups(const std::vector<std::string>& freeze) {
+  for (size_t i = 0; i < freeze.size(); ++i)
+    OMNIBAL_CHECK(freeze[i] == "vit" || freeze[i] == "projector" || freeze[i] == "llm",
+                  "train.freeze[", i, "]: unknown group '", freeze[i],
+                  "' (expected vit, projector or llm)");
+}
+
+bool frozen(const std::vector<std::string>& freeze, const std::string& group) {
+  return std::find(freeze.begin(), freeze.end(), group) != freeze.end();
+}
+
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+void sync(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// One forward (+ backward) of one unit and what the meter saw.
+struct UnitRun {
+  double forward_s = 0, backward_s = 0;
+  int64_t kept_bytes = 0, forward_transient = 0, backward_transient = 0;
+};
+
+/// How a unit is run: with autograd (something at or before it trains) and whether its input
+/// needs a gradient (something before it trains).
+struct UnitMode {
+  bool input_grad = false;
+  bool backward = false;
+};
+
+UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode mode,
+                 MemoryMeter& meter, ProfileClock clock) {
+  const torch::Device device = meter.device();
+  UnitState in = boundary.with_hidden(boundary.hidden.detach().clone(), boundary.phase);
+  if (mode.input_grad && in.hidden.is_floating_point()) in.hidden.requires_grad_(true);
+  const int64_t input_bytes = bytes_of(in.hidden);
+  UnitRun r;
+  sync(device);
+  const int64_t before = meter.current_bytes();
+  meter.reset_peak();
+  const double t0 = clock_seconds(clock);
+  UnitState out;
+  {
+    std::optional<torch::NoGradGuard> no_grad;
+    if (!mode.backward) no_grad.emplace();
+    out = unit.forward(in);
+  }
+  sync(device);
+  r.forward_s = clock_seconds(clock) - t0;
+  r.forward_transient = meter.peak_bytes() - meter.current_bytes();
+  in = UnitState();  // the caller's reference to the input is gone; the graph may keep it
+  const bool head = unit.kind() == UnitKind::kLlmHead;
+  r.kept_bytes = meter.current_bytes() - (before - input_bytes) - (head ? 0 : bytes_of(out.hidden));
+  if (!mode.backward) return r;
+  const torch::Tensor root = head ? out.loss_sum : out.hidden;
+  const torch::Tensor grad = torch::ones_like(root);
+  sync(device);
+  const int64_t start = meter.current_bytes();
+  meter.reset_peak();
+  const double t1 = clock_seconds(clock);
+  torch::autograd::backward({root}, {grad});
+  sync(device);
+  r.backward_s = clock_seconds(clock) - t1;
+  r.backward_transient = meter.peak_bytes() - start;
+  return r;  // gradients stay and accumulate, as over the micro-batches of a training step
+}
+
+void check_options(const ProfileOptions& o) {
+  OMNIBAL_CHECK(o.repeats >= 1, "profile: repeats must be >= 1, got ", o.repeats);
+  OMNIBAL_CHECK(o.warmup >= 0, "profile: warmup must be >= 0, got ", o.warmup);
+  OMNIBAL_CHECK(o.clock == ProfileClock::kWall || o.device.is_cpu(),
+                "profile: the thread CPU clock only times CPU work, not ", o.device.str());
+  check_groups(o.freeze);
+}
+
+}  // namespace
+
+double clock_seconds(ProfileClock clock) {
+  if (clock == ProfileClock::kWall)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<std::string>& freeze) {
+  check_groups(freeze);
+  std::vector<bool> out;
+  for (const auto& name : models::unit_names(preset)) out.push_back(!frozen(freeze, group_of_name(name)));
+  return out;
+}
+
+void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<std::string>& freeze) {
+  check_groups(freeze);
+  for (const auto& u : units)
+    if (frozen(freeze, group_of(u->kind())))
+      for (auto& p : u->parameters()) p.requires_grad_(false);
+}
+
+std::string table_unit_name(const std::string& name) {
+  if (name == "llm_head") return "head";
+  for (const std::string prefix : {"vit_block_", "llm_block_"})
+    if (name.rfind(prefix, 0) == 0)
+      return prefix.substr(0, prefix.size() - 1) + "." + name.substr(prefix.size());
+  return name;
+}
+
+ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) {
+  check_options(o);
+  const models::PackBatch pack = make_profiling_pack(preset, o.pack);
+  models::VlmOptions vo;
+  vo.with_img_context_id(profiling_img_context_id(preset, o.pack)).with_seed(o.init_seed)
+      .with_device(o.device);
+  const auto counts = models::unit_parameter_counts(preset);
+  const auto units = models::make_units(preset, vo, 0, static_cast<int64_t>(counts.size()));
+  apply_freeze(units, o.freeze);
+  const auto trainable = trainable_units(preset, o.freeze);
+  const size_t n = units.size();
+  std::vector<UnitState> inputs{UnitState::from_pack(pack, o.device)};  // input state of each unit
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i + 1 < n; ++i) inputs.push_back(units[i]->forward(inputs[i]));
+  }
+  std::vector<UnitMode> modes(n);
+  for (size_t i = 0, seen = 0; i < n; ++i) {
+    modes[i] = {seen > 0, seen > 0 || trainable[i]};
+    seen += trainable[i];
+  }
+  std::vector<std::vector<UnitRun>> runs(n);
+  MemoryMeter meter(o.device);
+  for (int r = 0; r < o.warmup + o.repeats; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      const UnitRun run = run_once(*units[i], inputs[i], modes[i], meter, o.clock);
+      if (r >= o.warmup) runs[i].push_back(run);
+    }
+  ProfileResult res;
+  auto& t = res.table;
+  t.model = preset.name;
+  t.source = "profiled:" + o.device.str();
+  t.load = {o.pack.q_vit, o.pack.q_tok, o.pack.samples};
+  const auto dtype = vo.dtype.value_or(models::compat::default_dtype(o.device));
+  const double param_size = static_cast<double>(torch::elementSize(dtype));
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<double> fwd, bwd;
+    for (const auto& run : runs[i]) fwd.push_back(run.forward_s), bwd.push_back(run.backward_s);
+    partition::UnitCost c;
+    c.name = table_unit_name(units[i]->unit_name());
+    c.kind = table_kind(units[i]->kind());
+    c.forward_s = median(fwd);
+    c.backward_s = modes[i].backward ? median(bwd) : 0.0;
+    c.activation_bytes = static_cast<double>(std::max<int64_t>(0, runs[i].back().kept_bytes));
+    c.parameter_bytes = static_cast<double>(counts[i]) * param_size;
+    c.trainable = trainable[i];
+    c.output_bytes = i + 1 < n ? static_cast<double>(bytes_of(inputs[i + 1].hidden) +
+                                                     bytes_of(inputs[i + 1].side_tensor()))
+                               : 0.0;
+    t.units.push_back(c);
+    res.forward_transient_bytes.push_back(static_cast<double>(runs[i].back().forward_transient));
+    res.backward_transient_bytes.push_back(static_cast<double>(runs[i].back().backward_transient));
+    res.forward_min_s.push_back(*std::min_element(fwd.begin(), fwd.end()));
+    res.forward_max_s.push_back(*std::max_element(fwd.begin(), fwd.end()));
+    res.backward_min_s.push_back(*std::min_element(bwd.begin(), bwd.end()));
+    res.backward_max_s.push_back(*std::max_element(bwd.begin(), bwd.end()));
+  }
+  return res;
+}
+
+}  // namespace omnibal::profile

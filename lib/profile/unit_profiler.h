@@ -1,0 +1,82 @@
+// Per-unit cost profiling (issue 6, "Profiling"; spec §2.2 item 2): every pipeline unit of a
+// preset (models/vlm.h) is timed and its memory counted under one balanced pack of Q_v tiles
+// and Q_t tokens (profiling_pack.h), giving the torch-free per-unit cost table
+// (partition/unit_cost_table.h) that the partition search and the memory planner read.
+//
+// Per unit, from the pack's state at the unit's input (computed once, without autograd):
+//   forward_s        median forward seconds over `repeats` runs after `warmup` runs
+//   backward_s       median seconds of backpropagating a gradient of ones through the unit's
+//                    graph (weight gradients + input gradient when an earlier unit trains);
+//                    weight gradients accumulate into existing buffers after the first run, as
+//                    over the micro-batches of a step
+//   activation_bytes tensor bytes the unit's graph keeps from forward to backward, its input
+//                    included when the graph saves it, its output excluded (the next unit or
+//                    the send buffer accounts for it): the meter's bytes after the forward with
+//                    the caller's reference to the input dropped, minus the bytes before it
+//                    without the input, minus the output hidden state
+//   parameter_bytes  bytes of the unit's parameters in the run dtype (fp32 on the CPU, bf16 on
+//                    CUDA), so memory options must use the same bytes per parameter
+//   output_bytes     the hidden state plus the side tensor sent to the next unit (0 for the head)
+// train.freeze: a frozen unit's parameters get no gradients (trainable = false); a unit before
+// which nothing trains (a frozen ViT) runs without autograd (backward_s = 0, no activations).
+// The meter is the counting CPU allocator or the CUDA caching allocator (memory_meter.h).
+// Not here: timed partition trials of whole stages (the trainer), communication costs.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model_preset.h"
+#include "models/pipeline_unit.h"
+#include "partition/unit_cost_table.h"
+#include "profile/profiling_pack.h"
+
+namespace omnibal::profile {
+
+/// Which clock times a unit: wall time (default), or the calling thread's CPU time, which other
+/// processes sharing the cores do not inflate but which only covers intra-op work when LibTorch
+/// runs on 1 thread (CPU only; CUDA work is timed by wall clock after a synchronize).
+enum class ProfileClock { kWall, kThreadCpu };
+
+/// Seconds on `clock` since an unspecified start (differences only).
+double clock_seconds(ProfileClock clock);
+
+/// What to profile and how.
+struct ProfileOptions {
+  ProfilingPackOptions pack;        ///< the balanced pack (Q_v, Q_t, samples per pack, seed)
+  int warmup = 1;                   ///< untimed runs per unit
+  int repeats = 5;                  ///< timed runs per unit (median); runs interleave units
+  std::vector<std::string> freeze;  ///< train.freeze groups: vit, projector, llm
+  uint64_t init_seed = 0;           ///< parameter initialisation seed
+  torch::Device device = torch::kCPU;
+  ProfileClock clock = ProfileClock::kWall;
+};
+
+/// The table plus what the table format has no field for.
+struct ProfileResult {
+  partition::UnitCostTable table;
+  std::vector<double> forward_transient_bytes;   ///< per unit: peak during forward above the end
+  std::vector<double> backward_transient_bytes;  ///< per unit: peak during backward above start
+  std::vector<double> forward_min_s, forward_max_s, backward_min_s, backward_max_s;
+};
+
+/// Per unit of `preset` (model order): false for units in a frozen group. Throws
+/// omnibal::Error on an unknown group name.
+std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<std::string>& freeze);
+
+/// Sets requires_grad = false on the parameters of units whose group is frozen.
+void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<std::string>& freeze);
+
+/// Cost-table name of a model unit: "vit_block_3" -> "vit_block.3", "llm_head" -> "head" (the
+/// names of partition/analytic_cost_model.h, so profiled and analytic tables line up).
+std::string table_unit_name(const std::string& model_unit_name);
+
+/// Profiles every unit of `preset` (see the file comment). source = "profiled:<device>";
+/// load = the pack's tiles, tokens and samples. Throws omnibal::Error on bad options (pack
+/// options as profiling_pack_layout(), repeats < 1, warmup < 0).
+ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& options);
+
+}  // namespace omnibal::profile

@@ -1,0 +1,141 @@
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <cstdio>
+
+#include "core/model_preset.h"
+#include "models/vlm.h"
+#include "partition/analytic_cost_model.h"
+#include "partition/device_spec.h"
+#include "partition/unit_cost_table.h"
+#include "profile/profiling_pack.h"
+#include "profile/unit_profiler.h"
+
+using namespace omnibal;
+using namespace omnibal::profile;
+
+namespace {
+
+ProfileOptions tiny_options() {
+  ProfileOptions o;
+  o.pack.q_vit = 16;   // 64 image tokens (4 per 56 px tile)
+  o.pack.q_tok = 112;  // + 48 text tokens
+  o.pack.samples = 4;
+  o.pack.seed = 7;
+  o.warmup = 0;
+  o.repeats = 1;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("profiling pack: exact tiles and tokens, unequal samples, image tokens in place",
+          "[profile]") {
+  const auto preset = load_model_preset("tiny");
+  ProfilingPackOptions o;
+  o.q_vit = GENERATE(4, 16, 31);
+  o.samples = GENERATE(1, 3, 4);
+  o.q_tok = o.q_vit * preset.tokens_per_tile() + 10 * o.samples + 7;
+  o.seed = 11;
+  const auto pack = make_profiling_pack(preset, o);
+  CHECK(pack.pixel_values.size(0) == o.q_vit);
+  CHECK(pack.input_ids.size(0) == o.q_tok);
+  CHECK(pack.num_samples() == o.samples);
+  const int64_t img = profiling_img_context_id(preset, o);
+  CHECK((pack.input_ids == img).sum().item<int64_t>() == o.q_vit * preset.tokens_per_tile());
+  CHECK((pack.labels != -100).sum().item<int64_t>() >= o.samples);
+  CHECK((pack.labels.masked_select(pack.labels != -100) == img).sum().item<int64_t>() == 0);
+  const auto layout = profiling_pack_layout(preset, o);
+  for (size_t s = 0; s < layout.tiles.size(); ++s) {
+    CHECK(layout.tiles[s] >= 1);
+    CHECK(layout.text[s] >= 4);
+  }
+  o.q_tok = o.q_vit * preset.tokens_per_tile();  // no room for text
+  CHECK_THROWS_WITH(make_profiling_pack(preset, o), Catch::Contains("q_tok"));
+}
+
+TEST_CASE("unit profiler: tiny table has the analytic names, exact parameter and output bytes",
+          "[profile]") {
+  const auto preset = load_model_preset("tiny");
+  const auto o = tiny_options();
+  const auto result = profile_units(preset, o);
+  const auto& t = result.table;
+  const auto analytic = partition::AnalyticCostModel(preset, partition::device_spec("a100-80g"))
+                            .costs(partition::MicroBatchLoad::packed({16}, {112}));
+  REQUIRE(t.units.size() == analytic.units.size());
+  const auto counts = models::unit_parameter_counts(preset);
+  const int64_t T = 112, n = 4, tiles = 16, vit_tokens = preset.vit_tokens_per_tile();
+  const double side = 8.0 * (4 + 3 * T + (n + 1) + tiles);  // side_tensor(): int64
+  for (size_t i = 0; i < t.units.size(); ++i) {
+    const auto& u = t.units[i];
+    INFO(u.name);
+    CHECK(u.name == analytic.units[i].name);
+    CHECK(u.kind == analytic.units[i].kind);
+    CHECK(u.parameter_bytes == 4.0 * counts[i]);  // fp32 on the CPU
+    CHECK(u.forward_s > 0);
+    CHECK(u.backward_s > 0);
+    CHECK(u.trainable);
+    if (u.kind == partition::UnitKind::VitBlock)
+      CHECK(u.output_bytes == 4.0 * tiles * vit_tokens * preset.vit.width + side);
+    if (u.kind == partition::UnitKind::LlmBlock) {
+      CHECK(u.output_bytes == 4.0 * T * preset.llm.width + side);
+      // RMSNorm keeps its input; q, k, v, attention output, MLP activations come on top.
+      CHECK(u.activation_bytes >= 4.0 * 4 * T * preset.llm.width);
+    }
+    if (u.kind == partition::UnitKind::VitBlock)
+      CHECK(u.activation_bytes >= 4.0 * 4 * tiles * vit_tokens * preset.vit.width);
+  }
+  CHECK(t.units.back().output_bytes == 0);
+  CHECK(t.load.tiles == 16);
+  CHECK(t.load.tokens == 112);
+  CHECK(t.source == "profiled:cpu");
+  // The table survives the planners' JSON format.
+  const auto back = partition::parse_unit_cost_table(partition::unit_cost_table_json(t), "test");
+  REQUIRE(back.units.size() == t.units.size());
+  CHECK(back.units[3].activation_bytes == t.units[3].activation_bytes);
+}
+
+TEST_CASE("unit profiler: activation bytes do not depend on the repeat and scale with the load",
+          "[profile]") {
+  const auto preset = load_model_preset("tiny");
+  auto o = tiny_options();
+  o.repeats = 2;
+  const auto a = profile_units(preset, o).table;
+  o.pack.q_vit = 32;
+  o.pack.q_tok = 224;
+  const auto b = profile_units(preset, o).table;
+  for (size_t i = 0; i < a.units.size(); ++i) {
+    const auto& u = a.units[i];
+    INFO(u.name);
+    if (u.kind == partition::UnitKind::VitBlock || u.kind == partition::UnitKind::LlmBlock) {
+      // Twice the tiles and tokens: at least twice the bytes (attention grows faster), at most
+      // 2.5x at these lengths.
+      CHECK(b.units[i].activation_bytes >= 1.99 * u.activation_bytes);
+      CHECK(b.units[i].activation_bytes <= 2.5 * u.activation_bytes);
+    }
+  }
+}
+
+TEST_CASE("unit profiler: train.freeze vit leaves the ViT without backward and activations",
+          "[profile]") {
+  const auto preset = load_model_preset("tiny");
+  auto o = tiny_options();
+  o.freeze = {"vit"};
+  const auto t = profile_units(preset, o).table;
+  for (const auto& u : t.units) {
+    INFO(u.name);
+    const bool vit = u.kind == partition::UnitKind::VitEmbed || u.kind == partition::UnitKind::VitBlock;
+    CHECK(u.trainable == !vit);
+    if (vit) {
+      CHECK(u.backward_s == 0);
+      CHECK(u.activation_bytes == 0);
+      CHECK(u.parameter_bytes > 0);  // frozen weights still occupy memory
+    } else {
+      CHECK(u.backward_s > 0);
+      if (u.recomputable() || u.kind == partition::UnitKind::Projector)
+        CHECK(u.activation_bytes > 0);
+    }
+  }
+  o.freeze = {"encoder"};
+  CHECK_THROWS_WITH(profile_units(preset, o), Catch::Contains("train.freeze[0]"));
+}
