@@ -7,6 +7,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin                # MPI launcher and C API
   libyaml-cpp-dev libcli11-dev libfmt-dev catch2
   nlohmann-json3-dev                        # JSON: length files, metrics, manifests
+  libxxhash-dev                             # XXH3-64 checksums in checkpoint manifests
   libsentencepiece-dev sentencepiece        # tokenizer library + spm_train for the demo data
   libstb-dev                                # JPEG/PNG decode and resize
   dataset-fashion-mnist                     # real images for the embedded demo dataset

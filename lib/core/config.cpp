@@ -176,6 +176,11 @@ void ModelConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!preset.empty(), w, "preset: expected a preset name (models/presets/<name>.yaml)");
 }
 
+void LossConfig::validate(const std::string& w) const {
+  OMNIBAL_CHECK(reduction == "token" || reduction == "sample" || reduction == "square", w,
+                "reduction: expected token, sample or square, got \"", reduction, "\"");
+}
+
 void Config::validate() const {
   model.validate("model.");
   parallel.validate("parallel.");
@@ -185,6 +190,7 @@ void Config::validate() const {
   train.validate("train.");
   runtime.validate("runtime.");
   comm.validate("comm.");
+  loss.validate("loss.");
   debug.validate("debug.");
 }
 

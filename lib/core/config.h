@@ -145,7 +145,18 @@ struct DebugConfig {
 /// Which architecture to build (models/presets/<preset>.yaml).
 struct ModelConfig {
   std::string preset = "tiny";
-  template <class V> void visit_fields(V& v) { v("preset", preset); }
+  std::string init_from;                   ///< Hugging Face InternVL directory to start from ("" = none)
+  std::vector<std::string> allow_missing;  ///< glob patterns of tensors init_from may lack
+  template <class V> void visit_fields(V& v) {
+    v("preset", preset); v("init_from", init_from); v("allow_missing", allow_missing);
+  }
+  void validate(const std::string& where) const;
+};
+
+/// How per-token losses are reduced (models/loss_reduction.h has the formulas).
+struct LossConfig {
+  std::string reduction = "token";  ///< token | sample | square (InternVL's len2weight)
+  template <class V> void visit_fields(V& v) { v("reduction", reduction); }
   void validate(const std::string& where) const;
 };
 
@@ -159,11 +170,12 @@ struct Config {
   TrainConfig train;
   RuntimeConfig runtime;
   CommConfig comm;
+  LossConfig loss;
   DebugConfig debug;
   template <class V> void visit_fields(V& v) {
     v("model", model); v("parallel", parallel); v("balance", balance); v("memory", memory);
     v("data", data); v("train", train); v("runtime", runtime); v("comm", comm);
-    v("debug", debug);
+    v("loss", loss); v("debug", debug);
   }
   /// Checks every section; throws omnibal::Error naming the key.
   void validate() const;

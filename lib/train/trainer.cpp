@@ -273,6 +273,11 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.config_yaml = to_yaml(config);
   s.preset = load_model_preset(config.model.preset);
   OMNIBAL_CHECK(!config.data.meta.empty(), "data.meta: expected the training meta file");
+  OMNIBAL_CHECK(config.loss.reduction == "token", "loss.reduction: the trainer implements ",
+                "'token' (sum over the global batch's label tokens) only, got '",
+                config.loss.reduction, "'");
+  OMNIBAL_CHECK(config.model.init_from.empty(), "model.init_from: starting from a Hugging Face ",
+                "checkpoint is not wired into the trainer yet; remove the key");
   OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
   s.tokenizer = std::make_unique<data::Tokenizer>(config.data.tokenizer);
   s.build_stage();

@@ -1,0 +1,56 @@
+// manifest.json of a checkpoint directory: what a complete checkpoint step-N/ contains and how
+// to check it. Rank 0 writes it last, after every rank's shard is on disk, and the directory is
+// renamed from step-N.tmp only afterwards, so a manifest that verifies means a complete
+// checkpoint (checkpoint_store.h has the protocol).
+//
+//   {"format": "omnibal-checkpoint", "version": 1, "step": 120, "world_size": 4,
+//    "files": [{"name": "rank-0.safetensors", "bytes": 123, "xxh3_64": "0f1e..."}, ...],
+//    "tensors": {"llm_block_3.attention.wq.weight": "rank-1.safetensors", ...},
+//    "config_file": "config.yaml"}
+//
+// Not here: writing shards, renaming, pruning (checkpoint_store.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace omnibal::checkpoint {
+
+/// One file of a checkpoint: name relative to the directory, size and XXH3-64 (16 hex digits).
+struct ManifestFile {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string xxh3_64;
+};
+
+/// The parsed manifest.json of a checkpoint directory.
+struct CheckpointManifest {
+  static constexpr const char* kFormat = "omnibal-checkpoint";
+  static constexpr int kVersion = 1;
+  static constexpr const char* kFileName = "manifest.json";
+  static constexpr const char* kConfigFile = "config.yaml";
+
+  int64_t step = 0;
+  int world_size = 0;                          ///< ranks that wrote shards
+  std::vector<ManifestFile> files;             ///< every file but manifest.json
+  std::map<std::string, std::string> tensors;  ///< tensor name -> file holding it
+
+  nlohmann::json to_json() const;
+  /// Parses and checks the fields; `origin` (the file path) is named in errors.
+  static CheckpointManifest from_json(const nlohmann::json& j, const std::string& origin);
+  /// Reads <dir>/manifest.json. Throws omnibal::Error naming the file when it is missing,
+  /// unreadable, not JSON, or lacks a field.
+  static CheckpointManifest read(const std::string& dir);
+};
+
+/// Every way `dir` differs from its manifest: one line per problem ("rank-1.safetensors: size
+/// 1000 bytes, manifest says 1024", "... checksum ..., manifest says ...", "... missing").
+/// Empty when the directory verifies. Throws omnibal::Error when the manifest itself is
+/// missing or malformed.
+std::vector<std::string> checkpoint_differences(const std::string& dir);
+
+}  // namespace omnibal::checkpoint

@@ -1,0 +1,117 @@
+#include "checkpoint/hf_export.h"
+
+#include "checkpoint/durable_file.h"
+#include "checkpoint/hf_checkpoint_dir.h"
+#include "checkpoint/safetensors.h"
+#include "core/error.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+namespace omnibal::checkpoint {
+namespace fs = std::filesystem;
+namespace {
+
+std::string shard_name(size_t k, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const std::string& torch_dtype) {
+  const auto& v = preset.vit;
+  const auto& l = preset.llm;
+  const bool internlm2 = style == HfLlmStyle::kInternLm2;
+  nlohmann::json vision = {{"architectures", {"InternVisionModel"}}, {"model_type", "intern_vit_6b"},
+                           {"hidden_size", v.width}, {"num_hidden_layers", v.depth},
+                           {"num_attention_heads", v.heads}, {"intermediate_size", v.mlp_dim},
+                           {"image_size", v.tile_size}, {"patch_size", v.patch_size},
+                           {"qkv_bias", v.qkv_bias}, {"qk_normalization", v.qk_norm},
+                           {"norm_type", v.norm == "rmsnorm" ? "rms_norm" : "layer_norm"},
+                           {"layer_norm_eps", 1e-6}, {"hidden_act", "gelu"}, {"num_channels", 3},
+                           {"use_flash_attn", false}, {"drop_path_rate", 0.0}, {"torch_dtype", torch_dtype}};
+  nlohmann::json llm = {{"architectures", {internlm2 ? "InternLM2ForCausalLM" : "LlamaForCausalLM"}},
+                        {"model_type", internlm2 ? "internlm2" : "llama"}, {"hidden_size", l.width},
+                        {"num_hidden_layers", l.depth}, {"num_attention_heads", l.heads},
+                        {"num_key_value_heads", l.kv_heads}, {"intermediate_size", l.mlp_dim},
+                        {"vocab_size", l.vocab_size}, {"rope_theta", l.rope_theta},
+                        {"max_position_embeddings", l.max_seq_len}, {"rms_norm_eps", l.norm_eps},
+                        {"tie_word_embeddings", l.tie_embeddings}, {"hidden_act", "silu"},
+                        {"torch_dtype", torch_dtype}};
+  if (internlm2) llm["bias"] = false;
+  return {{"architectures", {"InternVLChatModel"}}, {"model_type", "internvl_chat"},
+          {"downsample_ratio", preset.projector.downsample_ratio}, {"force_image_size", v.tile_size},
+          {"ps_version", "v2"}, {"select_layer", -1}, {"template", internlm2 ? "internlm2-chat" : "Hermes-2"},
+          {"torch_dtype", torch_dtype}, {"vision_config", vision}, {"llm_config", llm},
+          {"omnibal", {{"preset", preset.name}, {"llm_style", hf_llm_style_name(style)}}}};
+}
+
+HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, const ModelPreset& preset,
+                         const std::string& out_dir, const HfExportOptions& options) {
+  // Plan every HF tensor (tied embeddings appear twice: the first mapping wins).
+  std::vector<std::pair<std::string, torch::Tensor>> planned;
+  std::set<std::string> written, used;
+  std::vector<std::string> missing;
+  for (const auto& m : hf_mappings(preset, options.style)) {
+    if (written.count(m.hf_name)) continue;
+    std::vector<torch::Tensor> parts;
+    for (const auto& p : m.parts) {
+      const auto it = tensors.find(p);
+      if (it == tensors.end()) missing.push_back(p + " (for " + m.hf_name + ")");
+      else parts.push_back(it->second), used.insert(p);
+    }
+    if (parts.size() != m.parts.size()) continue;
+    torch::Tensor t = fuse_for_hf(m, parts, preset.llm).detach();
+    if (options.dtype) t = t.to(*options.dtype);
+    planned.emplace_back(m.hf_name, t);
+    written.insert(m.hf_name);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += "\n  - " + m;
+    OMNIBAL_FAIL("export to ", out_dir, ": ", missing.size(), " parameters of preset ", preset.name,
+                 " are missing:", list);
+  }
+  HfExportReport report;
+  for (const auto& [name, t] : tensors)
+    if (!used.count(name)) report.ignored.push_back(name);
+
+  // Greedy shards in model order.
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t shard_bytes = 0;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const uint64_t bytes = static_cast<uint64_t>(planned[i].second.numel()) * planned[i].second.element_size();
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) shards.emplace_back(), shard_bytes = 0;
+    shards.back().push_back(i);
+    shard_bytes += bytes;
+    report.bytes += bytes;
+  }
+  fs::create_directories(out_dir);
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string file = shard_name(k, shards.size());
+    std::map<std::string, torch::Tensor> shard;
+    for (const size_t i : shards[k]) {
+      shard.emplace(planned[i].first, planned[i].second);
+      weight_map[planned[i].first] = file;
+    }
+    write_safetensors((fs::path(out_dir) / file).string(), shard, {{"format", "pt"}});
+    report.files.push_back(file);
+  }
+  report.tensors = static_cast<int64_t>(planned.size());
+  const nlohmann::json index = {{"metadata", {{"total_size", report.bytes}}}, {"weight_map", weight_map}};
+  write_text_file_durable((fs::path(out_dir) / HfCheckpointDir::kIndexFile).string(), index.dump(2) + "\n");
+  const std::string dtype =
+      planned.empty() ? "float32" : std::string(c10::toString(planned.front().second.scalar_type()));
+  const std::map<std::string, std::string> torch_names{
+      {"BFloat16", "bfloat16"}, {"Half", "float16"}, {"Float", "float32"}, {"Double", "float64"}};
+  const auto it = torch_names.find(dtype);
+  write_text_file_durable((fs::path(out_dir) / "config.json").string(),
+                          hf_config_json(preset, options.style, it == torch_names.end() ? dtype : it->second).dump(2) + "\n");
+  return report;
+}
+
+}  // namespace omnibal::checkpoint
