@@ -23,7 +23,7 @@ TEST_CASE("stage layout: uniform, parameters and manual partitions of the tiny p
   const auto u = pipeline::resolve_stage_layout(preset, uni.parallel, uni.memory);
   REQUIRE(u.unit_names.size() == 10);
   CHECK(u.partition.sizes == std::vector<int>{5, 5});
-  CHECK(u.unit_names[u.begin(1)] == "llm_embed");
+  CHECK(u.unit_names[u.begin(1)] == "llm_block_0");
 
   const Config man = config_with(2, "{manual: [3, 7]}", "none");
   const auto m = pipeline::resolve_stage_layout(preset, man.parallel, man.memory);
