@@ -172,13 +172,14 @@ def check_bad_config(r):
         if p.returncode == 0 or needle not in p.stderr:
             print(p.stderr[-2000:])
             fail(f"{extra}: expected a non-zero exit naming '{needle}'")
-        print(f"{' '.join(extra)}: refused ({p.stderr.strip().splitlines()[-1][:120]})")
+        line = next((l for l in p.stderr.splitlines() if needle in l), "")
+        print(f"{' '.join(extra)}: refused ({line.strip()[:160]})")
 
 
 def check_truncated(r):
     _, d = r.run(2, "trunc", 1, 2, 2, steps=4, extra=["--set", "train.checkpoint_every=2"])
     newest = os.path.join(d, "checkpoints", "step-4")
-    files = [f for f in sorted(os.listdir(newest)) if f != "manifest.json"]
+    files = [f for f in sorted(os.listdir(newest)) if f.endswith(".safetensors")]
     if not files:
         fail(f"{newest} holds no shard files")
     victim = os.path.join(newest, files[0])
