@@ -152,6 +152,17 @@ void TrainConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(checkpoint_every >= 0, w, "checkpoint_every: expected >= 0, got ", checkpoint_every);
   check_positive(w + "keep_checkpoints", keep_checkpoints);
   OMNIBAL_CHECK(eval_every >= 0, w, "eval_every: expected >= 0, got ", eval_every);
+  OMNIBAL_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, w, "min_lr_ratio: expected [0, 1], got ",
+                min_lr_ratio);
+  OMNIBAL_CHECK(weight_decay >= 0, w, "weight_decay: expected >= 0, got ", weight_decay);
+  OMNIBAL_CHECK(beta1 >= 0 && beta1 < 1, w, "beta1: expected [0, 1), got ", beta1);
+  OMNIBAL_CHECK(beta2 >= 0 && beta2 < 1, w, "beta2: expected [0, 1), got ", beta2);
+  OMNIBAL_CHECK(grad_clip >= 0, w, "grad_clip: expected >= 0 (0 = off), got ", grad_clip);
+}
+
+void DebugConfig::validate(const std::string& w) const {
+  check_one_of(w + "fail_at.where", fail_at.where, {"forward", "backward", "loader", "step"});
+  OMNIBAL_CHECK(fail_at.step >= 0, w, "fail_at.step: expected >= 0, got ", fail_at.step);
 }
 
 void RuntimeConfig::validate(const std::string& w) const {
@@ -180,6 +191,7 @@ void Config::validate() const {
   runtime.validate("runtime.");
   comm.validate("comm.");
   loss.validate("loss.");
+  debug.validate("debug.");
 }
 
 }  // namespace omnibal

@@ -98,10 +98,16 @@ struct TrainConfig {
   int keep_checkpoints = 2;
   int eval_every = 0;               ///< 0 = no periodic evaluation
   uint64_t seed = 1234;
+  double min_lr_ratio = 0.1;        ///< cosine decay ends at lr * min_lr_ratio
+  double weight_decay = 0.05;       ///< AdamW decoupled decay (not on norms, biases, scales)
+  double beta1 = 0.9, beta2 = 0.95; ///< AdamW moment decays
+  double grad_clip = 1.0;           ///< global gradient-norm clip; 0 = off
   template <class V> void visit_fields(V& v) {
     v("steps", steps); v("lr", lr); v("warmup_steps", warmup_steps); v("freeze", freeze);
     v("checkpoint_every", checkpoint_every); v("keep_checkpoints", keep_checkpoints);
-    v("eval_every", eval_every); v("seed", seed);
+    v("eval_every", eval_every); v("seed", seed); v("min_lr_ratio", min_lr_ratio);
+    v("weight_decay", weight_decay); v("beta1", beta1); v("beta2", beta2);
+    v("grad_clip", grad_clip);
   }
   void validate(const std::string& where) const;
 };
@@ -118,6 +124,21 @@ struct RuntimeConfig {
 struct CommConfig {
   double timeout_s = 300;  ///< watchdog: a collective or receive stuck this long aborts the job
   template <class V> void visit_fields(V& v) { v("timeout_s", timeout_s); }
+  void validate(const std::string& where) const;
+};
+
+/// `debug.fail_at`: throw an injected error on `rank` at `step` (tests of job failure).
+struct FailAtConfig {
+  int rank = -1;                  ///< world rank; -1 = never
+  int step = 0;                   ///< 0-based training step
+  std::string where = "forward";  ///< forward | backward | loader | step
+  template <class V> void visit_fields(V& v) { v("rank", rank); v("step", step); v("where", where); }
+};
+
+/// Fault injection and diagnostics.
+struct DebugConfig {
+  FailAtConfig fail_at;
+  template <class V> void visit_fields(V& v) { v("fail_at", fail_at); }
   void validate(const std::string& where) const;
 };
 
@@ -150,10 +171,11 @@ struct Config {
   RuntimeConfig runtime;
   CommConfig comm;
   LossConfig loss;
+  DebugConfig debug;
   template <class V> void visit_fields(V& v) {
     v("model", model); v("parallel", parallel); v("balance", balance); v("memory", memory);
     v("data", data); v("train", train); v("runtime", runtime); v("comm", comm);
-    v("loss", loss);
+    v("loss", loss); v("debug", debug);
   }
   /// Checks every section; throws omnibal::Error naming the key.
   void validate() const;

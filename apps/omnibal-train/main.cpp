@@ -1,0 +1,70 @@
+// omnibal-train: trains a VLM preset with OmniBal's data, model and memory balance on a
+// DP x PP grid of MPI ranks.
+//   mpirun -np N omnibal-train --config configs/X.yaml [--set key=value ...] [--resume auto|PATH]
+// N must equal parallel.dp * parallel.pp. The app parses the command line, loads the config,
+// sets up threads and the process grid, runs the trainer and maps errors to `[rank r] ...` on
+// stderr and a job abort (comm::run_guarded); SIGTERM/SIGINT stop the job at the next step
+// boundary with a checkpoint and exit 0.
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/job_guard.h"
+#include "comm/mpi_runtime.h"
+#include "comm/parallel_comms.h"
+#include "comm/stop_signal.h"
+#include "comm/thread_setup.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace comm = omnibal::comm;
+
+namespace {
+
+struct Args {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string resume;
+  bool print_config = false;
+};
+
+int train(const Args& args, comm::MpiRuntime& mpi) {
+  const omnibal::Config cfg = omnibal::load_config(args.config, args.overrides);
+  if (args.print_config) {
+    if (mpi.rank() == 0) std::fputs(omnibal::to_yaml(cfg).c_str(), stdout);
+    return 0;
+  }
+  comm::install_stop_handler();
+  const comm::ThreadPlan threads = comm::configure_threads(cfg.runtime.threads, mpi.local_size());
+  omnibal::log_info("{}", threads.describe());
+  const comm::ProcessGrid grid = comm::make_process_grid(cfg.parallel, mpi.size());
+  comm::WaitPolicy policy{cfg.comm.timeout_s, std::make_shared<comm::ErrorForwarder>()};
+  comm::ParallelComms comms(grid, policy);
+  omnibal::train::Trainer trainer(cfg, comms, policy.errors, args.resume);
+  const auto outcome = trainer.run();
+  if (outcome.stopped)
+    omnibal::log_info("stopped by signal after step {}; checkpoint written", outcome.steps_done);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  comm::MpiRuntime mpi(&argc, &argv);
+  Args args;
+  CLI::App app{"omnibal-train: DP x PP VLM trainer with OmniBal balancing"};
+  app.add_option("--config", args.config, "run configuration (YAML)")->check(CLI::ExistingFile);
+  app.add_option("--set", args.overrides, "override a config key: a.b=value (repeatable)");
+  app.add_option("--resume", args.resume, "auto (newest valid checkpoint of the run) or a "
+                 "checkpoint directory");
+  app.add_flag("--print-config", args.print_config, "print the resolved config and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return comm::run_guarded([&] { return train(args, mpi); });
+}

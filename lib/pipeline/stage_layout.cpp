@@ -1,0 +1,93 @@
+#include "pipeline/stage_layout.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "models/vlm.h"
+
+namespace omnibal::pipeline {
+
+bool is_block_unit(const std::string& name) {
+  return name.rfind("vit_block_", 0) == 0 || name.rfind("llm_block_", 0) == 0;
+}
+
+int StageLayout::recomputed_units(int stage) const {
+  int n = 0;
+  for (int u = begin(stage); u < end(stage); ++u) n += recompute[u] ? 1 : 0;
+  return n;
+}
+
+std::string StageLayout::describe() const {
+  std::string out;
+  for (int s = 0; s < stages(); ++s) {
+    out += fmt::format("{}stage {}: {}..{} ({} units, {} recomputed)", s ? ", " : "", s,
+                       unit_names[begin(s)], unit_names[end(s) - 1], end(s) - begin(s),
+                       recomputed_units(s));
+  }
+  return out;
+}
+
+namespace {
+
+partition::Partition resolve_partition(const ModelPreset& preset, const ParallelConfig& p,
+                                       int units) {
+  OMNIBAL_CHECK(p.pp <= units, "parallel.pp: ", p.pp, " pipeline stages but the '", preset.name,
+                "' preset has only ", units, " pipeline units; use parallel.pp <= ", units);
+  const std::string& method = p.partition.method;
+  if (method == "uniform") return partition::uniform_partition(units, p.pp);
+  if (method == "parameters") {
+    std::vector<double> weights;
+    for (int64_t n : models::unit_parameter_counts(preset)) weights.push_back(static_cast<double>(n));
+    return partition::min_max_partition(weights, p.pp);
+  }
+  if (method == "manual") {
+    partition::Partition part{p.partition.manual};
+    OMNIBAL_CHECK(part.units() == units, "parallel.partition.manual: the unit counts ",
+                  part.to_string(), " sum to ", part.units(), " but the '", preset.name,
+                  "' preset has ", units, " pipeline units");
+    return part;
+  }
+  OMNIBAL_FAIL("parallel.partition: '", method, "' needs the profiler's cost table, which the ",
+               "trainer does not have yet; use uniform, parameters or {manual: [...]}");
+}
+
+std::vector<bool> resolve_recompute(const StageLayout& layout, const RecomputeSpec& spec) {
+  const int units = static_cast<int>(layout.unit_names.size());
+  std::vector<bool> flags(units, false);
+  if (spec.mode == "none") return flags;
+  if (spec.mode == "full") {
+    for (int u = 0; u < units; ++u) flags[u] = is_block_unit(layout.unit_names[u]);
+    return flags;
+  }
+  OMNIBAL_CHECK(spec.mode == "per_stage", "memory.recompute: '", spec.mode, "' needs the memory ",
+                "planner's cost table, which the trainer does not have yet; use none, full or a ",
+                "list of per-stage counts");
+  OMNIBAL_CHECK(static_cast<int>(spec.per_stage.size()) == layout.stages(), "memory.recompute: ",
+                "expected one count per pipeline stage (", layout.stages(), "), got ",
+                spec.per_stage.size());
+  for (int s = 0; s < layout.stages(); ++s) {
+    int left = spec.per_stage[s], blocks = 0;
+    for (int u = layout.begin(s); u < layout.end(s); ++u) {
+      if (!is_block_unit(layout.unit_names[u])) continue;
+      ++blocks;
+      if (left > 0) flags[u] = true, --left;
+    }
+    OMNIBAL_CHECK(left == 0, "memory.recompute[", s, "]: stage ", s, " has ", blocks,
+                  " blocks, cannot recompute ", spec.per_stage[s]);
+  }
+  return flags;
+}
+
+}  // namespace
+
+StageLayout resolve_stage_layout(const ModelPreset& preset, const ParallelConfig& parallel,
+                                 const MemoryConfig& memory) {
+  StageLayout layout;
+  layout.unit_names = models::unit_names(preset);
+  layout.partition =
+      resolve_partition(preset, parallel, static_cast<int>(layout.unit_names.size()));
+  layout.recompute = resolve_recompute(layout, memory.recompute);
+  return layout;
+}
+
+}  // namespace omnibal::pipeline

@@ -1,0 +1,114 @@
+#include "train/run_log.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+
+namespace omnibal::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Keeps the lines of `path` whose "step" is < first_step (resume), drops the rest.
+void truncate_after(const std::string& path, int64_t first_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::vector<std::string> keep;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("step", int64_t{0}) < first_step) keep.push_back(line);
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& l : keep) out << l << "\n";
+}
+
+std::string duration(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t % 3600 / 60)
+                   : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+nlohmann::json task_json(const TaskScore& t) {
+  return {{"samples", t.samples}, {"exact_match", t.accuracy()}, {"correct", t.correct},
+          {"loss", t.loss()}, {"majority_rate", t.majority_rate}};
+}
+
+}  // namespace
+
+nlohmann::json eval_json(int64_t step, const EvalResult& r) {
+  nlohmann::json tasks = nlohmann::json::object();
+  for (const auto& t : r.tasks) tasks[t.task] = task_json(t);
+  return {{"step", step}, {"overall", task_json(r.overall)}, {"tasks", tasks}};
+}
+
+RunLog::RunLog(std::string dir, bool active, const std::string& config_yaml, int64_t first_step,
+               int64_t total_steps)
+    : dir_(std::move(dir)), active_(active), first_step_(first_step), total_steps_(total_steps),
+      start_(std::chrono::steady_clock::now()) {
+  if (!active_) return;
+  fs::create_directories(dir_);
+  std::ofstream(dir_ + "/config.yaml") << config_yaml;
+  for (const char* name : {"/metrics.jsonl", "/eval.jsonl"}) {
+    if (first_step == 0) std::ofstream(dir_ + name, std::ios::trunc);
+    else truncate_after(dir_ + name, first_step);
+  }
+  metrics_.open(dir_ + "/metrics.jsonl", std::ios::app);
+  eval_.open(dir_ + "/eval.jsonl", std::ios::app);
+  OMNIBAL_CHECK(metrics_.good() && eval_.good(), dir_, ": cannot write the run directory");
+}
+
+void RunLog::step(const nlohmann::json& m) {
+  if (!active_) return;
+  metrics_ << m.dump() << "\n";
+  metrics_.flush();
+  const int64_t step = m.at("step").get<int64_t>();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const int64_t done = step + 1 - first_step_;
+  const double eta = done > 0 ? elapsed / done * (total_steps_ - step - 1) : 0;
+  fmt::print("step {:>5}/{} loss {:.4f} lr {:.2e} |g| {:.3f} {:>7.0f} tok/s {:.2f} s/step "
+             "bubble {:.2f} ETA {}\n",
+             step + 1, total_steps_, m.at("loss").get<double>(), m.at("lr").get<double>(),
+             m.at("grad_norm").get<double>(), m.at("tokens_per_s").get<double>(),
+             m.at("step_seconds").get<double>(), m.at("bubble_fraction").get<double>(),
+             duration(eta));
+  std::fflush(stdout);
+}
+
+void RunLog::eval(int64_t step, const EvalResult& r) {
+  if (!active_) return;
+  eval_ << eval_json(step, r).dump() << "\n";
+  eval_.flush();
+  fmt::print("eval @ step {}: {:<28} {:>7} {:>8} {:>8} {:>9}\n", step, "task", "samples",
+             "loss", "exact", "majority");
+  auto row = [](const TaskScore& t) {
+    fmt::print("               {:<28} {:>7} {:>8.4f} {:>7.1f}% {:>8.1f}%\n", t.task, t.samples,
+               t.loss(), 100 * t.accuracy(), 100 * t.majority_rate);
+  };
+  for (const auto& t : r.tasks) row(t);
+  row(r.overall);
+  std::fflush(stdout);
+}
+
+void RunLog::finish(const nlohmann::json& s) {
+  if (!active_) return;
+  std::ofstream(dir_ + "/summary.json") << s.dump(2) << "\n";
+  fmt::print("done: {} steps in {} ({:.2f} s/step), final loss {:.4f}, {} samples, param hash {}"
+             "{}\n",
+             s.at("steps").get<int64_t>(), duration(s.at("seconds").get<double>()),
+             s.at("seconds_per_step").get<double>(), s.at("final_loss").get<double>(),
+             s.at("samples").get<int64_t>(), s.at("param_hash").get<std::string>(),
+             s.contains("eval") ? fmt::format(", exact match {:.1f}%",
+                                              100 * s["eval"]["overall"]["exact_match"].get<double>())
+                                : std::string());
+  fmt::print("run directory: {}\n", dir_);
+  std::fflush(stdout);
+}
+
+}  // namespace omnibal::train

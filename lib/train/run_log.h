@@ -1,0 +1,44 @@
+// RunLog: the run directory as rank 0 writes it: the resolved config.yaml, metrics.jsonl (one
+// JSON object per step), eval.jsonl (one per evaluation), summary.json at the end, and the
+// console: a progress line per step with ETA and a final summary. Other ranks hold a RunLog that
+// writes nothing. A resumed run appends (earlier lines past the resume step are dropped first).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "train/evaluator.h"
+
+namespace omnibal::train {
+
+class RunLog {
+ public:
+  /// `active` on rank 0 only. Creates `dir`, writes config.yaml; keeps metrics/eval lines of
+  /// steps < `first_step` (0 = start afresh).
+  RunLog(std::string dir, bool active, const std::string& config_yaml, int64_t first_step,
+         int64_t total_steps);
+  /// Appends one step's metrics and prints the progress line.
+  void step(const nlohmann::json& metrics);
+  /// Appends an evaluation and prints its table.
+  void eval(int64_t step, const EvalResult& result);
+  /// Writes summary.json and prints the final summary.
+  void finish(const nlohmann::json& summary);
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  bool active_;
+  int64_t first_step_, total_steps_;
+  std::chrono::steady_clock::time_point start_;
+  std::ofstream metrics_, eval_;
+};
+
+/// Evaluation as JSON: {"step", "overall": {...}, "tasks": {name: {samples, exact_match, loss,
+/// majority_rate}}}.
+nlohmann::json eval_json(int64_t step, const EvalResult& result);
+
+}  // namespace omnibal::train

@@ -1,0 +1,82 @@
+#include "train/train_checkpoint.h"
+
+#include "checkpoint/checkpoint_store.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace omnibal::train {
+
+nlohmann::json TrainCounters::to_json() const {
+  return {{"step", step}, {"epoch", epoch}, {"step_in_epoch", step_in_epoch},
+          {"samples", samples}, {"tokens", tokens}, {"plan_hash", plan_hash}};
+}
+
+TrainCounters TrainCounters::from_json(const nlohmann::json& j) {
+  TrainCounters c;
+  c.step = j.at("step").get<int64_t>();
+  c.epoch = j.at("epoch").get<int>();
+  c.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
+  c.samples = j.at("samples").get<int64_t>();
+  c.tokens = j.at("tokens").get<int64_t>();
+  c.plan_hash = j.at("plan_hash").get<uint64_t>();
+  return c;
+}
+
+struct TrainCheckpoint::Impl {
+  checkpoint::CheckpointStore store;
+};
+
+TrainCheckpoint::TrainCheckpoint(std::string root, int keep_last, comm::Communicator& world)
+    : impl_(new Impl{checkpoint::CheckpointStore(std::move(root), keep_last, world)}) {}
+
+TrainCheckpoint::~TrainCheckpoint() = default;
+
+void TrainCheckpoint::save(const TrainCounters& counters,
+                           const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                           const AdamW& adam, bool writer, const std::string& config_yaml) {
+  checkpoint::Shard shard;
+  if (writer) {
+    for (const auto& [name, p] : params) shard.tensors[name] = p.detach();
+    for (const auto& [name, t] : adam.state_tensors()) shard.tensors[name] = t;
+  }
+  shard.state = counters.to_json();
+  shard.state["optimizer_steps"] = adam.steps();
+  impl_->store.save(counters.step, shard, config_yaml);
+}
+
+std::string TrainCheckpoint::resolve(const std::string& resume) const {
+  if (resume.empty()) return "";
+  if (resume == "auto") {
+    auto latest = impl_->store.find_latest();
+    return latest ? *latest : "";
+  }
+  impl_->store.verify(resume);
+  return resume;
+}
+
+TrainCounters TrainCheckpoint::load(const std::string& dir,
+                                    const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                                    AdamW& adam) const {
+  std::vector<std::string> names;
+  for (const auto& [name, p] : params) names.push_back(name);
+  for (const auto& n : adam.state_names()) names.push_back(n);
+  const auto tensors = impl_->store.load_tensors(dir, names);
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : params) {
+    const torch::Tensor& t = tensors.at(name);
+    OMNIBAL_CHECK(t.sizes() == p.sizes(), dir, ": parameter '", name, "' has shape ", t.sizes(),
+                  " in the checkpoint but ", p.sizes(), " in this model (another preset?)");
+    p.copy_(t);
+  }
+  adam.load_state_tensors(tensors);
+  const auto states = impl_->store.load_states(dir);
+  OMNIBAL_CHECK(!states.empty(), dir, ": the checkpoint has no rank state");
+  adam.set_steps(states[0].at("optimizer_steps").get<int64_t>());
+  return TrainCounters::from_json(states[0]);
+}
+
+std::string TrainCheckpoint::config_text(const std::string& dir) const {
+  return impl_->store.load_config(dir);
+}
+
+}  // namespace omnibal::train

@@ -1,0 +1,59 @@
+// The trainer's side of checkpoints (storage is lib/checkpoint's CheckpointStore): what one
+// rank puts in its shard and how it takes its part back. Parameters are stored under
+// "<unit>.<param>" and AdamW moments under "<name>#exp_avg" / "#exp_avg_sq", written by DP rank
+// 0 of each stage only (one writer per tensor); the state JSON carries the step, the data
+// position and the optimizer step. Loading reads exactly the names this rank's stage holds, so
+// a checkpoint loads under any partition, PP or DP size.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "train/adamw.h"
+
+namespace omnibal::train {
+
+/// Counters saved with a checkpoint (rank 0's copy is authoritative).
+struct TrainCounters {
+  int64_t step = 0;           ///< global steps completed
+  int epoch = 0;              ///< data position of the next step
+  int64_t step_in_epoch = 0;
+  int64_t samples = 0;        ///< samples seen so far
+  int64_t tokens = 0;         ///< LLM tokens seen so far
+  uint64_t plan_hash = 0;     ///< epoch 0's plan hash
+  nlohmann::json to_json() const;
+  static TrainCounters from_json(const nlohmann::json& j);
+};
+
+/// Saves and restores one rank's part through a CheckpointStore under `root`.
+class TrainCheckpoint {
+ public:
+  TrainCheckpoint(std::string root, int keep_last, comm::Communicator& world);
+  ~TrainCheckpoint();
+  /// Collective. `writer` is true on DP rank 0 of each stage (its tensors are stored).
+  void save(const TrainCounters& counters,
+            const std::vector<std::pair<std::string, torch::Tensor>>& params, const AdamW& adam,
+            bool writer, const std::string& config_yaml);
+  /// "auto": the newest verified checkpoint or "" when none; a path: verified (throws
+  /// omnibal::Error saying what is wrong).
+  std::string resolve(const std::string& resume) const;
+  /// Loads this rank's parameters and AdamW state from `dir`; returns rank 0's counters.
+  /// Throws omnibal::Error listing missing names or shape mismatches.
+  TrainCounters load(const std::string& dir,
+                     const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                     AdamW& adam) const;
+  /// The resolved config stored in `dir`.
+  std::string config_text(const std::string& dir) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace omnibal::train

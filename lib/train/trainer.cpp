@@ -1,0 +1,392 @@
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
+
+#include "comm/stop_signal.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/model_preset.h"
+#include "data/pack_loader.h"
+#include "models/vlm.h"
+#include "pipeline/stage_executor.h"
+#include "pipeline/stage_layout.h"
+#include "schedule/one_f_one_b.h"
+#include "train/adamw.h"
+#include "train/grad_sync.h"
+#include "train/lr_schedule.h"
+#include "train/run_log.h"
+#include "train/train_checkpoint.h"
+#include "train/training_data.h"
+
+namespace omnibal::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Label tokens of a pack as the head counts them: labels[t] != -100 for t not at a sample start.
+int64_t label_tokens(const models::PackBatch& pack) {
+  if (!pack.labels.defined() || pack.labels.numel() == 0) return 0;
+  torch::Tensor valid = pack.labels.ne(-100);
+  const auto cu = pack.cu_seqlens.accessor<int64_t, 1>();
+  for (int64_t i = 0; i + 1 < pack.cu_seqlens.size(0); ++i)
+    if (cu[i] < cu[i + 1]) valid[cu[i]] = false;
+  return valid.sum().item<int64_t>();
+}
+
+const char* unit_group(models::UnitKind kind) {
+  switch (kind) {
+    case models::UnitKind::kVitEmbed:
+    case models::UnitKind::kVitBlock: return "vit";
+    case models::UnitKind::kProjector: return "projector";
+    default: return "llm";
+  }
+}
+
+// A 32-bit FNV-1a of a parameter's name and bytes; summed over parameters it is independent of
+// how parameters are spread over stages.
+int64_t param_digest(const std::string& name, const torch::Tensor& p) {
+  uint32_t h = 2166136261u;
+  auto mix = [&](const uint8_t* d, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ d[i]) * 16777619u;
+  };
+  mix(reinterpret_cast<const uint8_t*>(name.data()), name.size());
+  const torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
+  mix(static_cast<const uint8_t*>(c.data_ptr()), c.numel() * c.element_size());
+  return static_cast<int64_t>(h);
+}
+
+}  // namespace
+
+struct Trainer::State {
+  Config cfg;
+  comm::ParallelComms& comms;
+  std::shared_ptr<comm::ErrorForwarder> errors;
+  ModelPreset preset;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  pipeline::StageLayout layout;
+  std::vector<models::UnitPtr> units;
+  NamedParams params;          ///< all of this stage's parameters (frozen included)
+  std::vector<torch::Tensor> trainable;
+  std::unique_ptr<AdamW> adam;
+  std::unique_ptr<comm::TensorMessenger> pipe;
+  std::unique_ptr<pipeline::StageExecutor> stage;
+  std::unique_ptr<TrainingData> data;
+  std::unique_ptr<Evaluator> evaluator;
+  std::unique_ptr<TrainCheckpoint> checkpoints;
+  std::unique_ptr<RunLog> log;
+  schedule::StageSchedules programs;
+  TrainCounters counters;
+  std::unique_ptr<data::PackLoader> loader;
+  int loader_epoch = -1;
+  std::string config_yaml;
+  int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1;
+  std::optional<EvalResult> last_eval;
+
+  bool needs_packs() const { return stage_index == 0 || stage_index == stages - 1; }
+  void build_stage();
+  void check_plan_hash();
+  std::vector<models::PackBatch> next_packs(int64_t step);
+  void maybe_fail(const std::string& where, int64_t step) const;
+  nlohmann::json step_metrics(int64_t step, const pipeline::StageStepResult& r,
+                              const std::vector<models::PackBatch>& packs, int64_t labels,
+                              double lr, double norm, double seconds);
+  int64_t param_hash();
+  void save_checkpoint();
+};
+
+void Trainer::State::build_stage() {
+  OMNIBAL_CHECK(!(preset.llm.tie_embeddings && stages > 1), "model.preset '", preset.name,
+                "' ties the LM head to the token embedding (llm.tie_embeddings), which the trainer ",
+                "does not support with parallel.pp > 1 yet; use parallel.pp: 1 or an untied preset");
+  layout = pipeline::resolve_stage_layout(preset, cfg.parallel, cfg.memory);
+  models::VlmOptions opt;
+  opt.with_img_context_id(tokenizer->special().img_context).with_seed(cfg.train.seed);
+  units = models::make_units(preset, opt, layout.begin(stage_index), layout.end(stage_index));
+  for (size_t i = 0; i < units.size(); ++i) {
+    auto& u = units[i];
+    u->set_recompute(layout.recompute[layout.begin(stage_index) + i]);
+    const std::string group = unit_group(u->kind());
+    const bool frozen =
+        std::find(cfg.train.freeze.begin(), cfg.train.freeze.end(), group) != cfg.train.freeze.end();
+    for (auto& np : u->named_parameters()) {
+      np.value().requires_grad_(!frozen);
+      params.emplace_back(u->unit_name() + "." + np.key(), np.value());
+      if (!frozen) trainable.push_back(np.value());
+    }
+  }
+  AdamWOptions ao;
+  ao.beta1 = cfg.train.beta1;
+  ao.beta2 = cfg.train.beta2;
+  ao.weight_decay = cfg.train.weight_decay;
+  adam = std::make_unique<AdamW>(params, ao);
+  if (stages > 1) pipe = std::make_unique<comm::TensorMessenger>(comms.pipeline());
+  stage = std::make_unique<pipeline::StageExecutor>(units, stage_index, stages, pipe.get());
+  programs = schedule::build_1f1b_schedule(stages, m);
+}
+
+void Trainer::State::check_plan_hash() {
+  const uint64_t h = data->plan_hash();
+  const int64_t hi = static_cast<int64_t>(h >> 32), lo = static_cast<int64_t>(h & 0xffffffffu);
+  auto& w = comms.world();
+  const bool same = w.all_reduce_int(hi, comm::ReduceOp::kMax) == w.all_reduce_int(hi, comm::ReduceOp::kMin) &&
+                    w.all_reduce_int(lo, comm::ReduceOp::kMax) == w.all_reduce_int(lo, comm::ReduceOp::kMin);
+  OMNIBAL_CHECK(same, "rank ", comms.rank(), ": the data plan differs between ranks (this rank's ",
+                "hash ", fmt::format("{:016x}", h), "); all ranks must read the same data files ",
+                "and config");
+  counters.plan_hash = h;
+}
+
+void Trainer::State::maybe_fail(const std::string& where, int64_t step) const {
+  const auto& f = cfg.debug.fail_at;
+  if (f.rank != comms.rank() || f.step != step || f.where != where) return;
+  if (where == "loader") {
+    // As a data-loader thread would: the error reaches the main thread at its next wait.
+    std::thread t([&] {
+      errors->run_guarded("data-loader", [&] {
+        OMNIBAL_FAIL("debug.fail_at: injected loader failure at step ", step);
+      });
+    });
+    t.join();
+    return;
+  }
+  OMNIBAL_FAIL("debug.fail_at: injected ", where, " failure at step ", step);
+}
+
+std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
+  const DataPosition pos = data->position(step);
+  if (!needs_packs()) return {};
+  if (pos.epoch != loader_epoch) {
+    std::vector<std::vector<int64_t>> packs;
+    const int64_t steps = data->steps_in_epoch(pos.epoch);
+    const int64_t first = step - pos.step_in_epoch;
+    for (int64_t s = pos.step_in_epoch; s < steps; ++s)
+      for (int k = 0; k < m; ++k) packs.push_back(data->pack(first + s, dp_rank, k));
+    data::LoaderOptions lo;
+    lo.workers = cfg.data.workers;
+    lo.prefetch = std::max(4, 2 * m);
+    lo.parts = {stage_index == 0, stage_index == 0, true};
+    loader.reset();
+    loader = std::make_unique<data::PackLoader>(data->builder(), std::move(packs), lo);
+    loader_epoch = pos.epoch;
+  }
+  std::vector<models::PackBatch> out;
+  for (int k = 0; k < m; ++k) {
+    auto p = loader->next();
+    OMNIBAL_CHECK(p.has_value(), "data loader ran out of packs at step ", step);
+    out.push_back(std::move(*p));
+  }
+  return out;
+}
+
+nlohmann::json Trainer::State::step_metrics(int64_t step, const pipeline::StageStepResult& r,
+                                            const std::vector<models::PackBatch>& packs,
+                                            int64_t labels, double lr, double norm,
+                                            double seconds) {
+  // One world all-reduce: [loss_sum, samples, tokens, 4 per stage, 2 per DP rank, sum of
+  // per-micro-batch mean losses, micro-batches].
+  const int n = 3 + 4 * stages + 2 * dp + 2;
+  torch::Tensor v = torch::zeros({n}, torch::kFloat64);
+  auto a = v.accessor<double, 1>();
+  if (stage_index == stages - 1) {
+    a[0] = r.loss_sum;
+    for (const auto& [loss, count] : r.micro_batches) {
+      a[n - 2] += count ? loss / count : 0.0;
+      a[n - 1] += 1;
+    }
+  }
+  if (stage_index == 0) {
+    int64_t samples = 0, tokens = 0, tiles = 0;
+    for (const auto& p : packs) {
+      samples += p.num_samples();
+      tokens += p.position_ids.numel();
+      tiles += p.image_flags.numel();
+    }
+    a[1] = static_cast<double>(samples);
+    a[2] = static_cast<double>(tokens);
+    a[3 + 4 * stages + 2 * dp_rank] = static_cast<double>(tiles);
+    a[3 + 4 * stages + 2 * dp_rank + 1] = static_cast<double>(tokens);
+  }
+  if (dp_rank == 0) {
+    a[3 + 4 * stage_index] = r.times.forward_s;
+    a[4 + 4 * stage_index] = r.times.backward_s;
+    a[5 + 4 * stage_index] = r.times.idle_s;
+    a[6 + 4 * stage_index] = r.times.reduce_s;
+  }
+  comms.world().all_reduce(v, comm::ReduceOp::kSum, "step metrics");
+  nlohmann::json st = nlohmann::json::array(), dpj = nlohmann::json::array();
+  double idle = 0, reduce = 0;
+  for (int s = 0; s < stages; ++s) {
+    st.push_back({{"forward_s", a[3 + 4 * s]}, {"backward_s", a[4 + 4 * s]},
+                  {"idle_s", a[5 + 4 * s]}});
+    idle += a[5 + 4 * s];
+    reduce = std::max(reduce, a[6 + 4 * s]);
+  }
+  for (int d = 0; d < dp; ++d)
+    dpj.push_back({{"tiles", static_cast<int64_t>(a[3 + 4 * stages + 2 * d])},
+                   {"tokens", static_cast<int64_t>(a[4 + 4 * stages + 2 * d])}});
+  counters.samples += static_cast<int64_t>(a[1]);
+  counters.tokens += static_cast<int64_t>(a[2]);
+  const DataPosition pos = data->position(step);
+  return {{"step", step}, {"loss", labels ? a[0] / labels : 0.0}, {"lr", lr}, {"grad_norm", norm},
+          {"samples", static_cast<int64_t>(a[1])}, {"tokens", static_cast<int64_t>(a[2])},
+          {"label_tokens", labels}, {"tokens_per_s", a[2] / seconds},
+          {"samples_per_s", a[1] / seconds}, {"step_seconds", seconds}, {"dp_wait_s", reduce},
+          {"bubble_fraction", idle / stages / seconds}, {"epoch", pos.epoch},
+          // What averaging per micro-batch (instead of per global batch) would have reported.
+          {"micro_batch_mean_loss", a[n - 1] ? a[n - 2] / a[n - 1] : 0.0},
+          {"stages", st}, {"dp_ranks", dpj}};
+}
+
+int64_t Trainer::State::param_hash() {
+  int64_t sum = 0;
+  if (dp_rank == 0)
+    for (const auto& [name, p] : params) sum += param_digest(name, p);
+  return comms.world().all_reduce_int(sum, comm::ReduceOp::kSum, "parameter hash");
+}
+
+void Trainer::State::save_checkpoint() {
+  const DataPosition pos = data->position(counters.step);
+  counters.epoch = pos.epoch;
+  counters.step_in_epoch = pos.step_in_epoch;
+  checkpoints->save(counters, params, *adam, dp_rank == 0, config_yaml);
+  if (comms.rank() == 0) log_info("checkpoint: step {} in {}/checkpoints", counters.step, cfg.runtime.run_dir);
+}
+
+Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
+                 std::shared_ptr<comm::ErrorForwarder> errors, const std::string& resume)
+    : s_(new State{config, comms, std::move(errors)}) {
+  State& s = *s_;
+  s.stage_index = comms.coord().pp;
+  s.stages = comms.grid().shape().pp;
+  s.dp_rank = comms.coord().dp;
+  s.dp = comms.grid().shape().dp;
+  s.m = config.parallel.micro_batches;
+  s.config_yaml = to_yaml(config);
+  s.preset = load_model_preset(config.model.preset);
+  OMNIBAL_CHECK(!config.data.meta.empty(), "data.meta: expected the training meta file");
+  OMNIBAL_CHECK(config.loss.reduction == "token", "loss.reduction: the trainer implements ",
+                "'token' (sum over the global batch's label tokens) only, got '",
+                config.loss.reduction, "'");
+  OMNIBAL_CHECK(config.model.init_from.empty(), "model.init_from: starting from a Hugging Face ",
+                "checkpoint is not wired into the trainer yet; remove the key");
+  OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
+  s.tokenizer = std::make_unique<data::Tokenizer>(config.data.tokenizer);
+  s.build_stage();
+  s.data = std::make_unique<TrainingData>(
+      load_set(config.data.meta, config, s.preset, *s.tokenizer, std::max(1, config.data.workers)),
+      config);
+  s.check_plan_hash();
+  if (!config.data.eval_meta.empty())
+    s.evaluator = std::make_unique<Evaluator>(
+        load_set(config.data.eval_meta, config, s.preset, *s.tokenizer, 1),
+        config.balance.samples_per_pack, s.preset.llm.max_seq_len);
+  s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
+                                                    config.train.keep_checkpoints, comms.world());
+  const std::string dir = s.checkpoints->resolve(resume);
+  if (!dir.empty()) {
+    const Config saved = parse_config(s.checkpoints->config_text(dir), dir + "/config");
+    OMNIBAL_CHECK(saved.model.preset == config.model.preset, dir, ": the checkpoint is of model '",
+                  saved.model.preset, "' but model.preset is '", config.model.preset, "'");
+    const uint64_t hash = s.counters.plan_hash;
+    s.counters = s.checkpoints->load(dir, s.params, *s.adam);
+    if (s.counters.plan_hash != hash && comms.rank() == 0)
+      log_info("warning: the data plan differs from the checkpoint's ({:016x} vs {:016x}): the "
+               "data, balance.* or dp * m changed; continuing at step {}", hash,
+               s.counters.plan_hash, s.counters.step);
+    s.counters.plan_hash = hash;
+    if (comms.rank() == 0) log_info("resumed from {} at step {}", dir, s.counters.step);
+  } else if (resume == "auto" && comms.rank() == 0) {
+    log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh", config.runtime.run_dir);
+  }
+  s.log = std::make_unique<RunLog>(config.runtime.run_dir, comms.rank() == 0, s.config_yaml,
+                                   s.counters.step, config.train.steps);
+  if (comms.rank() == 0) {
+    const auto& plan = s.data->epoch_plan(0);
+    log_info("{}", comms.grid().describe(comms.rank()));
+    log_info("stages: {}", s.layout.describe());
+    log_info("data: {} samples, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
+             "packs, budgets Q_v {} Q_t {}, plan hash {:016x}",
+             s.data->set().table.size(), config.balance.method, plan.packing.packs.size(),
+             plan.plan.steps(), s.dp, s.m, plan.budgets.q_vit, plan.budgets.q_tok,
+             s.counters.plan_hash);
+  }
+}
+
+Trainer::~Trainer() = default;
+
+TrainOutcome Trainer::run() {
+  State& s = *s_;
+  const Config& cfg = s.cfg;
+  TrainOutcome out;
+  const auto t_start = Clock::now();
+  const int64_t first = s.counters.step;
+  int64_t last_ckpt = first;
+  for (int64_t step = first; step < cfg.train.steps; ++step) {
+    if (comm::should_stop(s.comms.world())) {
+      out.stopped = true;
+      break;
+    }
+    const auto t0 = Clock::now();
+    s.maybe_fail("step", step);
+    s.maybe_fail("loader", step);
+    std::vector<models::PackBatch> packs = s.next_packs(step);
+    int64_t local_labels = 0;
+    if (s.stage_index == s.stages - 1)
+      for (const auto& p : packs) local_labels += label_tokens(p);
+    const int64_t labels =
+        s.comms.world().all_reduce_int(local_labels, comm::ReduceOp::kSum, "label tokens");
+    s.adam->zero_grad();
+    pipeline::StepHooks hooks;
+    hooks.before_op = [&](const char* where, int) { s.maybe_fail(where, step); };
+    hooks.reduce_grads = [&] { all_reduce_gradients(s.trainable, s.comms.dp_group()); };
+    const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
+                                     labels > 0 ? 1.0 / static_cast<double>(labels) : 0.0, hooks);
+    const double norm = global_grad_norm(s.trainable, s.stages > 1 ? &s.comms.pipeline() : nullptr);
+    clip_gradients(s.trainable, norm, cfg.train.grad_clip);
+    const double lr = learning_rate(cfg.train, step);
+    s.adam->step(lr);
+    s.counters.step = step + 1;
+    const auto m = s.step_metrics(step, r, packs, labels, lr, norm, since(t0));
+    out.final_loss = m["loss"].get<double>();
+    s.log->step(m);
+    const bool last = step + 1 == cfg.train.steps;
+    if (s.evaluator && cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0 && !last) {
+      s.last_eval = s.evaluator->run(*s.stage, s.comms);
+      s.log->eval(step + 1, *s.last_eval);
+    }
+    if (cfg.train.checkpoint_every > 0 && (step + 1) % cfg.train.checkpoint_every == 0 && !last) {
+      s.save_checkpoint();
+      last_ckpt = step + 1;
+    }
+  }
+  s.loader.reset();
+  if (s.counters.step != last_ckpt || s.counters.step == 0 || out.stopped) s.save_checkpoint();
+  if (!out.stopped && s.evaluator) {
+    s.last_eval = s.evaluator->run(*s.stage, s.comms);
+    s.log->eval(s.counters.step, *s.last_eval);
+  }
+  out.steps_done = s.counters.step;
+  out.eval = s.last_eval;
+  const double seconds = since(t_start);
+  const int64_t run_steps = s.counters.step - first;
+  nlohmann::json summary = {
+      {"steps", s.counters.step}, {"steps_this_run", run_steps}, {"seconds", seconds},
+      {"seconds_per_step", run_steps ? seconds / run_steps : 0.0}, {"final_loss", out.final_loss},
+      {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
+      {"param_hash", fmt::format("{:08x}", static_cast<uint64_t>(s.param_hash()) & 0xffffffffffffULL)},
+      {"balance_method", cfg.balance.method}, {"partition", s.layout.partition.to_string()}};
+  if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);
+  s.log->finish(summary);
+  return out;
+}
+
+}  // namespace omnibal::train

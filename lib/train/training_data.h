@@ -1,0 +1,81 @@
+// TrainingData: the training set as the trainer walks it. Loads the meta file's datasets, gets
+// every sample's (tiles, tokens) from the meta's token_lengths files or, when they are absent,
+// by scanning the samples at start-up (lib/data's scan: image headers + tokenizer, no decoding),
+// and plans each epoch with lib/balance (balance.method: ISF with budgets from the config or
+// searched once in epoch 0, or a baseline). Epoch e uses seed balance.seed + e and carries the
+// previous epoch's tail in, so nothing is dropped. The data position of a run is (epoch, step in
+// epoch); global step g maps to it deterministically, so a resumed run (under any DP/PP) sees
+// the same packs. Steps are planned as dp * m packs and dealt to DP ranks in snake order here,
+// so the global batch of a step does not depend on the DP size. Every rank computes the same plan; the trainer compares plan_hash() across
+// ranks at start-up.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "balance/data_planner.h"
+#include "core/config.h"
+#include "core/model_preset.h"
+#include "data/conversation_dataset.h"
+#include "data/pack_builder.h"
+#include "data/sample_processor.h"
+#include "data/tokenizer.h"
+
+namespace omnibal::train {
+
+/// Where global step g lies.
+struct DataPosition {
+  int epoch = 0;
+  int64_t step_in_epoch = 0;
+};
+
+/// A meta file's samples with their lengths, as a planner table and a pack builder.
+struct LoadedSet {
+  std::unique_ptr<data::ConversationDataset> dataset;
+  std::unique_ptr<data::SampleProcessor> processor;
+  std::unique_ptr<data::PackBuilder> builder;
+  balance::SampleTable table;  ///< sample s is global sample global_id(s) of `dataset`
+  std::vector<data::SampleLengths> lengths;  ///< by global sample id
+  int64_t bad_samples = 0;                   ///< skipped by the scan (on_bad_sample: skip)
+  int64_t global_id(uint32_t s) const {
+    return dataset->offset(static_cast<int>(table.dataset[s])) + table.index[s];
+  }
+};
+
+/// Loads `meta_path` with the tokenizer and options of `config` (scan with `threads` when the
+/// meta has no token_lengths). Throws omnibal::Error / data::BadSampleError on bad input.
+LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
+                   const data::Tokenizer& tokenizer, int threads);
+
+/// The epoch plans of a training set.
+class TrainingData {
+ public:
+  TrainingData(LoadedSet set, const Config& config);
+
+  /// (epoch, step in epoch) of 0-based global step `step`; plans epochs as needed.
+  DataPosition position(int64_t step);
+  /// Global sample ids of the pack `dp_rank` runs as micro-batch `micro` at global step `step`.
+  std::vector<int64_t> pack(int64_t step, int dp_rank, int micro);
+  /// Steps in epoch e (plans it if needed).
+  int64_t steps_in_epoch(int epoch);
+  /// Hash of epoch 0's placed plan (balance/plan_json.h's plan_hash).
+  uint64_t plan_hash();
+  /// The plan of epoch e (metrics, budgets).
+  const balance::MethodResult& epoch_plan(int epoch);
+
+  const LoadedSet& set() const { return set_; }
+  data::PackBuilder& builder() { return *set_.builder; }
+
+ private:
+  void plan_next_epoch();
+  LoadedSet set_;
+  balance::Method method_;
+  balance::PlannerOptions options_;
+  int dp_ = 1, micro_batches_ = 1;
+  std::vector<balance::MethodResult> epochs_;
+  std::vector<int64_t> first_step_;  ///< global step of each epoch's step 0
+};
+
+}  // namespace omnibal::train

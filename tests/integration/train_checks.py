@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""End-to-end checks of omnibal-train on a small generated demo split (ctest label
+`integration`). Each check launches real mpirun jobs of the tiny preset and reads the run
+directories (metrics.jsonl, summary.json, checkpoints/).
+
+  train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
+CHECK: equivalence | resume | resume_split | failure | bad_config | truncated | sigterm
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+class Runner:
+    def __init__(self, a):
+        self.a = a
+        os.makedirs(a.work, exist_ok=True)
+
+    def base(self, run_dir, steps=5):
+        d = self.a.data
+        return ["--set", "model.preset=tiny", "--set", f"data.meta={d}/train_meta.json",
+                "--set", f"data.tokenizer={d}/tokenizer.model", "--set", "data.max_tiles=12",
+                "--set", "data.workers=1", "--set", "balance.samples_per_pack=6",
+                "--set", "parallel.partition=uniform", "--set", "memory.recompute=none",
+                "--set", f"train.steps={steps}", "--set", "train.lr=2e-3",
+                "--set", "train.warmup_steps=5", "--set", "train.checkpoint_every=0",
+                "--set", "runtime.threads=1", "--set", f"runtime.run_dir={run_dir}",
+                "--set", "comm.timeout_s=60"]
+
+    def cmd(self, np, run, dp, pp, m, extra=(), steps=5):
+        run_dir = os.path.join(self.a.work, run)
+        args = [self.a.mpiexec, "-np", str(np), "--oversubscribe", "--bind-to", "none",
+                self.a.bin] + self.base(run_dir, steps) + [
+                "--set", f"parallel.dp={dp}", "--set", f"parallel.pp={pp}",
+                "--set", f"parallel.micro_batches={m}"] + list(extra)
+        return args, run_dir
+
+    def run(self, np, run, dp, pp, m, extra=(), steps=5, fresh=True, expect_ok=True, timeout=300):
+        args, run_dir = self.cmd(np, run, dp, pp, m, extra, steps)
+        if fresh:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        t0 = time.time()
+        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=timeout)
+        p.seconds = time.time() - t0
+        if expect_ok and p.returncode != 0:
+            print(p.stdout[-4000:], p.stderr[-4000:])
+            fail(f"{run}: exit {p.returncode}")
+        return p, run_dir
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def summary(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def check_equivalence(r):
+    _, ref_dir = r.run(1, "eq-ref", 1, 1, 4)
+    ref = metrics(ref_dir)
+    if len(ref) != 5:
+        fail(f"reference has {len(ref)} steps, expected 5")
+    spread = max(rel(m["micro_batch_mean_loss"], m["loss"]) for m in ref)
+    print(f"per-micro-batch averaging would differ by up to {spread:.2e} relative")
+    if spread <= 1e-3:
+        fail("micro-batches have (nearly) equal label counts; the test would not detect "
+             "per-micro-batch averaging")
+    for name, np, dp, pp, m in [("eq-pp2", 2, 1, 2, 4), ("eq-dp2", 2, 2, 1, 2),
+                                ("eq-pp2dp2", 4, 2, 2, 2)]:
+        _, d = r.run(np, name, dp, pp, m)
+        got = metrics(d)
+        for a, b in zip(got, ref):
+            for key in ("loss", "grad_norm"):
+                if rel(a[key], b[key]) > 1e-4:
+                    fail(f"{name} step {a['step']}: {key} {a[key]:.8f} vs one process {b[key]:.8f}")
+            if a["samples"] != b["samples"] or a["label_tokens"] != b["label_tokens"]:
+                fail(f"{name} step {a['step']}: global batch differs")
+        worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got, ref))
+        print(f"{name}: 5 steps equal one process (max relative loss difference {worst:.1e})")
+
+
+def resume_pair(r, extra_resume=(), resume_name="rs-resumed"):
+    steps = 6
+    _, straight = r.run(4, "rs-straight", 2, 2, 2, steps=steps)
+    ms = metrics(straight)
+    epochs = [m["epoch"] for m in ms]
+    if not any(epochs[k] != epochs[k - 1] for k in range(3, 6)):
+        fail(f"no epoch boundary in the last 3 steps (epochs {epochs})")
+    if ms[2]["lr"] >= 2e-3:
+        fail("the resume point is not inside LR warm-up")
+    # 3 steps, checkpoint at the end, then resume to 6.
+    _, first = r.run(4, resume_name, 2, 2, 2, steps=3)
+    return straight, first, ms
+
+
+def check_resume(r):
+    straight, half, ms = resume_pair(r)
+    r.run(4, "rs-resumed", 2, 2, 2, steps=6, fresh=False, extra=["--resume", "auto"])
+    mr = metrics(half)
+    if len(mr) != 6:
+        fail(f"resumed run has {len(mr)} metric lines, expected 6")
+    for a, b in zip(mr, ms):
+        if a["loss"] != b["loss"]:
+            fail(f"step {a['step']}: loss {a['loss']!r} after resume vs {b['loss']!r} straight")
+    if summary(half)["param_hash"] != summary(straight)["param_hash"]:
+        fail("parameter hash differs after resume")
+    print("6 straight == 3 + resume + 3: losses and parameter hash bitwise equal "
+          f"({summary(straight)['param_hash']})")
+
+
+def check_resume_split(r):
+    straight, half, ms = resume_pair(r, resume_name="rs-split")
+    ckpt = os.path.join(half, "checkpoints", "step-3")
+    if not os.path.isdir(ckpt):
+        fail(f"missing {ckpt}")
+    # The same checkpoint under another PP split (manual 3 + 7 units instead of uniform 5 + 5)
+    # and another DP size.
+    r.run(2, "rs-split", 1, 2, 4, steps=6, fresh=False,
+          extra=["--resume", ckpt, "--set", "parallel.partition={manual: [3, 7]}"])
+    mr = metrics(half)
+    for a, b in zip(mr[3:], ms[3:]):
+        if rel(a["loss"], b["loss"]) > 1e-4:
+            fail(f"step {a['step']}: loss {a['loss']} under the other split vs {b['loss']}")
+    print("resume under PP split [3, 7] at dp 1 m 4 matches the straight run within 1e-4")
+
+
+def check_failure(r):
+    for where in ("backward", "loader"):
+        t0 = time.time()
+        p, _ = r.run(2, f"fail-{where}", 1, 2, 4, steps=50, expect_ok=False, timeout=120,
+                     extra=["--set", f"debug.fail_at={{rank: 1, step: 1, where: {where}}}"])
+        took = time.time() - t0
+        if p.returncode == 0:
+            fail(f"{where}: the job exited 0")
+        if "[rank 1]" not in p.stderr or "injected" not in p.stderr:
+            print(p.stderr[-3000:])
+            fail(f"{where}: stderr lacks '[rank 1] ... injected'")
+        if took > 30:
+            fail(f"{where}: the job took {took:.1f} s to end (limit 30 s)")
+        print(f"fail_at {where}: exit {p.returncode} after {took:.1f} s with [rank 1] on stderr")
+
+
+def check_bad_config(r):
+    cases = [(2, ["--set", "parallel.pp=3"], "mpirun started 2 ranks"),
+             (1, ["--set", "train.nonsense=1"], "nonsense"),
+             (2, ["--set", "parallel.partition={manual: [3, 3]}", "--set", "parallel.pp=2"],
+              "manual"),
+             (1, ["--set", "balance.method=shuffle"], "balance.method")]
+    for np, extra, needle in cases:
+        args, _ = r.cmd(np, "bad", 1, 1, 1)
+        p = subprocess.run(args + extra, env=ENV, capture_output=True, text=True, timeout=60)
+        if p.returncode == 0 or needle not in p.stderr:
+            print(p.stderr[-2000:])
+            fail(f"{extra}: expected a non-zero exit naming '{needle}'")
+        line = next((l for l in p.stderr.splitlines() if needle in l), "")
+        print(f"{' '.join(extra)}: refused ({line.strip()[:160]})")
+
+
+def check_truncated(r):
+    _, d = r.run(2, "trunc", 1, 2, 2, steps=4, extra=["--set", "train.checkpoint_every=2"])
+    newest = os.path.join(d, "checkpoints", "step-4")
+    files = [f for f in sorted(os.listdir(newest)) if f.endswith(".safetensors")]
+    if not files:
+        fail(f"{newest} holds no shard files")
+    victim = os.path.join(newest, files[0])
+    size = os.path.getsize(victim)
+    with open(victim, "r+b") as f:
+        f.truncate(size // 2)
+    p, _ = r.run(2, "trunc", 1, 2, 2, steps=5, fresh=False, extra=["--resume", "auto"])
+    out = p.stdout + p.stderr
+    if "step-2" not in out or "resumed from" not in out:
+        print(out[-3000:])
+        fail("--resume auto did not fall back to step-2")
+    print(f"truncated {os.path.basename(victim)} of step-4 ({size} -> {size // 2} bytes): "
+          "--resume auto took step-2")
+
+
+def check_sigterm(r):
+    args, d = r.cmd(2, "sigterm", 1, 2, 2, steps=10000)
+    shutil.rmtree(d, ignore_errors=True)
+    p = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics_path = os.path.join(d, "metrics.jsonl")
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        if os.path.exists(metrics_path) and os.path.getsize(metrics_path) > 0:
+            break
+        time.sleep(0.2)
+    else:
+        p.kill()
+        fail("no step finished within 120 s")
+    ranks = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    if not ranks:
+        p.kill()
+        fail("found no rank processes under mpirun")
+    os.kill(int(ranks[0]), signal.SIGTERM)  # one rank is enough: ranks agree at the boundary
+    out, err = p.communicate(timeout=120)
+    s = summary(d)
+    if p.returncode != 0 or not s["stopped"]:
+        print(err[-3000:])
+        fail(f"exit {p.returncode}, stopped {s['stopped']}")
+    ckpt = os.path.join(d, "checkpoints", f"step-{s['steps']}")
+    if not os.path.isdir(ckpt):
+        fail(f"no checkpoint {ckpt}")
+    print(f"SIGTERM to rank pid {ranks[0]}: stopped after step {s['steps']}, exit 0, {ckpt}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("check")
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--mpiexec", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    r = Runner(a)
+    globals()["check_" + a.check](r)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "models/vlm.h"
+#include "pipeline/stage_layout.h"
+
+using namespace omnibal;
+
+namespace {
+
+Config config_with(int pp, const std::string& partition, const std::string& recompute) {
+  return parse_config("parallel: {pp: " + std::to_string(pp) + ", partition: " + partition +
+                          "}\nmemory: {recompute: " + recompute + "}\n",
+                      "test");
+}
+
+}  // namespace
+
+TEST_CASE("stage layout: uniform, parameters and manual partitions of the tiny preset", "[pipeline]") {
+  const ModelPreset preset = load_model_preset("tiny");
+  // tiny: vit_embed, vit_block_0..1, projector, llm_embed, llm_block_0..3, llm_head = 10 units.
+  const Config uni = config_with(2, "uniform", "none");
+  const auto u = pipeline::resolve_stage_layout(preset, uni.parallel, uni.memory);
+  REQUIRE(u.unit_names.size() == 10);
+  CHECK(u.partition.sizes == std::vector<int>{5, 5});
+  CHECK(u.unit_names[u.begin(1)] == "llm_block_0");
+
+  const Config man = config_with(2, "{manual: [3, 7]}", "none");
+  const auto m = pipeline::resolve_stage_layout(preset, man.parallel, man.memory);
+  CHECK(m.begin(1) == 3);
+  CHECK(m.unit_names[m.begin(1)] == "projector");
+
+  // parameters: the split minimising the heaviest stage's parameter count.
+  const Config par = config_with(3, "parameters", "none");
+  const auto p = pipeline::resolve_stage_layout(preset, par.parallel, par.memory);
+  const auto counts = models::unit_parameter_counts(preset);
+  auto heaviest = [&](const pipeline::StageLayout& l) {
+    int64_t worst = 0;
+    for (int s = 0; s < l.stages(); ++s) {
+      int64_t sum = 0;
+      for (int k = l.begin(s); k < l.end(s); ++k) sum += counts[k];
+      worst = std::max(worst, sum);
+    }
+    return worst;
+  };
+  const Config uni3 = config_with(3, "uniform", "none");
+  CHECK(heaviest(p) <= heaviest(pipeline::resolve_stage_layout(preset, uni3.parallel, uni3.memory)));
+  CHECK(p.partition.units() == 10);
+}
+
+TEST_CASE("stage layout: recompute none, full and per-stage counts", "[pipeline]") {
+  const ModelPreset preset = load_model_preset("tiny");
+  const Config full = config_with(2, "{manual: [3, 7]}", "full");
+  const auto f = pipeline::resolve_stage_layout(preset, full.parallel, full.memory);
+  CHECK(f.recomputed_units(0) == 2);  // vit_block_0, vit_block_1
+  CHECK(f.recomputed_units(1) == 4);  // llm_block_0..3
+  CHECK_FALSE(f.recompute[0]);        // vit_embed is not a block
+
+  const Config counts = config_with(2, "{manual: [3, 7]}", "[1, 3]");
+  const auto c = pipeline::resolve_stage_layout(preset, counts.parallel, counts.memory);
+  CHECK(c.recompute == std::vector<bool>{false, true, false, false, false, true, true, true,
+                                         false, false});
+
+  const Config none = config_with(2, "uniform", "none");
+  CHECK(pipeline::resolve_stage_layout(preset, none.parallel, none.memory).recomputed_units(0) == 0);
+}
+
+TEST_CASE("stage layout: errors name the key and what is wrong", "[pipeline]") {
+  const ModelPreset preset = load_model_preset("tiny");
+  auto message = [&](const Config& c) {
+    try {
+      pipeline::resolve_stage_layout(preset, c.parallel, c.memory);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message(config_with(2, "{manual: [3, 3]}", "none")),
+             Catch::Contains("sum to 6") && Catch::Contains("10 pipeline units"));
+  CHECK_THAT(message(config_with(11, "uniform", "none")), Catch::Contains("parallel.pp: 11"));
+  CHECK_THAT(message(config_with(2, "balanced", "none")), Catch::Contains("profiler"));
+  CHECK_THAT(message(config_with(2, "uniform", "adaptive")), Catch::Contains("memory.recompute"));
+  CHECK_THAT(message(config_with(2, "{manual: [3, 7]}", "[3, 0]")),
+             Catch::Contains("stage 0 has 2 blocks"));
+  CHECK_THAT(message(config_with(2, "uniform", "[1]")),
+             Catch::Contains("one count per pipeline stage"));
+}
