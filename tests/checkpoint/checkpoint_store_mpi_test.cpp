@@ -5,6 +5,7 @@
 #include "checkpoint/checkpoint_store.h"
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "tests/checkpoint/mpi_world.h"
 #include "tests/checkpoint/test_dirs.h"
 
 #include <catch2/catch.hpp>
@@ -18,15 +19,9 @@ namespace fs = std::filesystem;
 using omnibal::checkpoint::CheckpointStore;
 using omnibal::checkpoint::Shard;
 using omnibal::checkpoint::testing::ScratchDir;
+using omnibal::checkpoint::testing::world_comm;
 
 namespace {
-
-std::unique_ptr<omnibal::comm::Communicator> world_comm() {
-  omnibal::comm::WaitPolicy policy;
-  policy.timeout_s = 30;
-  return omnibal::comm::make_mpi_communicator(MPI_COMM_WORLD, "world",
-                                              std::make_shared<omnibal::comm::Watchdog>(policy));
-}
 
 /// One scratch directory for all ranks: rank 0's pid names it, rank 0 owns it.
 std::unique_ptr<ScratchDir> shared_dir(omnibal::comm::Communicator& world, const std::string& tag) {

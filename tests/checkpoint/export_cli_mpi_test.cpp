@@ -6,6 +6,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "models/vlm.h"
+#include "tests/checkpoint/mpi_world.h"
 #include "tests/checkpoint/test_dirs.h"
 
 #include <catch2/catch.hpp>
@@ -20,15 +21,9 @@ namespace fs = std::filesystem;
 using omnibal::checkpoint::CheckpointStore;
 using omnibal::checkpoint::Shard;
 using omnibal::checkpoint::testing::ScratchDir;
+using omnibal::checkpoint::testing::world_comm;
 
 namespace {
-
-std::unique_ptr<omnibal::comm::Communicator> world_comm() {
-  omnibal::comm::WaitPolicy policy;
-  policy.timeout_s = 30;
-  return omnibal::comm::make_mpi_communicator(MPI_COMM_WORLD, "world",
-                                              std::make_shared<omnibal::comm::Watchdog>(policy));
-}
 
 void flip_byte(const std::string& path, std::streamoff at) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
