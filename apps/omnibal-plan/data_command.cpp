@@ -50,8 +50,7 @@ struct DataArgs {
 
 std::vector<Method> methods_of(const std::string& name) {
   if (name != "all") return {parse_method(name, "--method")};
-  return {Method::kIsf,    Method::kIsfRandomPlacement, Method::kMultiSource,
-          Method::kRandom, Method::kLengthGroup,        Method::kBestFit};
+  return omnibal::balance::all_methods();
 }
 
 PlannerOptions planner_options(const DataArgs& a) {

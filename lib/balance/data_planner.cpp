@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 
 #include "balance/baseline_packers.h"
@@ -140,6 +141,8 @@ const char* method_name(Method method) {
   }
   return "?";
 }
+
+std::vector<Method> all_methods() { return {std::begin(kAllMethods), std::end(kAllMethods)}; }
 
 Method parse_method(const std::string& name, const std::string& key) {
   for (Method m : kAllMethods)

@@ -35,6 +35,8 @@ enum class Method { kIsf, kIsfRandomPlacement, kMultiSource, kRandom, kLengthGro
 const char* method_name(Method method);
 /// Inverse of method_name; throws omnibal::Error naming `key` and the choices otherwise.
 Method parse_method(const std::string& name, const std::string& key);
+/// Every method, in the order `omnibal-plan data --method all` reports them.
+std::vector<Method> all_methods();
 
 /// Everything a method needs (config keys: parallel.dp, parallel.micro_batches, balance.*,
 /// data.on_bad_sample).
