@@ -83,8 +83,12 @@ UnitState LlmBlockUnit::forward(const UnitState& state) {
   expect_phase(state, Phase::kLlm);
   const torch::Tensor& x = state.hidden;
   const torch::Tensor h =
-      x + attention->forward(attention_norm->forward(x), state.position_ids, state.cu_seqlens);
-  return state.with_hidden(h + feed_forward->forward(ffn_norm->forward(h)), Phase::kLlm);
+      x + apply_dropout(attention->forward(attention_norm->forward(x), state.position_ids,
+                                           state.cu_seqlens),
+                        state, DropoutSite::kAttentionOutput);
+  const torch::Tensor mlp =
+      apply_dropout(feed_forward->forward(ffn_norm->forward(h)), state, DropoutSite::kMlpOutput);
+  return state.with_hidden(h + mlp, Phase::kLlm);
 }
 
 std::pair<torch::Tensor, torch::Tensor> label_targets(const torch::Tensor& labels,

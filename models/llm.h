@@ -60,8 +60,9 @@ class SwiGluImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SwiGlu);
 
-/// Unit "llm_block_<i>": kLlm -> kLlm, h = x + attention(attention_norm(x));
-/// out = h + feed_forward(ffn_norm(h)).
+/// Unit "llm_block_<i>": kLlm -> kLlm, h = x + drop(attention(attention_norm(x)));
+/// out = h + drop(feed_forward(ffn_norm(h))), drop = residual dropout (models/dropout.h, off at
+/// p = 0).
 class LlmBlockUnit : public PipelineUnit {
  public:
   LlmBlockUnit(const LlmPreset& preset, int index);

@@ -24,6 +24,7 @@ struct PackBatch {
   torch::Tensor cu_seqlens;    ///< [n + 1] int64, cumulative sample lengths starting at 0 (kept
                                ///< on the CPU by the model: the attention loop reads it)
   std::vector<int64_t> sample_ids;  ///< global sample index of each member, in pack order
+  int64_t dropout_key = 0;  ///< key of this pack's dropout masks (models/dropout.h); 0 = off
 
   /// Number of samples in the pack.
   int64_t num_samples() const { return static_cast<int64_t>(sample_ids.size()); }

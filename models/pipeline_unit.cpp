@@ -22,6 +22,18 @@ int64_t PipelineUnit::num_parameters() const {
   return total;
 }
 
+void PipelineUnit::set_dropout(double p) {
+  OMNIBAL_CHECK(p >= 0.0 && p < 1.0, unit_name_, ": dropout must be in [0, 1), got ", p);
+  dropout_ = p;
+  name_hash_ = unit_name_hash(unit_name_);
+}
+
+torch::Tensor PipelineUnit::apply_dropout(const torch::Tensor& x, const UnitState& state,
+                                          DropoutSite site) const {
+  if (dropout_ == 0.0 || state.dropout_key == 0) return x;
+  return counter_dropout(x, dropout_, state.dropout_key, name_hash_, site);
+}
+
 void PipelineUnit::expect_phase(const UnitState& state, Phase expected) const {
   OMNIBAL_CHECK(state.phase == expected, unit_name_, ": expected a state in phase '",
                 phase_name(expected), "', got '", phase_name(state.phase),

@@ -7,8 +7,9 @@
 // the next UnitState. Running any contiguous range of units is a pipeline stage; running all of
 // them in order is the whole model.
 //
-// A unit's forward is a pure function of its parameters and its input state (no dropout, no
-// hidden caches), so activation recomputation can rerun it from the saved input state.
+// A unit's forward is a pure function of its parameters and its input state (no hidden caches;
+// dropout masks derive from the state's dropout_key, models/dropout.h), so activation
+// recomputation can rerun it from the saved input state.
 // Not here: the stage executor and recomputation policy (lib/pipeline), cost profiling.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "models/dropout.h"
 #include "models/unit_state.h"
 
 namespace omnibal::models {
@@ -47,8 +49,16 @@ class PipelineUnit : public torch::nn::Module {
   /// forward during the backward pass (models/recompute.h). Off by default.
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
+  /// Residual dropout probability of this unit's blocks (model.dropout; 0 = off, the default).
+  /// Only ViT and LLM blocks use it (models/dropout.h). Throws unless 0 <= p < 1.
+  void set_dropout(double p);
+  double dropout() const { return dropout_; }
 
  protected:
+  /// Counter-based dropout of `x` at `site`, keyed by state.dropout_key and this unit's name;
+  /// x unchanged when dropout() == 0 or the key is 0 (evaluation).
+  torch::Tensor apply_dropout(const torch::Tensor& x, const UnitState& state,
+                              DropoutSite site) const;
   /// Throws omnibal::Error naming this unit when `state.phase != expected`.
   void expect_phase(const UnitState& state, Phase expected) const;
 
@@ -56,6 +66,8 @@ class PipelineUnit : public torch::nn::Module {
   std::string unit_name_;
   UnitKind kind_;
   bool recompute_ = false;
+  double dropout_ = 0.0;
+  uint64_t name_hash_ = 0;
 };
 
 using UnitPtr = std::shared_ptr<PipelineUnit>;

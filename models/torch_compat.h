@@ -6,9 +6,12 @@
 // - scaled_dot_product_attention (fused, flash / memory-efficient kernels) exists from 2.0 on.
 //   On 1.13 attention is computed as matmul -> softmax -> matmul with an additive mask.
 // - The default compute dtype: bf16 on CUDA (2.x), fp32 on CPU.
+// - Making a seeded CPU generator (counter-based dropout, parameter init): 2.x has
+//   at::detail::createCPUGenerator; 1.13 is written with the older make_generator form.
 // Not handled here: NCCL (lib/comm chooses its backend at build time) and torch.compile (none).
 #pragma once
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -36,6 +39,16 @@ constexpr bool has_sdpa() { return OMNIBAL_TORCH_HAS_SDPA != 0; }
 /// The compute dtype for parameters and activations on `device`: bf16 on CUDA, fp32 elsewhere.
 inline torch::Dtype default_dtype(const torch::Device& device) {
   return device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+}
+
+/// A CPU generator (mt19937) seeded with `seed`: the same seed gives the same stream on every
+/// LibTorch version and thread count (the CPU uniform_ / normal_ kernels draw serially).
+inline at::Generator cpu_generator(uint64_t seed) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::detail::createCPUGenerator(seed);
+#else
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+#endif
 }
 
 /// Additive causal mask [q_len, k_len]: 0 where key j <= query i (aligned at the top left),

@@ -17,6 +17,8 @@ const char* phase_name(Phase phase) {
 
 namespace {
 
+constexpr int64_t kHeader = 5;  // side_tensor(): phase, T, n, tiles, dropout_key
+
 torch::Tensor check_ids(const torch::Tensor& t, const char* field, int64_t expected_len) {
   OMNIBAL_CHECK(t.defined(), "PackBatch.", field, ": expected a [", expected_len,
                 "] int64 tensor, got an undefined tensor");
@@ -46,6 +48,7 @@ UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& devic
   const int64_t tokens = pack.input_ids.size(0);
   UnitState s;
   s.phase = Phase::kPixels;
+  s.dropout_key = pack.dropout_key;
   s.input_ids = check_ids(pack.input_ids, "input_ids", tokens).to(device);
   s.position_ids = check_ids(pack.position_ids, "position_ids", tokens).to(device);
   s.labels = check_ids(pack.labels, "labels", tokens).to(device);
@@ -69,7 +72,8 @@ torch::Tensor UnitState::side_tensor() const {
   const int64_t tiles = image_flags.defined() ? image_flags.size(0) : 0;
   const auto cpu = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kInt64).reshape(-1); };
   std::vector<torch::Tensor> parts{
-      torch::tensor({static_cast<int64_t>(phase), tokens, samples, tiles}, torch::kInt64)};
+      torch::tensor({static_cast<int64_t>(phase), tokens, samples, tiles, dropout_key},
+                    torch::kInt64)};
   if (tokens > 0) {
     parts.push_back(cpu(input_ids));
     parts.push_back(cpu(position_ids));
@@ -81,21 +85,23 @@ torch::Tensor UnitState::side_tensor() const {
 }
 
 UnitState UnitState::from_wire(torch::Tensor hidden, const torch::Tensor& side) {
-  OMNIBAL_CHECK(side.dim() == 1 && side.size(0) >= 4 && side.scalar_type() == torch::kInt64,
-                "UnitState::from_wire: expected a 1-D int64 side tensor of >= 4 entries, got ",
+  OMNIBAL_CHECK(side.dim() == 1 && side.size(0) >= kHeader && side.scalar_type() == torch::kInt64,
+                "UnitState::from_wire: expected a 1-D int64 side tensor of >= ", kHeader,
+                " entries, got ",
                 side.sizes(), " ", side.scalar_type());
   const torch::Tensor s = side.to(torch::kCPU);
   const auto acc = s.accessor<int64_t, 1>();
   const int64_t tokens = acc[1], samples = acc[2], tiles = acc[3];
-  const int64_t expected = 4 + 3 * tokens + (samples > 0 ? samples + 1 : 0) + tiles;
+  const int64_t expected = kHeader + 3 * tokens + (samples > 0 ? samples + 1 : 0) + tiles;
   OMNIBAL_CHECK(acc[0] >= 0 && acc[0] <= 4 && s.size(0) == expected,
                 "UnitState::from_wire: header (phase ", acc[0], ", T ", tokens, ", n ", samples,
                 ", tiles ", tiles, ") implies ", expected, " entries, got ", s.size(0));
   UnitState out;
   out.phase = static_cast<Phase>(acc[0]);
+  out.dropout_key = acc[4];
   const torch::Device device = hidden.defined() ? hidden.device() : torch::Device(torch::kCPU);
   out.hidden = std::move(hidden);
-  int64_t at = 4;
+  int64_t at = kHeader;
   auto take = [&](int64_t len) {
     torch::Tensor t = s.narrow(0, at, len).clone();
     at += len;

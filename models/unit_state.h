@@ -39,6 +39,7 @@ struct UnitState {
   torch::Tensor position_ids;    ///< [T] int64, restarting at 0 per sample
   torch::Tensor cu_seqlens;      ///< [n + 1] int64 on the CPU, cu_seqlens[n] == T
   torch::Tensor labels;          ///< [T] int64, -100 = no loss; labels[t] is the target of token t
+  int64_t dropout_key = 0;       ///< key of the micro-batch's dropout masks; 0 = dropout off
   // Set by the last unit (final norm + head + loss):
   torch::Tensor loss_sum;         ///< [] float32: sum of token cross-entropies (nats)
   int64_t label_count = 0;        ///< tokens that contributed to loss_sum
@@ -46,7 +47,8 @@ struct UnitState {
   torch::Tensor label_positions;  ///< [label_count] int64: pack position whose logits predict
   torch::Tensor logits;           ///< [label_count, vocab] logits at label_positions
 
-  /// Builds the input state of the first unit from a pack: hidden = pixel_values (kPixels).
+  /// Builds the input state of the first unit from a pack: hidden = pixel_values (kPixels),
+  /// dropout_key = pack.dropout_key.
   /// Moves tensors to `device` (cu_seqlens stays on the CPU). Checks that the documented shapes
   /// and dtypes agree (T from input_ids, cu_seqlens monotone from 0 to T) and throws
   /// omnibal::Error naming the field otherwise.
@@ -57,9 +59,9 @@ struct UnitState {
   /// Number of samples n in the pack.
   int64_t num_samples() const { return cu_seqlens.size(0) - 1; }
 
-  /// All side information (phase, ids, positions, cu_seqlens, labels, image flags) as one int64
-  /// CPU tensor: [phase, T, n, tiles, input_ids(T), position_ids(T), labels(T),
-  /// cu_seqlens(n+1), image_flags(tiles)]. What a stage sends next to `hidden`.
+  /// All side information (phase, ids, positions, cu_seqlens, labels, image flags, dropout key)
+  /// as one int64 CPU tensor: [phase, T, n, tiles, dropout_key, input_ids(T), position_ids(T),
+  /// labels(T), cu_seqlens(n+1), image_flags(tiles)]. What a stage sends next to `hidden`.
   torch::Tensor side_tensor() const;
 
   /// Inverse of side_tensor(): a state with `hidden` and the unpacked side information, side

@@ -101,9 +101,10 @@ UnitState VitBlockUnit::forward(const UnitState& state) {
   expect_phase(state, Phase::kVit);
   if (!state.hidden.defined()) return state;
   torch::Tensor x = state.hidden;
-  torch::Tensor a = attn->forward(norm1->forward(x));
+  torch::Tensor a = apply_dropout(attn->forward(norm1->forward(x)), state,
+                                  DropoutSite::kAttentionOutput);
   x = x + (ls1.defined() ? a * ls1 : a);
-  torch::Tensor m = mlp->forward(norm2->forward(x));
+  torch::Tensor m = apply_dropout(mlp->forward(norm2->forward(x)), state, DropoutSite::kMlpOutput);
   x = x + (ls2.defined() ? m * ls2 : m);
   return state.with_hidden(x, Phase::kVit);
 }

@@ -3,7 +3,8 @@
 // the tile side differs from the preset's) and pre-norm transformer blocks (multi-head
 // self-attention with optional q/k RMS normalisation, GELU MLP, optional layer scale).
 // Each tile is its own sequence, so no packing mask is needed in the ViT (omnibal-spec.md §1.5).
-// Not here: drop-path (training regulariser, off), the flash-attention kernel choice (compat).
+// Residual dropout (models/dropout.h) on the attention and MLP branches when set_dropout(p > 0).
+// Not here: drop-path (stochastic depth), the flash-attention kernel choice (compat).
 #pragma once
 
 #include <torch/torch.h>
@@ -48,7 +49,8 @@ class VitAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VitAttention);
 
-/// Unit "vit_block_<i>": kVit -> kVit, x += ls1 * attn(norm1(x)); x += ls2 * mlp(norm2(x)).
+/// Unit "vit_block_<i>": kVit -> kVit, x += ls1 * drop(attn(norm1(x))); x += ls2 * drop(mlp(norm2(x)))
+/// (drop: residual dropout, identity at p = 0).
 /// Parameters: norm1, attn.*, ls1 [d] (if layer_scale), norm2, mlp.fc1 [mlp, d], mlp.fc2 [d, mlp],
 /// ls2 [d].
 class VitBlockUnit : public PipelineUnit {

@@ -1,7 +1,5 @@
 #include "models/vlm.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include "core/error.h"
 #include "core/rng.h"
 #include "models/llm.h"
@@ -38,7 +36,7 @@ void init_tensor(torch::Tensor& param, const std::string& name, uint64_t seed, d
   } else if (ends_with(name, ".ls1") || ends_with(name, ".ls2")) {
     value = torch::full(param.sizes(), 0.1);
   } else {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(stream);
+    auto gen = compat::cpu_generator(stream);
     value = torch::normal(0.0, std, param.sizes(), gen, torch::kFloat32);
   }
   param.copy_(value);
@@ -104,6 +102,7 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
     else if (i < head) units.push_back(std::make_shared<LlmBlockUnit>(preset.llm, static_cast<int>(i - embed - 1)));
     else units.push_back(std::make_shared<LlmHeadUnit>(preset.llm, !tied_here));
     init_unit_parameters(*units.back(), options.seed, options.init_std);
+    units.back()->set_dropout(options.dropout);
   }
   const torch::Dtype dtype = options.dtype.value_or(compat::default_dtype(options.device));
   for (auto& unit : units) unit->to(options.device, dtype);

@@ -30,11 +30,13 @@ struct VlmOptions {
   torch::Device device = torch::kCPU;
   std::optional<torch::Dtype> dtype;  ///< default: bf16 on CUDA, fp32 on CPU
   double init_std = 0.02;          ///< std of the normal init of matrices and embeddings
+  double dropout = 0.0;            ///< residual dropout of ViT and LLM blocks (model.dropout)
 
   VlmOptions& with_img_context_id(int64_t id) { img_context_id = id; return *this; }
   VlmOptions& with_seed(uint64_t s) { seed = s; return *this; }
   VlmOptions& with_device(torch::Device d) { device = d; return *this; }
   VlmOptions& with_dtype(torch::Dtype t) { dtype = t; return *this; }
+  VlmOptions& with_dropout(double p) { dropout = p; return *this; }
 };
 
 /// Names of all units of `preset` in model order (vit_embed ... llm_head):

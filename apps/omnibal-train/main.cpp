@@ -38,8 +38,7 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
     return 0;
   }
   comm::install_stop_handler();
-  const comm::ThreadPlan threads = comm::configure_threads(cfg.runtime.threads, mpi.local_size());
-  omnibal::log_info("{}", threads.describe());
+  comm::configure_threads(cfg.runtime.threads, mpi.local_size());  // logs each rank's plan
   const comm::ProcessGrid grid = comm::make_process_grid(cfg.parallel, mpi.size());
   comm::WaitPolicy policy{cfg.comm.timeout_s, std::make_shared<comm::ErrorForwarder>()};
   comm::ParallelComms comms(grid, policy);

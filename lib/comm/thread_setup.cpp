@@ -75,9 +75,10 @@ ThreadPlan configure_threads(int requested, int local_ranks) {
     }
   });
   plan.interop = at::get_num_interop_threads();
-  log_info("{}", plan.describe());
+  // Every rank logs its own plan: bindings differ per rank ("[rank r]" names which).
+  log_info_every_rank("{}", plan.describe());
   if (!plan.affinity.empty() && static_cast<int>(plan.affinity.size()) < plan.threads) {
-    log_info("warning: {} threads but this rank is bound to {} cpu(s); launch with "
+    log_info_every_rank("warning: {} threads but this rank is bound to {} cpu(s); launch with "
              "`mpirun --bind-to none` or set runtime.threads", plan.threads, plan.affinity.size());
   }
   return plan;

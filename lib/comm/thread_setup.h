@@ -32,8 +32,8 @@ std::vector<int> cpu_affinity();
 std::string format_cpu_list(const std::vector<int>& cpus);
 
 /// Plans with the node's online CPUs and `local_ranks`, reads the affinity, sets torch's
-/// intra-op threads and (once per process) inter-op threads, logs the plan (rank 0 by
-/// default, every rank under set_log_all_ranks(true)) and warns when the affinity mask has
+/// intra-op threads and (once per process) inter-op threads, logs the plan on every rank
+/// ("[rank r] threads ...": bindings differ per rank) and warns when the affinity mask has
 /// fewer CPUs than threads. Returns the plan.
 ThreadPlan configure_threads(int requested, int local_ranks);
 

@@ -174,6 +174,8 @@ void CommConfig::validate(const std::string& w) const { check_positive(w + "time
 
 void ModelConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!preset.empty(), w, "preset: expected a preset name (models/presets/<name>.yaml)");
+  OMNIBAL_CHECK(dropout >= 0.0 && dropout < 1.0, w, "dropout: expected a probability in [0, 1), got ",
+                dropout);
 }
 
 void LossConfig::validate(const std::string& w) const {

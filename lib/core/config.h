@@ -147,8 +147,12 @@ struct ModelConfig {
   std::string preset = "tiny";
   std::string init_from;                   ///< Hugging Face InternVL directory to start from ("" = none)
   std::vector<std::string> allow_missing;  ///< glob patterns of tensors init_from may lack
+  /// Residual dropout of every ViT and LLM block during training, in [0, 1) (models/dropout.h:
+  /// counter-based masks; evaluation runs without). 0 = off.
+  double dropout = 0.0;
   template <class V> void visit_fields(V& v) {
     v("preset", preset); v("init_from", init_from); v("allow_missing", allow_missing);
+    v("dropout", dropout);
   }
   void validate(const std::string& where) const;
 };

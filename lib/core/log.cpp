@@ -20,6 +20,10 @@ void set_log_all_ranks(bool all) { g_all = all; }
 
 void log_line(const std::string& line) {
   if (g_rank != 0 && !g_all) return;
+  log_line_every_rank(line);
+}
+
+void log_line_every_rank(const std::string& line) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_world > 1) std::fprintf(stderr, "[rank %d] %s\n", g_rank, line.c_str());
   else std::fprintf(stderr, "%s\n", line.c_str());

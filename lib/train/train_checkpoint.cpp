@@ -33,11 +33,14 @@ TrainCheckpoint::~TrainCheckpoint() = default;
 
 void TrainCheckpoint::save(const TrainCounters& counters,
                            const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                           const AdamW& adam, bool writer, const std::string& config_yaml) {
+                           const AdamW& adam, bool writer, const std::string& config_yaml,
+                           const std::vector<std::string>& not_written) {
   checkpoint::Shard shard;
   if (writer) {
     for (const auto& [name, p] : params) shard.tensors[name] = p.detach();
     for (const auto& [name, t] : adam.state_tensors()) shard.tensors[name] = t;
+    for (const auto& name : not_written)
+      for (const char* suffix : {"", "#exp_avg", "#exp_avg_sq"}) shard.tensors.erase(name + suffix);
   }
   shard.state = counters.to_json();
   shard.state["optimizer_steps"] = adam.steps();

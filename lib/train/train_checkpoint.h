@@ -37,9 +37,12 @@ class TrainCheckpoint {
   TrainCheckpoint(std::string root, int keep_last, comm::Communicator& world);
   ~TrainCheckpoint();
   /// Collective. `writer` is true on DP rank 0 of each stage (its tensors are stored).
+  /// `not_written`: names this rank leaves out, with their AdamW moments (a tied head's copy,
+  /// stored by the embedding's stage).
   void save(const TrainCounters& counters,
             const std::vector<std::pair<std::string, torch::Tensor>>& params, const AdamW& adam,
-            bool writer, const std::string& config_yaml);
+            bool writer, const std::string& config_yaml,
+            const std::vector<std::string>& not_written = {});
   /// "auto": the newest verified checkpoint or "" when none; a path: verified (throws
   /// omnibal::Error saying what is wrong).
   std::string resolve(const std::string& resume) const;

@@ -18,6 +18,7 @@
 #include "train/grad_sync.h"
 #include "train/lr_schedule.h"
 #include "train/run_log.h"
+#include "train/tied_head.h"
 #include "train/train_checkpoint.h"
 #include "train/training_data.h"
 
@@ -77,6 +78,7 @@ struct Trainer::State {
   NamedParams params;          ///< all of this stage's parameters (frozen included)
   std::vector<torch::Tensor> trainable;
   std::unique_ptr<AdamW> adam;
+  std::unique_ptr<TiedHead> tied;  ///< the tied LM head's two copies when split over stages
   std::unique_ptr<comm::TensorMessenger> pipe;
   std::unique_ptr<pipeline::StageExecutor> stage;
   std::unique_ptr<TrainingData> data;
@@ -100,16 +102,15 @@ struct Trainer::State {
                               const std::vector<models::PackBatch>& packs, int64_t labels,
                               double lr, double norm, double seconds);
   int64_t param_hash();
+  bool tied_copies_equal();
   void save_checkpoint();
 };
 
 void Trainer::State::build_stage() {
-  OMNIBAL_CHECK(!(preset.llm.tie_embeddings && stages > 1), "model.preset '", preset.name,
-                "' ties the LM head to the token embedding (llm.tie_embeddings), which the trainer ",
-                "does not support with parallel.pp > 1 yet; use parallel.pp: 1 or an untied preset");
   layout = pipeline::resolve_stage_layout(preset, cfg.parallel, cfg.memory);
   models::VlmOptions opt;
-  opt.with_img_context_id(tokenizer->special().img_context).with_seed(cfg.train.seed);
+  opt.with_img_context_id(tokenizer->special().img_context).with_seed(cfg.train.seed)
+      .with_dropout(cfg.model.dropout);
   units = models::make_units(preset, opt, layout.begin(stage_index), layout.end(stage_index));
   for (size_t i = 0; i < units.size(); ++i) {
     auto& u = units[i];
@@ -123,6 +124,7 @@ void Trainer::State::build_stage() {
       if (!frozen) trainable.push_back(np.value());
     }
   }
+  tied = std::make_unique<TiedHead>(preset, layout, stage_index, params);
   AdamWOptions ao;
   ao.beta1 = cfg.train.beta1;
   ao.beta2 = cfg.train.beta2;
@@ -249,15 +251,25 @@ nlohmann::json Trainer::State::step_metrics(int64_t step, const pipeline::StageS
 int64_t Trainer::State::param_hash() {
   int64_t sum = 0;
   if (dp_rank == 0)
-    for (const auto& [name, p] : params) sum += param_digest(name, p);
+    for (const auto& [name, p] : params)
+      if (!tied->not_written(name)) sum += param_digest(name, p);
   return comms.world().all_reduce_int(sum, comm::ReduceOp::kSum, "parameter hash");
+}
+
+// Collective: whether the tied head's two copies are bitwise equal on every pipeline.
+bool Trainer::State::tied_copies_equal() {
+  const int64_t differ = tied->copies_equal(comms.pipeline()) ? 0 : 1;
+  return comms.world().all_reduce_int(differ, comm::ReduceOp::kMax, "tied head check") == 0;
 }
 
 void Trainer::State::save_checkpoint() {
   const DataPosition pos = data->position(counters.step);
   counters.epoch = pos.epoch;
   counters.step_in_epoch = pos.step_in_epoch;
-  checkpoints->save(counters, params, *adam, dp_rank == 0, config_yaml);
+  std::vector<std::string> skip;
+  for (const auto& [name, p] : params)
+    if (tied->not_written(name)) skip.push_back(name);
+  checkpoints->save(counters, params, *adam, dp_rank == 0, config_yaml, skip);
   if (comms.rank() == 0) log_info("checkpoint: step {} in {}/checkpoints", counters.step, cfg.runtime.run_dir);
 }
 
@@ -339,6 +351,9 @@ TrainOutcome Trainer::run() {
     s.maybe_fail("step", step);
     s.maybe_fail("loader", step);
     std::vector<models::PackBatch> packs = s.next_packs(step);
+    for (size_t k = 0; k < packs.size(); ++k)  // dropout masks follow the pack, not the rank
+      packs[k].dropout_key = models::dropout_key(cfg.train.seed, step,
+                                                 s.data->slot(s.dp_rank, static_cast<int>(k)));
     int64_t local_labels = 0;
     if (s.stage_index == s.stages - 1)
       for (const auto& p : packs) local_labels += label_tokens(p);
@@ -347,10 +362,14 @@ TrainOutcome Trainer::run() {
     s.adam->zero_grad();
     pipeline::StepHooks hooks;
     hooks.before_op = [&](const char* where, int) { s.maybe_fail(where, step); };
-    hooks.reduce_grads = [&] { all_reduce_gradients(s.trainable, s.comms.dp_group()); };
+    hooks.reduce_grads = [&] {
+      all_reduce_gradients(s.trainable, s.comms.dp_group());
+      s.tied->sum_gradients(s.comms.pipeline());
+    };
     const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
                                      labels > 0 ? 1.0 / static_cast<double>(labels) : 0.0, hooks);
-    const double norm = global_grad_norm(s.trainable, s.stages > 1 ? &s.comms.pipeline() : nullptr);
+    const double norm = global_grad_norm(s.tied->norm_params(s.trainable),
+                                         s.stages > 1 ? &s.comms.pipeline() : nullptr);
     clip_gradients(s.trainable, norm, cfg.train.grad_clip);
     const double lr = learning_rate(cfg.train, step);
     s.adam->step(lr);
@@ -385,6 +404,7 @@ TrainOutcome Trainer::run() {
       {"param_hash", fmt::format("{:08x}", static_cast<uint64_t>(s.param_hash()) & 0xffffffffffffULL)},
       {"balance_method", cfg.balance.method}, {"partition", s.layout.partition.to_string()}};
   if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);
+  if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
   s.log->finish(summary);
   return out;
 }

@@ -10,8 +10,10 @@
 //   6. metrics (rank 0 writes them), evaluation and checkpoints every N steps.
 // Checkpoints hold parameters and AdamW moments per parameter name (one writer per tensor: DP
 // rank 0 of each stage), the step and data position and the resolved config, so they load
-// under any partition, PP or DP size. There is no dropout in the model and no other random
-// state: the data order derives from (balance.seed, epoch), so resuming is exact.
+// under any partition, PP or DP size. There is no generator state to save: the data order
+// derives from (balance.seed, epoch) and dropout masks (model.dropout) from (train.seed, step,
+// the pack's slot in the global batch, unit, site) (models/dropout.h), so resuming is exact.
+// A tied LM head split over two stages is kept in sync by train/tied_head.h.
 #pragma once
 
 #include <memory>

@@ -101,8 +101,7 @@ std::vector<int64_t> TrainingData::pack(int64_t step, int dp_rank, int micro) {
   const DataPosition pos = position(step);
   const auto& r = epochs_[pos.epoch];
   // Snake order over DP ranks (heavy and light packs of the load-sorted step alternate).
-  const int slot = micro * dp_ + (micro % 2 == 0 ? dp_rank : dp_ - 1 - dp_rank);
-  const uint32_t p = r.plan.pack(static_cast<size_t>(pos.step_in_epoch), 0, slot);
+  const uint32_t p = r.plan.pack(static_cast<size_t>(pos.step_in_epoch), 0, slot(dp_rank, micro));
   std::vector<int64_t> ids;
   for (const uint32_t* s = r.packing.packs.begin(p); s != r.packing.packs.end(p); ++s)
     ids.push_back(set_.global_id(*s));

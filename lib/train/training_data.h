@@ -58,6 +58,11 @@ class TrainingData {
   DataPosition position(int64_t step);
   /// Global sample ids of the pack `dp_rank` runs as micro-batch `micro` at global step `step`.
   std::vector<int64_t> pack(int64_t step, int dp_rank, int micro);
+  /// Index in [0, dp * m) of that pack in the step's global batch (snake order over DP ranks):
+  /// the same pack has the same slot whatever the DP size and m (dropout masks key on it).
+  int slot(int dp_rank, int micro) const {
+    return micro * dp_ + (micro % 2 == 0 ? dp_rank : dp_ - 1 - dp_rank);
+  }
   /// Steps in epoch e (plans it if needed).
   int64_t steps_in_epoch(int epoch);
   /// Hash of epoch 0's placed plan (balance/plan_json.h's plan_hash).

@@ -4,19 +4,24 @@
 directories (metrics.jsonl, summary.json, checkpoints/).
 
   train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
-CHECK: equivalence | resume | resume_split | failure | bad_config | truncated | sigterm
+CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
+       sigterm
 """
 import argparse
 import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Residual dropout for the resume checks (models/dropout.h): bitwise resume must hold with it on.
+DROPOUT = ["--set", "model.dropout=0.1"]
 
 
 def fail(msg):
@@ -101,7 +106,7 @@ def check_equivalence(r):
 
 def resume_pair(r, extra_resume=(), resume_name="rs-resumed"):
     steps = 6
-    _, straight = r.run(4, "rs-straight", 2, 2, 2, steps=steps)
+    _, straight = r.run(4, "rs-straight", 2, 2, 2, steps=steps, extra=DROPOUT)
     ms = metrics(straight)
     epochs = [m["epoch"] for m in ms]
     if not any(epochs[k] != epochs[k - 1] for k in range(3, 6)):
@@ -109,13 +114,13 @@ def resume_pair(r, extra_resume=(), resume_name="rs-resumed"):
     if ms[2]["lr"] >= 2e-3:
         fail("the resume point is not inside LR warm-up")
     # 3 steps, checkpoint at the end, then resume to 6.
-    _, first = r.run(4, resume_name, 2, 2, 2, steps=3)
+    _, first = r.run(4, resume_name, 2, 2, 2, steps=3, extra=DROPOUT)
     return straight, first, ms
 
 
 def check_resume(r):
     straight, half, ms = resume_pair(r)
-    r.run(4, "rs-resumed", 2, 2, 2, steps=6, fresh=False, extra=["--resume", "auto"])
+    r.run(4, "rs-resumed", 2, 2, 2, steps=6, fresh=False, extra=DROPOUT + ["--resume", "auto"])
     mr = metrics(half)
     if len(mr) != 6:
         fail(f"resumed run has {len(mr)} metric lines, expected 6")
@@ -124,7 +129,7 @@ def check_resume(r):
             fail(f"step {a['step']}: loss {a['loss']!r} after resume vs {b['loss']!r} straight")
     if summary(half)["param_hash"] != summary(straight)["param_hash"]:
         fail("parameter hash differs after resume")
-    print("6 straight == 3 + resume + 3: losses and parameter hash bitwise equal "
+    print("dropout 0.1: 6 straight == 3 + resume + 3: losses and parameter hash bitwise equal "
           f"({summary(straight)['param_hash']})")
 
 
@@ -136,12 +141,85 @@ def check_resume_split(r):
     # The same checkpoint under another PP split (manual 3 + 7 units instead of uniform 5 + 5)
     # and another DP size.
     r.run(2, "rs-split", 1, 2, 4, steps=6, fresh=False,
-          extra=["--resume", ckpt, "--set", "parallel.partition={manual: [3, 7]}"])
+          extra=DROPOUT + ["--resume", ckpt, "--set", "parallel.partition={manual: [3, 7]}"])
     mr = metrics(half)
     for a, b in zip(mr[3:], ms[3:]):
         if rel(a["loss"], b["loss"]) > 1e-4:
             fail(f"step {a['step']}: loss {a['loss']} under the other split vs {b['loss']}")
-    print("resume under PP split [3, 7] at dp 1 m 4 matches the straight run within 1e-4")
+    print("dropout 0.1: resume under PP split [3, 7] at dp 1 m 4 matches the straight run "
+          "(dp 2 m 2, split [5, 5]) within 1e-4: masks follow the pack, not the rank")
+
+
+def check_dropout(r):
+    # Dropout on changes the loss (so the checks with dropout on can fail) ...
+    p, off = r.run(2, "do-off", 1, 2, 2, steps=3)
+    # Start-up log: each rank states its own thread plan once, under its own rank.
+    for rank in (0, 1):
+        lines = [l for l in p.stderr.splitlines() if l.startswith(f"[rank {rank}] threads ")]
+        if len(lines) != 1:
+            print(p.stderr[:2000])
+            fail(f"expected one '[rank {rank}] threads ...' line at start-up, got {len(lines)}")
+    _, on = r.run(2, "do-none", 1, 2, 2, steps=3, extra=DROPOUT)
+    a, b = metrics(off), metrics(on)
+    if rel(a[0]["loss"], b[0]["loss"]) < 1e-4:
+        fail(f"step 0 loss {b[0]['loss']} with dropout 0.1 vs {a[0]['loss']} without: no effect")
+    print(f"dropout 0.1 changes the step-0 loss: {a[0]['loss']:.6f} -> {b[0]['loss']:.6f}")
+    # ... and activation recomputation regenerates the same masks: full == none, bitwise.
+    _, full = r.run(2, "do-full", 1, 2, 2, steps=3,
+                    extra=DROPOUT + ["--set", "memory.recompute=full"])
+    c = metrics(full)
+    for x, y in zip(c, b):
+        for key in ("loss", "grad_norm"):
+            if x[key] != y[key]:
+                fail(f"step {x['step']}: {key} {x[key]!r} with recompute full vs {y[key]!r} none")
+    if summary(full)["param_hash"] != summary(on)["param_hash"]:
+        fail("parameter hash differs between recompute full and none with dropout on")
+    print("dropout 0.1 at PP 2: recompute full == none, losses, gradient norms and parameter "
+          f"hash bitwise ({summary(on)['param_hash']})")
+
+
+def stored_names(ckpt):
+    """Tensor name -> number of shards of checkpoint `ckpt` that hold it."""
+    count = {}
+    for f in sorted(os.listdir(ckpt)):
+        if not f.endswith(".safetensors"):
+            continue
+        with open(os.path.join(ckpt, f), "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            for name in json.loads(fh.read(n)):
+                if name != "__metadata__":
+                    count[name] = count.get(name, 0) + 1
+    return count
+
+
+def check_tied(r):
+    tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
+    _, ref_dir = r.run(1, "tied-ref", 1, 1, 4, steps=5, extra=tied)
+    ref = metrics(ref_dir)
+    for name, np, dp, pp, m in [("tied-pp2", 2, 1, 2, 4), ("tied-pp2dp2", 4, 2, 2, 2)]:
+        _, d = r.run(np, name, dp, pp, m, steps=4, extra=tied)
+        got = metrics(d)
+        for a, b in zip(got, ref):
+            for key in ("loss", "grad_norm"):
+                if rel(a[key], b[key]) > 1e-4:
+                    fail(f"{name} step {a['step']}: {key} {a[key]:.8f} vs one process {b[key]:.8f}")
+        if summary(d).get("tied_head_copies_equal") is not True:
+            fail(f"{name}: the embedding's and the head's copies of the tied weight differ")
+        worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got, ref))
+        names = stored_names(os.path.join(d, "checkpoints", "step-4"))
+        if names.get("llm_embed.tok_embeddings.weight") != 1 or "llm_head.output.weight" in names:
+            fail(f"{name}: checkpoint should hold the tied weight once as "
+                 f"llm_embed.tok_embeddings.weight, holds "
+                 f"{ {k: v for k, v in names.items() if 'tok_emb' in k or 'output' in k} }")
+        print(f"{name}: tied head split over 2 stages, 4 steps equal one process (max relative "
+              f"loss difference {worst:.1e}); copies bitwise equal; stored once")
+    # The PP=2 x DP=2 checkpoint (weight stored once) resumes in one process.
+    _, d = r.run(1, "tied-pp2dp2", 1, 1, 4, steps=5, fresh=False, extra=tied + ["--resume", "auto"])
+    last = metrics(d)[-1]
+    if last["step"] != 4 or rel(last["loss"], ref[4]["loss"]) > 1e-4:
+        fail(f"resumed at PP=1: step {last['step']} loss {last['loss']} vs straight {ref[4]['loss']}")
+    print(f"the tied PP=2 x DP=2 checkpoint resumes at PP=1: step 4 loss {last['loss']:.6f} vs "
+          f"{ref[4]['loss']:.6f} straight")
 
 
 def check_failure(r):

@@ -207,7 +207,7 @@ TEST_CASE("the side tensor round-trips every field", "[models][units]") {
   CHECK(torch::equal(r.labels, s.labels));
   CHECK(torch::equal(r.cu_seqlens, s.cu_seqlens));
   CHECK(torch::equal(r.image_flags, s.image_flags));
-  CHECK(s.side_tensor().size(0) == 4 + 3 * s.num_tokens() + 3 + 2);
+  CHECK(s.side_tensor().size(0) == 5 + 3 * s.num_tokens() + 3 + 2);
   CHECK_THROWS_WITH(UnitState::from_wire(s.hidden, s.side_tensor().slice(0, 0, -1)),
                     Catch::Contains("implies"));
 }

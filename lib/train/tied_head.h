@@ -1,0 +1,79 @@
+// TiedHead: a tied LM head (llm.tie_embeddings) when the token embedding (unit llm_embed) and
+// the head (unit llm_head, always on the last stage) sit on different pipeline stages. Each of
+// the two stages holds a copy of the [vocab, d] weight, initialised identically (models/vlm.h);
+// this class keeps them equal, as Megatron's embedding group does:
+//   - after the DP all-reduce, the two ranks of each pipeline (one pair per DP replica) swap
+//     their gradients with a paired non-blocking send/receive and both form
+//     g_embedding + g_head in that order, so the two sums are bitwise equal;
+//   - the gradient norm counts the weight once (the head's copy is left out);
+//   - AdamW sees the same name, value, gradient, state and learning rate on both stages, so
+//     both copies take identical steps (copies_equal() verifies it at the end of a run);
+//   - the copy is named "llm_embed.tok_embeddings.weight" on the last stage too, so optimizer
+//     state and checkpoints use one name (stored once, by the embedding's stage) and a
+//     checkpoint loads under any PP split, including PP = 1, where the head shares the tensor.
+// The DP all-reduce comes first: every replica then swaps identical values, and the pairwise
+// sum is one commutative addition (summing before the DP reduce would put the tied gradient at
+// different offsets of differently filled buckets on the two stages, which an MPI reduction
+// may round differently). Not here: tensor-parallel vocabulary sharding.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/model_preset.h"
+#include "pipeline/stage_layout.h"
+
+namespace omnibal::train {
+
+/// The tied embedding / LM head pair of one pipeline stage (inactive on other stages).
+class TiedHead {
+ public:
+  /// Name of the embedding weight; the head's copy takes it too.
+  static constexpr const char* kEmbeddingName = "llm_embed.tok_embeddings.weight";
+  /// Name of the head's weight as the model unit registers it.
+  static constexpr const char* kHeadName = "llm_head.output.weight";
+  /// Message tag of the gradient and weight swaps (TensorMessenger uses 1000 and up).
+  static constexpr int kTag = 900;
+
+  /// Looks at `stage`'s named parameters. When `preset` ties the head and `layout` puts
+  /// llm_embed on another stage than llm_head, the embedding's stage and the last stage become
+  /// the two ends of the pair and the last stage's kHeadName entry is renamed kEmbeddingName.
+  /// Throws omnibal::Error when an end lacks the expected parameter.
+  TiedHead(const ModelPreset& preset, const pipeline::StageLayout& layout, int stage,
+           std::vector<std::pair<std::string, torch::Tensor>>& params);
+
+  /// True on every rank of a job whose tied weight is split over two stages.
+  bool split() const { return split_; }
+  /// True on the two ends of the pair (the embedding's stage and the last stage).
+  bool active() const { return peer_ >= 0; }
+  /// True on the last stage: it holds the head's copy (left out of norms, hashes, checkpoints).
+  bool holds_copy() const { return active() && !embedding_end_; }
+  /// Stage index of the embedding (-1 when not split).
+  int embedding_stage() const { return embedding_stage_; }
+
+  /// Replaces this end's gradient by g_embedding + g_head (swapped with the other end over
+  /// `pipeline`, whose group ranks are stage indices). Call after the DP all-reduce, on both
+  /// ends together. No-op when inactive or when the weight is frozen.
+  void sum_gradients(comm::Communicator& pipeline) const;
+  /// `trainable` without the head's copy (a tied weight counts once in the gradient norm).
+  std::vector<torch::Tensor> norm_params(const std::vector<torch::Tensor>& trainable) const;
+  /// Whether this stage leaves `name` out of checkpoints and the parameter hash (the copy).
+  bool not_written(const std::string& name) const {
+    return holds_copy() && name == kEmbeddingName;
+  }
+  /// Swaps the two copies and compares them bitwise (true when inactive). Both ends together.
+  bool copies_equal(comm::Communicator& pipeline) const;
+
+ private:
+  bool split_ = false;
+  bool embedding_end_ = false;
+  int peer_ = -1;
+  int embedding_stage_ = -1;
+  torch::Tensor weight_;
+};
+
+}  // namespace omnibal::train
