@@ -291,8 +291,12 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
                                                     config.train.keep_checkpoints, comms.world());
   const std::string dir = s.checkpoints->resolve(resume);
-  StartupPlanContext planning{&config, &s.preset, &comms, s.data.get(),
-                              s.tokenizer->special().img_context};
+  StartupPlanContext planning;
+  planning.config = &config;
+  planning.preset = &s.preset;
+  planning.comms = &comms;
+  planning.data = s.data.get();
+  planning.img_context_id = s.tokenizer->special().img_context;
   if (!dir.empty()) planning.stored = stored_plan(s.checkpoints->rank_state(dir), dir);
   s.plan = plan_stages_at_startup(planning).plan;
   s.counters.stage_plan = memory::stage_plan_json(s.plan);
