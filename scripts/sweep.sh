@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A small sweep of balance.method x parallel.partition on the demo config, then a summary table
 # read from the run directories (summary.json, metrics.jsonl).
-#   bash scripts/sweep.sh [--methods "isf random"] [--partitions "uniform parameters"]
+#   bash scripts/sweep.sh [--methods "isf random"] [--partitions "uniform parameters balanced"]
 #                         [--steps N] [-- extra omnibal-train arguments]
 # Runs go to runs/sweep/<method>-<partition>/; an existing finished run is reused (delete it to
 # rerun). Needs the demo data (scripts/demo.sh or scripts/make_demo_data.sh) and a build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 METHODS="isf random"
-PARTITIONS="uniform parameters"
+PARTITIONS="uniform parameters balanced"
 STEPS=300
 EXTRA=()
 while [ $# -gt 0 ]; do
