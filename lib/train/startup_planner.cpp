@@ -249,6 +249,9 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
       log_info("stage plan: parallel.partition: {} {} from the config wins over the checkpoint's "
                "split {}", cfg.parallel.partition.method, plan.partition.to_string(),
                stored->partition.to_string());
+  } else if (cfg.parallel.pp == 1) {
+    plan.partition = partition::Partition{{static_cast<int>(names.size())}};
+    plan.partition_source = "balanced: one pipeline stage holds every unit";
   } else if (stored_fits) {
     plan.partition = stored->partition;
     plan.candidates = stored->candidates;
