@@ -2,7 +2,7 @@
 # A small sweep of balance.method x parallel.partition on a run config (default: the demo),
 # then a summary table read from the run directories (scripts/sweep_table.py).
 #   bash scripts/sweep.sh [--config configs/demo.yaml] [--methods "isf random"]
-#        [--partitions "uniform parameters"] [--steps N] [--out runs/sweep]
+#        [--partitions "uniform parameters balanced"] [--steps N] [--out runs/sweep]
 #        [--set key=value ...] [-- extra omnibal-train arguments]
 # Every --set goes to every run (e.g. --set train.eval_every=0 --set parallel.micro_batches=2).
 # The rank count is parallel.dp * parallel.pp of the resolved config (omnibal-train
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=configs/demo.yaml
 METHODS="isf random"
-PARTITIONS="uniform parameters"
+PARTITIONS="uniform parameters balanced"
 STEPS=300
 OUT=runs/sweep
 SETS=()

@@ -37,10 +37,14 @@ struct ParallelConfig {
   int partition_trials = -1;  ///< candidates timed for real; -1 = top K of the search
   int partition_radius = 1;   ///< r: how far each boundary moves around the anchor (units)
   int partition_top_k = 3;    ///< K: candidates kept after ranking
+  /// Per-unit cost table (omnibal-plan profile / partition --cost-table) for balanced and
+  /// adaptive; empty = profile the model at start-up under the run's largest pack.
+  std::string cost_table;
   template <class V> void visit_fields(V& v) {
     v("dp", dp); v("pp", pp); v("tp", tp); v("micro_batches", micro_batches);
     v("partition", partition); v("partition_trials", partition_trials);
     v("partition_radius", partition_radius); v("partition_top_k", partition_top_k);
+    v("cost_table", cost_table);
   }
   void validate(const std::string& where) const;
 };
@@ -65,7 +69,9 @@ struct BalanceConfig {
 /// Memory balance (OmniBal §3.3, adaptive recomputation).
 struct MemoryConfig {
   RecomputeSpec recompute;
-  double budget_gb = 0;  ///< per-device budget in GiB; 0 = device memory minus a margin
+  /// Per-device budget in GiB; 0 = default (CPU: 75% of physical memory / ranks on the node,
+  /// CUDA: device memory minus 8%), taken as the smallest over all ranks.
+  double budget_gb = 0;
   template <class V> void visit_fields(V& v) { v("recompute", recompute); v("budget_gb", budget_gb); }
   void validate(const std::string& where) const;
 };

@@ -27,10 +27,8 @@ std::string StageLayout::describe() const {
   return out;
 }
 
-namespace {
-
-partition::Partition resolve_partition(const ModelPreset& preset, const ParallelConfig& p,
-                                       int units) {
+partition::Partition resolve_fixed_partition(const ModelPreset& preset, const ParallelConfig& p) {
+  const int units = static_cast<int>(models::unit_names(preset).size());
   OMNIBAL_CHECK(p.pp <= units, "parallel.pp: ", p.pp, " pipeline stages but the '", preset.name,
                 "' preset has only ", units, " pipeline units; use parallel.pp <= ", units);
   const std::string& method = p.partition.method;
@@ -47,11 +45,11 @@ partition::Partition resolve_partition(const ModelPreset& preset, const Parallel
                   "' preset has ", units, " pipeline units");
     return part;
   }
-  OMNIBAL_FAIL("parallel.partition: '", method, "' needs the profiler's cost table, which the ",
-               "trainer does not have yet; use uniform, parameters or {manual: [...]}");
+  OMNIBAL_FAIL("parallel.partition: '", method, "' needs a per-unit cost table; the trainer's ",
+               "start-up planner (train/startup_planner.h) resolves it, not resolve_stage_layout");
 }
 
-std::vector<bool> resolve_recompute(const StageLayout& layout, const RecomputeSpec& spec) {
+std::vector<bool> resolve_fixed_recompute(const StageLayout& layout, const RecomputeSpec& spec) {
   const int units = static_cast<int>(layout.unit_names.size());
   std::vector<bool> flags(units, false);
   if (spec.mode == "none") return flags;
@@ -59,9 +57,9 @@ std::vector<bool> resolve_recompute(const StageLayout& layout, const RecomputeSp
     for (int u = 0; u < units; ++u) flags[u] = is_block_unit(layout.unit_names[u]);
     return flags;
   }
-  OMNIBAL_CHECK(spec.mode == "per_stage", "memory.recompute: '", spec.mode, "' needs the memory ",
-                "planner's cost table, which the trainer does not have yet; use none, full or a ",
-                "list of per-stage counts");
+  OMNIBAL_CHECK(spec.mode == "per_stage", "memory.recompute: '", spec.mode, "' needs a per-unit ",
+                "cost table; the trainer's start-up planner (train/startup_planner.h) resolves it, ",
+                "not resolve_stage_layout");
   OMNIBAL_CHECK(static_cast<int>(spec.per_stage.size()) == layout.stages(), "memory.recompute: ",
                 "expected one count per pipeline stage (", layout.stages(), "), got ",
                 spec.per_stage.size());
@@ -78,15 +76,12 @@ std::vector<bool> resolve_recompute(const StageLayout& layout, const RecomputeSp
   return flags;
 }
 
-}  // namespace
-
 StageLayout resolve_stage_layout(const ModelPreset& preset, const ParallelConfig& parallel,
                                  const MemoryConfig& memory) {
   StageLayout layout;
   layout.unit_names = models::unit_names(preset);
-  layout.partition =
-      resolve_partition(preset, parallel, static_cast<int>(layout.unit_names.size()));
-  layout.recompute = resolve_recompute(layout, memory.recompute);
+  layout.partition = resolve_fixed_partition(preset, parallel);
+  layout.recompute = resolve_fixed_recompute(layout, memory.recompute);
   return layout;
 }
 

@@ -1,10 +1,11 @@
 // StageLayout: which pipeline units each stage holds and which units recompute their
 // activations, resolved from `parallel.partition` and `memory.recompute` for a model preset.
 // Partitions come from lib/partition (uniform_partition; min_max_partition over parameter
-// counts, which is DeepSpeed's `parameters` method); `balanced` needs the profiler's cost table
-// and `adaptive` recomputation the memory planner with it, so both are refused here with a
-// message saying what to use instead. Recompute counts apply to the first blocks (ViT / LLM
-// blocks) of each stage, as lib/memory's plan_recompute_counts does.
+// counts, which is DeepSpeed's `parameters` method); `balanced` needs a per-unit cost table and
+// `adaptive` recomputation the memory planner with it: the trainer's start-up planner
+// (lib/train/startup_planner.h) resolves those and uses the functions here for the others.
+// Recompute counts apply to the first blocks (ViT / LLM blocks) of each stage, as lib/memory's
+// plan_recompute_counts does.
 #pragma once
 
 #include <string>
@@ -37,6 +38,15 @@ struct StageLayout {
 /// not available here (balanced, adaptive).
 StageLayout resolve_stage_layout(const ModelPreset& preset, const ParallelConfig& parallel,
                                  const MemoryConfig& memory);
+
+/// The split of `parallel.partition` when it is uniform, parameters or manual. Throws
+/// omnibal::Error naming the key for pp > units, a manual split that does not cover the units,
+/// or balanced (which needs a cost table).
+partition::Partition resolve_fixed_partition(const ModelPreset& preset, const ParallelConfig& parallel);
+
+/// Per-unit recompute flags of `spec` (none, full, per-stage counts) for layout's units and
+/// split. Throws omnibal::Error naming memory.recompute for a wrong count list or adaptive.
+std::vector<bool> resolve_fixed_recompute(const StageLayout& layout, const RecomputeSpec& spec);
 
 /// True for units whose activations recomputation saves (ViT and LLM blocks).
 bool is_block_unit(const std::string& unit_name);

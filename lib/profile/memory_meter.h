@@ -53,5 +53,8 @@ bool cuda_memory_stats_available();
 CudaMemoryStats cuda_memory_stats(int index);
 /// Resets the peak statistics of CUDA device `index`; throws omnibal::Error without CUDA.
 void reset_cuda_peak(int index);
+/// Total memory of CUDA device `index` in bytes (cudaDeviceProp::totalGlobalMem); throws
+/// omnibal::Error without CUDA.
+int64_t cuda_device_memory_bytes(int index);
 
 }  // namespace omnibal::profile

@@ -1,4 +1,5 @@
 // CUDA builds only (lib/profile/CMakeLists.txt): the caching allocator's statistics.
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include "profile/memory_meter.h"
@@ -22,6 +23,10 @@ CudaMemoryStats cuda_memory_stats(int index) {
 
 void reset_cuda_peak(int index) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
+
+int64_t cuda_device_memory_bytes(int index) {
+  return static_cast<int64_t>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
 }
 
 }  // namespace omnibal::profile

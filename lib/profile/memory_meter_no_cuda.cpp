@@ -16,4 +16,8 @@ void reset_cuda_peak(int index) {
                ": omnibal was built against a CPU-only LibTorch");
 }
 
+int64_t cuda_device_memory_bytes(int index) {
+  OMNIBAL_FAIL("memory of CUDA device ", index, ": omnibal was built against a CPU-only LibTorch");
+}
+
 }  // namespace omnibal::profile

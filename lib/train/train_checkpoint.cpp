@@ -8,7 +8,8 @@ namespace omnibal::train {
 
 nlohmann::json TrainCounters::to_json() const {
   return {{"step", step}, {"epoch", epoch}, {"step_in_epoch", step_in_epoch},
-          {"samples", samples}, {"tokens", tokens}, {"plan_hash", plan_hash}};
+          {"samples", samples}, {"tokens", tokens}, {"plan_hash", plan_hash},
+          {"stage_plan", stage_plan}};
 }
 
 TrainCounters TrainCounters::from_json(const nlohmann::json& j) {
@@ -19,6 +20,7 @@ TrainCounters TrainCounters::from_json(const nlohmann::json& j) {
   c.samples = j.at("samples").get<int64_t>();
   c.tokens = j.at("tokens").get<int64_t>();
   c.plan_hash = j.at("plan_hash").get<uint64_t>();
+  if (j.contains("stage_plan")) c.stage_plan = j.at("stage_plan");
   return c;
 }
 
@@ -76,6 +78,12 @@ TrainCounters TrainCheckpoint::load(const std::string& dir,
   OMNIBAL_CHECK(!states.empty(), dir, ": the checkpoint has no rank state");
   adam.set_steps(states[0].at("optimizer_steps").get<int64_t>());
   return TrainCounters::from_json(states[0]);
+}
+
+nlohmann::json TrainCheckpoint::rank_state(const std::string& dir) const {
+  const auto states = impl_->store.load_states(dir);
+  OMNIBAL_CHECK(!states.empty(), dir, ": the checkpoint has no rank state");
+  return states[0];
 }
 
 std::string TrainCheckpoint::config_text(const std::string& dir) const {

@@ -27,6 +27,7 @@ struct TrainCounters {
   int64_t samples = 0;        ///< samples seen so far
   int64_t tokens = 0;         ///< LLM tokens seen so far
   uint64_t plan_hash = 0;     ///< epoch 0's plan hash
+  nlohmann::json stage_plan;  ///< the stage plan in use (memory/stage_plan.h JSON; metadata)
   nlohmann::json to_json() const;
   static TrainCounters from_json(const nlohmann::json& j);
 };
@@ -51,6 +52,8 @@ class TrainCheckpoint {
   TrainCounters load(const std::string& dir,
                      const std::vector<std::pair<std::string, torch::Tensor>>& params,
                      AdamW& adam) const;
+  /// Rank 0's state JSON stored in `dir` (counters, stage plan).
+  nlohmann::json rank_state(const std::string& dir) const;
   /// The resolved config stored in `dir`.
   std::string config_text(const std::string& dir) const;
 

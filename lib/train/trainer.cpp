@@ -18,6 +18,7 @@
 #include "train/grad_sync.h"
 #include "train/lr_schedule.h"
 #include "train/run_log.h"
+#include "train/startup_planner.h"
 #include "train/tied_head.h"
 #include "train/train_checkpoint.h"
 #include "train/training_data.h"
@@ -74,6 +75,7 @@ struct Trainer::State {
   ModelPreset preset;
   std::unique_ptr<data::Tokenizer> tokenizer;
   pipeline::StageLayout layout;
+  memory::StagePlan plan;      ///< split + recompute flags (train/startup_planner.h)
   std::vector<models::UnitPtr> units;
   NamedParams params;          ///< all of this stage's parameters (frozen included)
   std::vector<torch::Tensor> trainable;
@@ -107,7 +109,9 @@ struct Trainer::State {
 };
 
 void Trainer::State::build_stage() {
-  layout = pipeline::resolve_stage_layout(preset, cfg.parallel, cfg.memory);
+  layout.unit_names = plan.unit_names;
+  layout.partition = plan.partition;
+  layout.recompute = plan.recompute;
   models::VlmOptions opt;
   opt.with_img_context_id(tokenizer->special().img_context).with_seed(cfg.train.seed)
       .with_dropout(cfg.model.dropout);
@@ -292,18 +296,27 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
                 "checkpoint is not wired into the trainer yet; remove the key");
   OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
   s.tokenizer = std::make_unique<data::Tokenizer>(config.data.tokenizer);
-  s.build_stage();
   s.data = std::make_unique<TrainingData>(
       load_set(config.data.meta, config, s.preset, *s.tokenizer, std::max(1, config.data.workers)),
       config);
   s.check_plan_hash();
+  s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
+                                                    config.train.keep_checkpoints, comms.world());
+  const std::string dir = s.checkpoints->resolve(resume);
+  StartupPlanContext planning;
+  planning.config = &config;
+  planning.preset = &s.preset;
+  planning.comms = &comms;
+  planning.data = s.data.get();
+  planning.img_context_id = s.tokenizer->special().img_context;
+  if (!dir.empty()) planning.stored = stored_plan(s.checkpoints->rank_state(dir), dir);
+  s.plan = plan_stages_at_startup(planning).plan;
+  s.counters.stage_plan = memory::stage_plan_json(s.plan);
+  s.build_stage();
   if (!config.data.eval_meta.empty())
     s.evaluator = std::make_unique<Evaluator>(
         load_set(config.data.eval_meta, config, s.preset, *s.tokenizer, 1),
         config.balance.samples_per_pack, s.preset.llm.max_seq_len);
-  s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
-                                                    config.train.keep_checkpoints, comms.world());
-  const std::string dir = s.checkpoints->resolve(resume);
   if (!dir.empty()) {
     const Config saved = parse_config(s.checkpoints->config_text(dir), dir + "/config");
     OMNIBAL_CHECK(saved.model.preset == config.model.preset, dir, ": the checkpoint is of model '",
@@ -315,6 +328,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
                "data, balance.* or dp * m changed; continuing at step {}", hash,
                s.counters.plan_hash, s.counters.step);
     s.counters.plan_hash = hash;
+    s.counters.stage_plan = memory::stage_plan_json(s.plan);
     if (comms.rank() == 0) log_info("resumed from {} at step {}", dir, s.counters.step);
   } else if (resume == "auto" && comms.rank() == 0) {
     log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh", config.runtime.run_dir);
@@ -322,6 +336,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.log = std::make_unique<RunLog>(config.runtime.run_dir, comms.rank() == 0, s.config_yaml,
                                    s.counters.step, config.train.steps);
   if (comms.rank() == 0) {
+    write_stage_plan_file(config.runtime.run_dir, s.plan);
     const auto& plan = s.data->epoch_plan(0);
     log_info("{}", comms.grid().describe(comms.rank()));
     log_info("stages: {}", s.layout.describe());
@@ -402,7 +417,8 @@ TrainOutcome Trainer::run() {
       {"seconds_per_step", run_steps ? seconds / run_steps : 0.0}, {"final_loss", out.final_loss},
       {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
       {"param_hash", fmt::format("{:08x}", static_cast<uint64_t>(s.param_hash()) & 0xffffffffffffULL)},
-      {"balance_method", cfg.balance.method}, {"partition", s.layout.partition.to_string()}};
+      {"balance_method", cfg.balance.method}, {"partition", s.layout.partition.to_string()},
+      {"recomputed_per_stage", s.plan.recomputed_per_stage()}};
   if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);
   if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
   s.log->finish(summary);

@@ -5,7 +5,7 @@ directories (metrics.jsonl, summary.json, checkpoints/).
 
   train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
-       sigterm
+       sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config
 """
 import argparse
 import json
@@ -300,6 +300,158 @@ def check_sigterm(r):
     if not os.path.isdir(ckpt):
         fail(f"no checkpoint {ckpt}")
     print(f"SIGTERM to rank pid {ranks[0]}: stopped after step {s['steps']}, exit 0, {ckpt}")
+
+
+# --- start-up stage planning (issue 6): parallel.partition balanced, memory.recompute adaptive,
+# partition trials, the plan in checkpoints ---------------------------------------------------
+
+TINY_UNITS = (["vit_embed", "vit_block.0", "vit_block.1", "projector", "llm_embed"]
+              + [f"llm_block.{i}" for i in range(4)] + ["head"])
+KINDS = {"vit_embed": "vit_embed", "projector": "projector", "llm_embed": "llm_embed",
+         "head": "head"}
+
+
+def write_table(path, heavy, model="tiny"):
+    """A hand-made tiny cost table: units of kind `heavy` take 10 s forward, all others 1 s
+    (backward 2x). heavy=vit_block: the balanced split at PP 2 is [2, 8] (stage forward sums
+    11 | 17); heavy=llm_block: [7, 3] (25 | 21)."""
+    units = []
+    for name in TINY_UNITS:
+        kind = KINDS.get(name, name.split(".")[0])
+        fwd = 10.0 if kind == heavy else 1.0
+        units.append({"name": name, "kind": kind, "forward_s": fwd, "backward_s": 2 * fwd,
+                      "activation_bytes": 1e6, "parameter_bytes": 4e5, "trainable": True,
+                      "output_bytes": 0 if name == "head" else 1e5})
+    with open(path, "w") as f:
+        json.dump({"format": "omnibal.unit_costs.v1", "model": model, "source": "test",
+                   "load": {"tiles": 32, "tokens": 224, "samples": 4}, "units": units}, f)
+    return path
+
+
+def stage_plan(run_dir):
+    with open(os.path.join(run_dir, "stage_plan.json")) as f:
+        return json.load(f)
+
+
+def same_training(a_dir, b_dir, what):
+    ma, mb = metrics(a_dir), metrics(b_dir)
+    if len(ma) != len(mb):
+        fail(f"{what}: {len(ma)} vs {len(mb)} steps")
+    for a, b in zip(ma, mb):
+        if a["loss"] != b["loss"] or a["grad_norm"] != b["grad_norm"]:
+            fail(f"{what}: step {a['step']} loss {a['loss']!r} vs {b['loss']!r}")
+    if summary(a_dir)["param_hash"] != summary(b_dir)["param_hash"]:
+        fail(f"{what}: parameter hash differs")
+
+
+def planned(r, run, extra, steps=5, **kw):
+    return r.run(2, run, 1, 2, 4, steps=steps, extra=["--set", "parallel.partition=balanced",
+                                                      "--set", "parallel.partition_trials=0"]
+                  + list(extra), **kw)
+
+
+def check_plan_balanced(r):
+    table = write_table(os.path.join(r.a.work, "heavy-vit.json"), "vit_block")
+    _, a = planned(r, "pb-balanced", ["--set", f"parallel.cost_table={table}"])
+    p = stage_plan(a)
+    if p["partition"] != [2, 8] or p["candidates"][0]["partition"] != [2, 8]:
+        fail(f"balanced on the heavy-ViT table chose {p['partition']}, the search predicts [2, 8]")
+    _, b = r.run(2, "pb-manual", 1, 2, 4, extra=["--set", "parallel.partition={manual: [2, 8]}"])
+    same_training(a, b, "balanced vs manual [2, 8]")
+    print(f"balanced picked [2, 8] ({p['partition_source'][:60]}...); 5 steps bitwise equal "
+          "to manual [2, 8]")
+    # Timed trials of the top 3: at least 3 repeats each; training as under the chosen split.
+    proc, c = planned(r, "pb-trials", ["--set", f"parallel.cost_table={table}",
+                                       "--set", "parallel.partition_trials=3"])
+    pc = stage_plan(c)
+    for cand in pc["candidates"]:
+        if len(cand["trial_s"]) < 3:
+            fail(f"candidate {cand['partition']} has {len(cand['trial_s'])} timed repeats")
+    line = next((l for l in (proc.stdout + proc.stderr).splitlines() if "partition trials" in l), "")
+    print(line.strip()[:300])
+    if pc["partition"] == [2, 8]:
+        same_training(c, a, "trials vs no trials, same split")
+        print("trials kept [2, 8]: training bitwise equal to partition_trials 0")
+    else:
+        _, d = r.run(2, "pb-trials-manual", 1, 2, 4,
+                     extra=["--set", f"parallel.partition={{manual: {pc['partition']}}}"])
+        same_training(c, d, f"trials' pick vs manual {pc['partition']}")
+        print(f"trials chose {pc['partition']}: training bitwise equal to that manual split")
+    # Without a table: profiled at start-up on rank 0, broadcast, the same plan on both ranks.
+    proc, e = planned(r, "pb-profiled", [])
+    pe = stage_plan(e)
+    if pe["partition"] != pe["candidates"][0]["partition"] or "profiled" not in pe["partition_source"]:
+        fail(f"profiled plan {pe['partition']} is not the search's pick ({pe['partition_source']})")
+    line = next((l for l in (proc.stdout + proc.stderr).splitlines() if "stage plan (" in l), "")
+    print(f"start-up profiling: {line.strip()[:200]}")
+
+
+def check_plan_adaptive(r):
+    fixed = ["--set", "parallel.partition={manual: [5, 5]}"]
+    _, none_dir = r.run(2, "pa-none", 1, 2, 4, extra=fixed)
+    _, big = r.run(2, "pa-big", 1, 2, 4, extra=fixed + ["--set", "memory.recompute=adaptive",
+                                                        "--set", "memory.budget_gb=64"])
+    p = stage_plan(big)
+    if p["recompute"]:
+        fail(f"adaptive under a 64 GiB budget recomputes {p['recompute']}")
+    full, none = p["full_bytes"], p["none_bytes"]
+    budget = 0.5 * (max(full) + max(none))
+    _, tight = r.run(2, "pa-tight", 1, 2, 4, extra=fixed + [
+        "--set", "memory.recompute=adaptive", "--set", f"memory.budget_gb={budget / 2**30:.9f}"])
+    q = stage_plan(tight)
+    blocks = [u for u in q["units"] if "block" in u]
+    if not q["recompute"] or len(q["recompute"]) == len(blocks):
+        fail(f"budget {budget / 2**20:.2f} MiB gave recompute {q['recompute']}, expected a mixed plan")
+    for s, b in enumerate(q["predicted_bytes"]):
+        if b > budget:
+            fail(f"stage {s}: predicted {b} bytes over the budget {budget}")
+    same_training(tight, none_dir, "adaptive (mixed) vs recompute none")
+    print(f"budget {budget / 2**20:.2f} MiB (stage peaks none {[round(x / 2**20, 2) for x in none]}, "
+          f"full {[round(x / 2**20, 2) for x in full]} MiB): recompute {q['recompute']}; "
+          "5 steps bitwise equal to recompute: none")
+
+
+def check_plan_resume(r):
+    vit = write_table(os.path.join(r.a.work, "heavy-vit.json"), "vit_block")
+    llm = write_table(os.path.join(r.a.work, "heavy-llm.json"), "llm_block")
+    _, fresh = planned(r, "pr-llm", ["--set", f"parallel.cost_table={llm}"], steps=2)
+    if stage_plan(fresh)["partition"] != [7, 3]:
+        fail(f"the heavy-LLM table picks {stage_plan(fresh)['partition']}, expected [7, 3]")
+    _, d = planned(r, "pr-run", ["--set", f"parallel.cost_table={vit}"], steps=3)
+    if stage_plan(d)["partition"] != [2, 8]:
+        fail(f"first run chose {stage_plan(d)['partition']}")
+    proc, _ = planned(r, "pr-run", ["--set", f"parallel.cost_table={llm}", "--resume", "auto"],
+                      steps=5, fresh=False)
+    p = stage_plan(d)
+    if p["partition"] != [2, 8] or not p["partition_source"].startswith("checkpoint"):
+        fail(f"resume re-planned: {p['partition']} from {p['partition_source']}")
+    print(f"resume kept [2, 8] although the new table picks [7, 3] ({p['partition_source'][:70]}...)")
+    proc, _ = planned(r, "pr-run", ["--set", "parallel.partition={manual: [3, 7]}",
+                                    "--resume", "auto"], steps=6, fresh=False)
+    out = proc.stdout + proc.stderr
+    if stage_plan(d)["partition"] != [3, 7] or "wins over" not in out:
+        print(out[-2000:])
+        fail("an explicit parallel.partition on resume did not win over the stored plan")
+    line = next(l for l in out.splitlines() if "wins over" in l)
+    print(line.strip()[:200])
+
+
+def check_plan_bad_config(r):
+    other = write_table(os.path.join(r.a.work, "other-model.json"), "vit_block", model="base-100m")
+    cases = [(["--set", "parallel.cost_table=/nonexistent/costs.json"], "parallel.cost_table"),
+             (["--set", f"parallel.cost_table={other}"], "model.preset"),
+             (["--set", "parallel.partition={manual: [5, 5]}", "--set", "memory.recompute=adaptive",
+               "--set", "memory.budget_gb=0.0001"], "memory.budget_gb"),
+             (["--set", "parallel.partition_trials=-2"], "partition_trials")]
+    for extra, needle in cases:
+        args, _ = r.cmd(2, "bad-plan", 1, 2, 4)
+        args += ["--set", "parallel.partition=balanced"] + extra
+        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
+        if p.returncode == 0 or needle not in p.stderr:
+            print(p.stderr[-2000:])
+            fail(f"{extra}: expected a non-zero exit naming '{needle}'")
+        line = next((l for l in p.stderr.splitlines() if needle in l), "")
+        print(f"{' '.join(extra)}: refused ({line.strip()[:200]})")
 
 
 def main():

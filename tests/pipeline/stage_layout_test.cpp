@@ -78,7 +78,7 @@ TEST_CASE("stage layout: errors name the key and what is wrong", "[pipeline]") {
   CHECK_THAT(message(config_with(2, "{manual: [3, 3]}", "none")),
              Catch::Contains("sum to 6") && Catch::Contains("10 pipeline units"));
   CHECK_THAT(message(config_with(11, "uniform", "none")), Catch::Contains("parallel.pp: 11"));
-  CHECK_THAT(message(config_with(2, "balanced", "none")), Catch::Contains("profiler"));
+  CHECK_THAT(message(config_with(2, "balanced", "none")), Catch::Contains("start-up planner"));
   CHECK_THAT(message(config_with(2, "uniform", "adaptive")), Catch::Contains("memory.recompute"));
   CHECK_THAT(message(config_with(2, "{manual: [3, 7]}", "[3, 0]")),
              Catch::Contains("stage 0 has 2 blocks"));

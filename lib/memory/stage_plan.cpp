@@ -1,0 +1,271 @@
+#include "memory/stage_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace omnibal::memory {
+namespace {
+
+using partition::Partition;
+using partition::UnitCostTable;
+
+constexpr const char* kFormat = "omnibal.stage_plan.v1";
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+RecomputeOptions recompute_options(const StagePlannerOptions& o) {
+  RecomputeOptions ro;
+  ro.memory = o.memory;
+  ro.micro_batches = o.micro_batches;
+  ro.budget_bytes = o.budget_bytes;
+  return ro;
+}
+
+/// The recompute plan of `spec` on split `p` (adaptive without a budget: nothing recomputed).
+RecomputePlan recompute_plan(const UnitCostTable& table, const Partition& p,
+                             const RecomputeSpec& spec, const StagePlannerOptions& o) {
+  const RecomputeOptions ro = recompute_options(o);
+  if (spec.mode == "none") return plan_no_recompute(table, p, ro);
+  if (spec.mode == "full") return plan_full_recompute(table, p, ro);
+  if (spec.mode == "per_stage") return plan_recompute_counts(table, p, spec.per_stage, ro);
+  OMNIBAL_CHECK(spec.mode == "adaptive", "memory.recompute: unknown mode '", spec.mode,
+                "', expected adaptive | full | none | [per-stage counts]");
+  return o.budget_bytes > 0 ? plan_adaptive_recompute(table, p, ro) : plan_no_recompute(table, p, ro);
+}
+
+std::vector<double> totals(const RecomputePlan& plan) {
+  std::vector<double> out;
+  for (const auto& m : plan.memory) out.push_back(m.total());
+  return out;
+}
+
+/// BMP over `table`; for adaptive recomputation the search repeats with the pick's flags.
+void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
+                   const StagePlannerOptions& o, StagePlan& plan) {
+  const bool adaptive = spec.mode == "adaptive";
+  // A split is admissible when the recompute mode can make it fit: adaptive can at most
+  // recompute everything, so it fits when full recomputation fits.
+  RecomputeSpec fit_spec = spec;
+  if (adaptive) fit_spec.mode = "full";
+  std::vector<bool> flags;  // round 0: no recomputation (full / counts: their own flags below)
+  if (spec.mode == "full")
+    for (const auto& u : table.units) flags.push_back(u.recomputable() && u.trainable);
+  partition::PartitionSearchResult search;
+  Partition pick;
+  int rounds = 0;
+  for (int round = 0; round < (adaptive ? 3 : 1); ++round) {
+    auto in = search_input(table, flags, o);
+    if (o.budget_bytes > 0 || spec.mode == "per_stage")
+      in.fits = [&](const Partition& p) {
+        try {
+          return recompute_plan(table, p, fit_spec, o).all_fit();
+        } catch (const Error&) {
+          return false;  // per-stage counts that exceed this split's blocks
+        }
+      };
+    search = partition::search_partitions(in);
+    ++rounds;
+    const Partition p = search.top.front().partition;
+    if (round > 0 && p == pick) break;
+    pick = p;
+    if (adaptive) flags = recompute_plan(table, pick, spec, o).recompute;
+  }
+  plan.partition = pick;
+  plan.candidates.clear();
+  for (const auto& c : search.top) plan.candidates.push_back({c.partition, c.pipeline_s, {}});
+  plan.chosen = 0;
+  plan.partition_source = fmt::format(
+      "balanced: BMP on the {} table at {} tiles / {} tokens, radius {}, top {}, {} round{}; "
+      "anchors exact {} greedy {} refined {}",
+      table.source, table.load.tiles, table.load.tokens, o.radius, o.top_k, rounds,
+      rounds > 1 ? "s" : "", search.exact_anchor.to_string(), search.greedy_anchor.to_string(),
+      search.refined_anchor.to_string());
+}
+
+std::vector<int> sizes_of(const nlohmann::json& j, const std::string& where) {
+  OMNIBAL_CHECK(j.is_array(), where, ": expected a list of unit counts");
+  std::vector<int> out;
+  for (const auto& v : j) out.push_back(v.get<int>());
+  return out;
+}
+
+template <class T>
+T get(const nlohmann::json& j, const char* key, const std::string& origin) {
+  OMNIBAL_CHECK(j.is_object() && j.contains(key), origin, ": stage plan lacks '", key, "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    OMNIBAL_FAIL(origin, ": stage plan key '", key, "' has the wrong type (", e.what(), ")");
+  }
+}
+
+}  // namespace
+
+std::vector<int> StagePlan::recomputed_per_stage() const {
+  std::vector<int> out;
+  for (int s = 0; s < partition.stages(); ++s)
+    out.push_back(static_cast<int>(recomputed_units(s).size()));
+  return out;
+}
+
+std::vector<std::string> StagePlan::recomputed_units(int stage) const {
+  std::vector<std::string> out;
+  for (int u = partition.begin(stage); u < partition.end(stage); ++u)
+    if (recompute.at(u)) out.push_back(unit_names.at(u));
+  return out;
+}
+
+std::string StagePlan::describe() const {
+  std::string rc;
+  for (int s = 0; s < partition.stages(); ++s) {
+    const auto names = recomputed_units(s);
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    rc += fmt::format("{}stage {}: {}", s ? "; " : "", s, names.empty() ? "none" : list);
+    if (s < static_cast<int>(predicted_bytes.size()))
+      rc += fmt::format(" ({:.1f} MiB predicted)", predicted_bytes[s] / (1 << 20));
+  }
+  return fmt::format("split {}, recompute {{{}}}", partition.to_string(), rc);
+}
+
+partition::PartitionSearchInput search_input(const UnitCostTable& table,
+                                             const std::vector<bool>& recompute,
+                                             const StagePlannerOptions& o) {
+  partition::PartitionSearchInput in;
+  for (size_t u = 0; u < table.units.size(); ++u) {
+    const auto& c = table.units[u];
+    const bool rc = !recompute.empty() && recompute[u] && c.recomputable() && c.trainable;
+    in.unit_seconds.push_back(c.forward_s + c.backward_s + (rc ? c.forward_s : 0.0));
+    in.unit_forward_s.push_back(c.forward_s);
+    in.output_bytes.push_back(c.output_bytes);
+  }
+  in.link_bandwidth = o.link_bandwidth;
+  in.stages = o.stages;
+  in.radius = o.radius;
+  in.top_k = o.top_k;
+  in.micro_batches = o.micro_batches;
+  return in;
+}
+
+void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
+                        const StagePlannerOptions& o, StagePlan& plan) {
+  const RecomputePlan rp = recompute_plan(table, plan.partition, spec, o);
+  const RecomputeOptions ro = recompute_options(o);
+  plan.recompute = rp.recompute;
+  plan.predicted_bytes = totals(rp);
+  plan.none_bytes = totals(plan_no_recompute(table, plan.partition, ro));
+  plan.full_bytes = totals(plan_full_recompute(table, plan.partition, ro));
+  if (spec.mode == "adaptive") {
+    for (int s = 0; s < plan.partition.stages(); ++s)
+      OMNIBAL_CHECK(rp.fits[s], "memory.budget_gb: ", o.budget_bytes / kGiB, " GiB is too small: ",
+                    "stage ", s, " of split ", plan.partition.to_string(), " needs ",
+                    plan.full_bytes[s] / kGiB, " GiB even with every block recomputed (",
+                    plan.none_bytes[s] / kGiB, " GiB without); raise memory.budget_gb or use ",
+                    "more pipeline stages");
+    plan.recompute_source =
+        o.budget_bytes > 0
+            ? fmt::format("adaptive: knapsack per stage, budget {:.3f} GiB, m {}, recompute "
+                          "{:.2f} ms of forward per micro-batch",
+                          o.budget_bytes / kGiB, o.micro_batches, 1e3 * rp.recompute_s)
+            : std::string("adaptive: no memory budget, nothing recomputed");
+  } else {
+    plan.recompute_source = "config: " + (spec.mode == "per_stage" ? std::string("per-stage counts")
+                                                                   : spec.mode);
+  }
+}
+
+StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
+                      const RecomputeSpec& recompute, const StagePlannerOptions& o) {
+  const int n = static_cast<int>(table.units.size());
+  OMNIBAL_CHECK(static_cast<int>(o.unit_names.size()) == n, "stage plan: ", o.unit_names.size(),
+                " unit names for a cost table of ", n, " units");
+  OMNIBAL_CHECK(o.stages >= 1 && o.stages <= n, "parallel.pp: ", o.stages,
+                " pipeline stages but the model has ", n, " pipeline units; use parallel.pp <= ", n);
+  StagePlan plan;
+  plan.model = table.model;
+  plan.micro_batches = o.micro_batches;
+  plan.unit_names = o.unit_names;
+  plan.budget_bytes = o.budget_bytes;
+  if (part.method == "uniform") {
+    plan.partition = partition::uniform_partition(n, o.stages);
+  } else if (part.method == "parameters") {
+    std::vector<double> w;
+    for (const auto& u : table.units) w.push_back(u.parameter_bytes);
+    plan.partition = partition::min_max_partition(w, o.stages);
+  } else if (part.method == "manual") {
+    plan.partition = Partition{part.manual};
+    OMNIBAL_CHECK(plan.partition.units() == n, "parallel.partition.manual: the unit counts ",
+                  plan.partition.to_string(), " sum to ", plan.partition.units(),
+                  " but the model has ", n, " pipeline units");
+  } else {
+    OMNIBAL_CHECK(part.method == "balanced", "parallel.partition: unknown method '", part.method,
+                  "', expected balanced | uniform | parameters | {manual: [...]}");
+    plan_balanced(table, recompute, o, plan);
+  }
+  if (plan.partition_source.empty()) plan.partition_source = "config: " + part.method;
+  plan_recompute_for(table, recompute, o, plan);
+  return plan;
+}
+
+nlohmann::json stage_plan_json(const StagePlan& p) {
+  nlohmann::json rc = nlohmann::json::array(), cands = nlohmann::json::array();
+  for (size_t u = 0; u < p.recompute.size(); ++u)
+    if (p.recompute[u]) rc.push_back(p.unit_names.at(u));
+  for (const auto& c : p.candidates)
+    cands.push_back({{"partition", c.partition.sizes}, {"pipeline_s", c.pipeline_s},
+                     {"trial_s", c.trial_s}});
+  return {{"format", kFormat}, {"model", p.model}, {"micro_batches", p.micro_batches},
+          {"partition", p.partition.sizes}, {"units", p.unit_names}, {"recompute", rc},
+          {"partition_source", p.partition_source}, {"recompute_source", p.recompute_source},
+          {"budget_bytes", p.budget_bytes}, {"predicted_bytes", p.predicted_bytes},
+          {"none_bytes", p.none_bytes}, {"full_bytes", p.full_bytes}, {"candidates", cands},
+          {"chosen", p.chosen}, {"hash", fmt::format("{:016x}", stage_plan_hash(p))}};
+}
+
+StagePlan parse_stage_plan(const nlohmann::json& j, const std::string& origin) {
+  const auto format = get<std::string>(j, "format", origin);
+  OMNIBAL_CHECK(format == kFormat, origin, ": stage plan format '", format, "', expected '",
+                kFormat, "'");
+  StagePlan p;
+  p.model = get<std::string>(j, "model", origin);
+  p.micro_batches = get<int>(j, "micro_batches", origin);
+  p.partition = Partition{sizes_of(j.at("partition"), origin + ": partition")};
+  p.unit_names = get<std::vector<std::string>>(j, "units", origin);
+  OMNIBAL_CHECK(p.partition.units() == static_cast<int>(p.unit_names.size()), origin,
+                ": the split ", p.partition.to_string(), " does not cover the ",
+                p.unit_names.size(), " units");
+  p.recompute.assign(p.unit_names.size(), false);
+  for (const auto& name : get<std::vector<std::string>>(j, "recompute", origin)) {
+    const auto it = std::find(p.unit_names.begin(), p.unit_names.end(), name);
+    OMNIBAL_CHECK(it != p.unit_names.end(), origin, ": recomputed unit '", name, "' is not a unit");
+    p.recompute[it - p.unit_names.begin()] = true;
+  }
+  p.partition_source = get<std::string>(j, "partition_source", origin);
+  p.recompute_source = get<std::string>(j, "recompute_source", origin);
+  p.budget_bytes = get<double>(j, "budget_bytes", origin);
+  p.predicted_bytes = get<std::vector<double>>(j, "predicted_bytes", origin);
+  p.none_bytes = get<std::vector<double>>(j, "none_bytes", origin);
+  p.full_bytes = get<std::vector<double>>(j, "full_bytes", origin);
+  for (const auto& c : get<nlohmann::json>(j, "candidates", origin))
+    p.candidates.push_back({Partition{sizes_of(c.at("partition"), origin + ": candidates")},
+                            c.at("pipeline_s").get<double>(),
+                            c.at("trial_s").get<std::vector<double>>()});
+  p.chosen = get<int>(j, "chosen", origin);
+  return p;
+}
+
+uint64_t stage_plan_hash(const StagePlan& p) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  mix(p.partition.sizes.size());
+  for (int s : p.partition.sizes) mix(static_cast<uint64_t>(s));
+  mix(p.recompute.size());
+  for (bool b : p.recompute) mix(b ? 1 : 0);
+  return h;
+}
+
+}  // namespace omnibal::memory

@@ -1,0 +1,59 @@
+// Timed partition trials (OmniBal §3.2 step 5 / spec §2.1 item 5, `parallel.partition_trials`):
+// the balanced search's best candidates run for real before training, and the simulator's pick
+// is replaced only when a trial beats it by more than the measured noise. Each trial builds the
+// candidate's stage on every rank (fresh units, initialised from train.seed by parameter name
+// like the trainer's, so the trainer's own parameters are never touched), then runs `warmup` +
+// `repeats` full 1F1B steps (forward + backward of m micro-batches, no DP all-reduce, no
+// optimizer step) on fixed synthetic packs of the run's largest pack load
+// (profile/profiling_pack.h), not on the training data, so the data position does not move.
+// The CPU default generator's state is saved before and restored after the trials. A step's
+// time is the slowest rank's wall time (all-reduced max).
+// Decision: noise = the larger spread (max - min over repeats) of the two candidates compared;
+// candidate i replaces the pick (candidate 0) when median_i < median_0 - noise; among several
+// the lowest median wins. Not here: which candidates to try (memory/stage_plan.h).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/parallel_comms.h"
+#include "core/model_preset.h"
+#include "models/pack_batch.h"
+#include "partition/stage_partition.h"
+
+namespace omnibal::train {
+
+/// What the trials need.
+struct TrialSetup {
+  ModelPreset preset;
+  uint64_t init_seed = 0;            ///< train.seed
+  int64_t img_context_id = 0;        ///< the tokenizer's <IMG_CONTEXT>
+  std::vector<std::string> freeze;   ///< train.freeze groups
+  int micro_batches = 1;             ///< m
+  models::PackBatch pack;            ///< the fixed profiling pack, used for every micro-batch
+  int warmup = 1;                    ///< untimed steps per candidate
+  int repeats = 3;                   ///< timed steps per candidate (>= 3)
+  /// Recompute flags (per unit) to run a candidate with (its own recompute plan).
+  std::function<std::vector<bool>(const partition::Partition&)> recompute_for;
+};
+
+/// Measured step times and the decision.
+struct TrialOutcome {
+  std::vector<std::vector<double>> seconds;  ///< per candidate, per timed repeat
+  std::vector<double> median_s;              ///< per candidate
+  std::vector<double> spread_s;              ///< per candidate: max - min
+  int chosen = 0;                            ///< index of the winner (0 = simulator's pick)
+  std::string summary;                       ///< one log line per candidate and the decision
+};
+
+/// Applies the decision rule of the file comment to measured repeats (pure; tested alone).
+/// Throws omnibal::Error when a candidate has no repeat.
+TrialOutcome decide_trials(std::vector<std::vector<double>> seconds);
+
+/// Collective over comms.world(): runs every candidate (all ranks in the same order) and
+/// decides. Throws omnibal::Error when repeats < 3 or a step fails.
+TrialOutcome run_partition_trials(const std::vector<partition::Partition>& candidates,
+                                  const TrialSetup& setup, comm::ParallelComms& comms);
+
+}  // namespace omnibal::train

@@ -1,0 +1,307 @@
+#include "train/startup_planner.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+
+#include "balance/sample_table.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "memory/memory_model.h"
+#include "models/vlm.h"
+#include "partition/cost_model.h"
+#include "pipeline/stage_layout.h"
+#include "profile/memory_meter.h"
+#include "profile/profiling_pack.h"
+#include "profile/unit_profiler.h"
+#include "train/partition_trials.h"
+#include "train/training_data.h"
+
+namespace omnibal::train {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// Rank 0's `text` on every rank (length, then bytes).
+std::string broadcast_text(comm::Communicator& world, const std::string& text, bool root) {
+  torch::Tensor n = torch::full({1}, root ? static_cast<int64_t>(text.size()) : 0, torch::kInt64);
+  world.broadcast(n, 0, "cost table size");
+  torch::Tensor bytes = torch::zeros({n.item<int64_t>()}, torch::kUInt8);
+  if (root) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  world.broadcast(bytes, 0, "cost table");
+  return std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
+}
+
+/// The synthetic pack of `load` (profile/profiling_pack.h); tokens are raised to the image
+/// tokens of the tiles plus 4 text tokens per sample when the largest pack had fewer (at most
+/// llm.max_seq_len).
+profile::ProfilingPackOptions pack_options(const StartupPlanContext& c,
+                                           const partition::TableLoad& load) {
+  const int samples = static_cast<int>(load.samples);
+  const int64_t least = load.tiles * c.preset->tokens_per_tile() + 4 * samples;
+  const int64_t tokens = std::min<int64_t>(std::max(load.tokens, least), c.preset->llm.max_seq_len);
+  return {load.tiles, tokens, samples, c.config->train.seed, c.img_context_id};
+}
+
+/// Rank 0 reads or profiles the table; every rank parses rank 0's text. A failure on rank 0
+/// reaches every rank as the same error (sent instead of the table).
+partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
+                                           const partition::TableLoad& load) {
+  const Config& cfg = *c.config;
+  auto& world = c.comms->world();
+  const bool root = c.comms->rank() == 0;
+  const std::string& path = cfg.parallel.cost_table;
+  std::string text, origin = path.empty() ? std::string("start-up profile") : path;
+  constexpr char kFailed = '\x01';
+  if (root) {
+    try {
+      if (!path.empty()) {
+        text = partition::unit_cost_table_json(partition::read_unit_cost_table(path));
+      } else {
+        profile::ProfileOptions po;
+        po.pack = pack_options(c, load);
+        po.warmup = 1;
+      po.repeats = 3;
+      po.freeze = cfg.train.freeze;
+      po.init_seed = cfg.train.seed;
+        po.device = c.device;
+        text = partition::unit_cost_table_json(profile::profile_units(*c.preset, po).table);
+      }
+    } catch (const Error& e) {
+      text = std::string(1, kFailed) + e.what();
+    }
+  }
+  text = broadcast_text(world, text, root);
+  OMNIBAL_CHECK(text.empty() || text[0] != kFailed, "parallel.cost_table: ",
+                path.empty() ? "start-up profiling" : "'" + path + "'", " failed on rank 0: ",
+                text.substr(1));
+  partition::UnitCostTable table = partition::parse_unit_cost_table(text, origin);
+  const auto names = models::unit_names(*c.preset);
+  OMNIBAL_CHECK(table.model == c.preset->name, "parallel.cost_table: '", origin,
+                "' is a table of model '", table.model, "' but model.preset is '",
+                c.preset->name, "'");
+  OMNIBAL_CHECK(table.units.size() == names.size(), "parallel.cost_table: '", origin, "' has ",
+                table.units.size(), " units, the '", c.preset->name, "' preset ", names.size());
+  for (size_t u = 0; u < names.size(); ++u)
+    OMNIBAL_CHECK(table.units[u].name == profile::table_unit_name(names[u]),
+                  "parallel.cost_table: '", origin, "': unit ", u, " is '", table.units[u].name,
+                  "', expected '", profile::table_unit_name(names[u]), "'");
+  // train.freeze decides what trains in this run, whatever the table was profiled with.
+  const auto trainable = profile::trainable_units(*c.preset, cfg.train.freeze);
+  for (size_t u = 0; u < names.size(); ++u) table.units[u].trainable = trainable[u];
+  if (table.load.tiles == load.tiles && table.load.tokens == load.tokens) return table;
+  const auto k = static_cast<int32_t>(std::max<int64_t>(1, load.samples));
+  std::vector<int32_t> tiles(k, 0), tokens(k, 0);
+  tiles[0] = static_cast<int32_t>(load.tiles);  // only the sums matter to the scaled model
+  tokens[0] = static_cast<int32_t>(load.tokens);
+  return partition::ScaledTableCostModel(table).costs(partition::MicroBatchLoad::packed(tiles, tokens));
+}
+
+/// Planner options of this run: m, r, K, trainer memory accounting and the budget.
+memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
+                                            const partition::UnitCostTable* table) {
+  const Config& cfg = *c.config;
+  memory::StagePlannerOptions o;
+  o.stages = cfg.parallel.pp;
+  o.micro_batches = cfg.parallel.micro_batches;
+  o.radius = cfg.parallel.partition_radius;
+  o.top_k = cfg.parallel.partition_top_k;
+  o.unit_names = models::unit_names(*c.preset);
+  o.memory.dp = cfg.parallel.dp;
+  o.memory.zero1 = false;  // the trainer keeps full AdamW state on every DP replica
+  o.memory.workspace_bytes = c.device.is_cuda() ? o.memory.workspace_bytes : 0.0;
+  if (table) {
+    // Bytes per parameter of the table (its run dtype); AdamW keeps m and v in that dtype.
+    const auto counts = models::unit_parameter_counts(*c.preset);
+    double bytes = 0, params = 0;
+    for (size_t u = 0; u < counts.size(); ++u) {
+      bytes += table->units[u].parameter_bytes;
+      params += static_cast<double>(counts[u]);
+    }
+    const double per = params > 0 ? bytes / params : 4.0;
+    o.memory.weight_bytes_per_param = per;
+    o.memory.grad_bytes_per_param = per;
+    o.memory.optimizer_bytes_per_param = 2 * per;
+  }
+  double budget = cfg.memory.budget_gb > 0 ? cfg.memory.budget_gb * kGiB
+                                           : default_memory_budget_bytes(c.device);
+  // The smallest budget of any rank, so every rank plans with the same number.
+  budget = static_cast<double>(c.comms->world().all_reduce_int(static_cast<int64_t>(budget),
+                                                               comm::ReduceOp::kMin, "budget"));
+  o.budget_bytes = budget;
+  return o;
+}
+
+/// Times the candidates when asked and replaces the pick when a trial wins.
+void run_trials(const StartupPlanContext& c, const partition::UnitCostTable& table,
+                const partition::TableLoad& load, const memory::StagePlannerOptions& o,
+                memory::StagePlan& plan) {
+  const Config& cfg = *c.config;
+  const int trials = cfg.parallel.partition_trials < 0 ? cfg.parallel.partition_top_k
+                                                       : cfg.parallel.partition_trials;
+  const int n = std::min<int>(trials, static_cast<int>(plan.candidates.size()));
+  if (n < 2) return;  // nothing to compare
+  TrialSetup setup;
+  setup.preset = *c.preset;
+  setup.init_seed = cfg.train.seed;
+  setup.img_context_id = c.img_context_id;
+  setup.freeze = cfg.train.freeze;
+  setup.micro_batches = cfg.parallel.micro_batches;
+  setup.pack = profile::make_profiling_pack(*c.preset, pack_options(c, load));
+  setup.recompute_for = [&](const partition::Partition& p) {
+    memory::StagePlan tmp = plan;
+    tmp.partition = p;
+    memory::plan_recompute_for(table, cfg.memory.recompute, o, tmp);
+    return tmp.recompute;
+  };
+  std::vector<partition::Partition> splits;
+  for (int i = 0; i < n; ++i) splits.push_back(plan.candidates[i].partition);
+  const TrialOutcome t = run_partition_trials(splits, setup, *c.comms);
+  for (int i = 0; i < n; ++i) plan.candidates[i].trial_s = t.seconds[i];
+  if (c.comms->rank() == 0) log_info("partition trials (m {}, 3 repeats): {}", setup.micro_batches, t.summary);
+  if (t.chosen == 0) return;
+  plan.chosen = t.chosen;
+  plan.partition = plan.candidates[t.chosen].partition;
+  plan.partition_source += fmt::format("; timed trials chose candidate {}", t.chosen);
+  memory::plan_recompute_for(table, cfg.memory.recompute, o, plan);
+}
+
+void check_agreement(comm::ParallelComms& comms, const memory::StagePlan& plan) {
+  const uint64_t h = memory::stage_plan_hash(plan);
+  const int64_t hi = static_cast<int64_t>(h >> 32), lo = static_cast<int64_t>(h & 0xffffffffu);
+  auto& w = comms.world();
+  const bool same = w.all_reduce_int(hi, comm::ReduceOp::kMax) == w.all_reduce_int(hi, comm::ReduceOp::kMin) &&
+                    w.all_reduce_int(lo, comm::ReduceOp::kMax) == w.all_reduce_int(lo, comm::ReduceOp::kMin);
+  OMNIBAL_CHECK(same, "rank ", comms.rank(), ": the stage plan differs between ranks (this rank: ",
+                plan.describe(), "); every rank must see the same cost table and config");
+}
+
+}  // namespace
+
+void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& plan) {
+  const std::string path = run_dir + "/stage_plan.json";
+  std::ofstream out(path);
+  OMNIBAL_CHECK(out.good(), "cannot write the stage plan to '", path, "'");
+  out << memory::stage_plan_json(plan).dump(2) << "\n";
+  OMNIBAL_CHECK(out.good(), "error while writing '", path, "'");
+}
+
+std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const std::string& dir) {
+  if (!rank_state.contains("stage_plan") || rank_state.at("stage_plan").is_null()) return std::nullopt;
+  return StoredPlan{memory::parse_stage_plan(rank_state.at("stage_plan"), dir + ": stage_plan"), dir};
+}
+
+partition::TableLoad largest_pack_load(TrainingData& data) {
+  const auto& packs = data.epoch_plan(0).packing.packs;
+  partition::TableLoad load;
+  int64_t samples = 0;
+  for (size_t p = 0; p < packs.size(); ++p) {
+    load.tiles = std::max(load.tiles, packs.cost(p, balance::kTiles));
+    load.tokens = std::max(load.tokens, packs.cost(p, balance::kTokens));
+    samples += packs.load(p).count;
+  }
+  OMNIBAL_CHECK(packs.size() > 0, "start-up planning: epoch 0 has no packs");
+  load.samples = std::max<int64_t>(1, (samples + static_cast<int64_t>(packs.size()) / 2) /
+                                          static_cast<int64_t>(packs.size()));
+  load.samples = std::min(load.samples, load.tiles);
+  return load;
+}
+
+double default_memory_budget_bytes(const torch::Device& device) {
+  if (device.is_cuda())
+    return memory::default_budget_bytes(
+        static_cast<double>(profile::cuda_device_memory_bytes(device.index() < 0 ? 0 : device.index())));
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  OMNIBAL_CHECK(pages > 0 && page > 0, "memory.budget_gb: cannot read the physical memory size; ",
+                "set memory.budget_gb");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
+  return 0.75 * static_cast<double>(pages) * static_cast<double>(page) / ranks;
+}
+
+StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Config& cfg = *c.config;
+  const bool root = c.comms->rank() == 0;
+  const bool balanced = cfg.parallel.partition.method == "balanced";
+  const bool adaptive = cfg.memory.recompute.mode == "adaptive";
+  const auto names = models::unit_names(*c.preset);
+  const memory::StagePlan* stored = c.stored ? &c.stored->plan : nullptr;
+  const bool stored_fits = stored && stored->partition.stages() == cfg.parallel.pp &&
+                           stored->unit_names == names;
+  if (stored && !stored_fits && root)
+    log_info("stage plan: the checkpoint's plan ({} stages) does not fit parallel.pp {}; planning "
+             "again", stored->partition.stages(), cfg.parallel.pp);
+  memory::StagePlan plan;
+  plan.model = c.preset->name;
+  plan.micro_batches = cfg.parallel.micro_batches;
+  plan.unit_names = names;
+  bool search = false;
+  if (!balanced) {
+    plan.partition = pipeline::resolve_fixed_partition(*c.preset, cfg.parallel);
+    plan.partition_source = "config: " + cfg.parallel.partition.method;
+    if (stored_fits && root && !(stored->partition == plan.partition))
+      log_info("stage plan: parallel.partition: {} {} from the config wins over the checkpoint's "
+               "split {}", cfg.parallel.partition.method, plan.partition.to_string(),
+               stored->partition.to_string());
+  } else if (cfg.parallel.pp == 1) {
+    plan.partition = partition::Partition{{static_cast<int>(names.size())}};
+    plan.partition_source = "balanced: one pipeline stage holds every unit";
+  } else if (stored_fits) {
+    plan.partition = stored->partition;
+    plan.candidates = stored->candidates;
+    plan.chosen = stored->chosen;
+    plan.partition_source = "checkpoint " + c.stored->checkpoint + " (" + stored->partition_source + ")";
+  } else {
+    search = true;
+  }
+  const bool reuse_rc = adaptive && stored_fits && stored->partition == plan.partition &&
+                        !search && stored->micro_batches == plan.micro_batches;
+  const bool need_table = search || (adaptive && !reuse_rc);
+  if (!need_table) {
+    pipeline::StageLayout layout;
+    layout.unit_names = names;
+    layout.partition = plan.partition;
+    if (reuse_rc) {
+      plan.recompute = stored->recompute;
+      plan.budget_bytes = stored->budget_bytes;
+      plan.predicted_bytes = stored->predicted_bytes;
+      plan.none_bytes = stored->none_bytes;
+      plan.full_bytes = stored->full_bytes;
+      plan.recompute_source = "checkpoint " + c.stored->checkpoint + " (" + stored->recompute_source + ")";
+    } else {
+      plan.recompute = pipeline::resolve_fixed_recompute(layout, cfg.memory.recompute);
+      plan.recompute_source = "config: " + cfg.memory.recompute.mode;
+    }
+  } else {
+    const partition::TableLoad load = largest_pack_load(*c.data);
+    const partition::UnitCostTable table = obtain_cost_table(c, load);
+    const memory::StagePlannerOptions o = planner_options(c, &table);
+    if (search) {
+      plan = memory::plan_stages(table, cfg.parallel.partition, cfg.memory.recompute, o);
+      run_trials(c, table, load, o, plan);
+    } else {
+      plan.budget_bytes = o.budget_bytes;
+      memory::plan_recompute_for(table, cfg.memory.recompute, o, plan);
+    }
+  }
+  check_agreement(*c.comms, plan);
+  StartupPlan out{plan, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  if (root) {
+    log_info("stage plan ({:.2f} s): {}", out.seconds, plan.describe());
+    log_info("stage plan: partition from {}", plan.partition_source);
+    log_info("stage plan: recompute from {}", plan.recompute_source);
+    for (size_t i = 0; i < plan.candidates.size(); ++i)
+      log_info("stage plan: candidate {} {} simulated {:.2f} ms{}", i,
+               plan.candidates[i].partition.to_string(), 1e3 * plan.candidates[i].pipeline_s,
+               static_cast<int>(i) == plan.chosen ? " (chosen)" : "");
+  }
+  return out;
+}
+
+}  // namespace omnibal::train

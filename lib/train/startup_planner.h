@@ -1,0 +1,86 @@
+// The trainer's start-up planning of the pipeline layout (issue 6): `parallel.partition:
+// balanced` and `memory.recompute: adaptive` (the defaults) become a concrete split and per-unit
+// recompute flags (memory/stage_plan.h) before any stage is built.
+//
+// 1. On resume, a plan stored in the checkpoint is reused as it is: a balanced split when the
+//    stage count still matches, adaptive recomputation when the split and m also match. No new
+//    search, so a resumed run keeps its split whatever the timings now say. An explicit
+//    `parallel.partition` (uniform | parameters | manual) or recompute mode in the config wins
+//    over the stored plan (logged).
+// 2. Otherwise, when balanced or adaptive is left to plan, the per-unit cost table comes from
+//    `parallel.cost_table` (a file from `omnibal-plan profile`, scaled linearly to the run's
+//    pack load) or from profiling the whole model on world rank 0 under one synthetic pack of
+//    the largest epoch-0 pack's tiles and tokens (for ISF: the budgets Q_v / Q_t) with the mean
+//    samples per pack; rank 0 broadcasts the table's JSON and every rank parses the same text.
+//    Profiling on one rank keeps start-up simple and cheap for models that fit one device; a
+//    model that does not fit must be profiled offline and given as parallel.cost_table.
+// 3. Every rank runs the same deterministic planner (memory::plan_stages) on the same table and
+//    budget (the smallest over ranks), so all agree; a hash of the plan is compared across ranks
+//    and a mismatch is an error.
+// 4. parallel.partition_trials > 0 (-1 = partition_top_k) times the best candidates for real
+//    (partition_trials.h); the simulator's pick stands unless a trial beats it beyond the noise.
+// Memory options follow the trainer: weights, gradients and AdamW moments in the table's bytes
+// per parameter (fp32 on the CPU), no ZeRO-1 sharding, no workspace on the CPU.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "comm/parallel_comms.h"
+#include "core/config.h"
+#include "core/model_preset.h"
+#include "memory/stage_plan.h"
+#include "partition/unit_cost_table.h"
+
+namespace omnibal::train {
+
+class TrainingData;
+
+/// A plan stored in a checkpoint, with where it came from.
+struct StoredPlan {
+  memory::StagePlan plan;
+  std::string checkpoint;  ///< checkpoint directory
+};
+
+/// What start-up planning reads.
+struct StartupPlanContext {
+  const Config* config = nullptr;
+  const ModelPreset* preset = nullptr;
+  comm::ParallelComms* comms = nullptr;
+  TrainingData* data = nullptr;     ///< epoch 0's packs give the profiling load
+  int64_t img_context_id = 0;       ///< the tokenizer's <IMG_CONTEXT>
+  std::optional<StoredPlan> stored; ///< from the checkpoint being resumed, if any
+  torch::Device device = torch::kCPU;
+};
+
+/// The plan every rank trains with, and how long planning took on this rank (seconds).
+struct StartupPlan {
+  memory::StagePlan plan;
+  double seconds = 0;
+};
+
+/// Collective over comms->world(). Throws omnibal::Error naming the key on a bad cost table
+/// (unreadable, another preset, other units), a budget too small for adaptive, no balanced
+/// candidate that fits, or ranks that disagree on the plan.
+StartupPlan plan_stages_at_startup(const StartupPlanContext& context);
+
+/// Writes `plan` as JSON (memory::stage_plan_json) to `<run_dir>/stage_plan.json`; throws
+/// omnibal::Error when it cannot write.
+void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& plan);
+
+/// The plan stored in checkpoint `dir` (its rank state's "stage_plan"), or nullopt for a
+/// checkpoint written before plans were stored. Throws omnibal::Error on a malformed plan.
+std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const std::string& dir);
+
+/// The largest pack of epoch 0 as a profiling load: most tiles, most (computed) tokens, and the
+/// mean samples per pack (rounded, >= 1).
+partition::TableLoad largest_pack_load(TrainingData& data);
+
+/// Default per-rank memory budget in bytes: CPU 75% of physical memory divided by the ranks on
+/// this node (OMPI_COMM_WORLD_LOCAL_SIZE, 1 when unset); CUDA the device's memory minus 8%
+/// (memory::default_budget_bytes). Throws omnibal::Error when the size cannot be read.
+double default_memory_budget_bytes(const torch::Device& device);
+
+}  // namespace omnibal::train

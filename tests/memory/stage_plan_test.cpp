@@ -1,0 +1,169 @@
+#include "memory/stage_plan.h"
+
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include <functional>
+
+using namespace omnibal;
+using partition::Partition;
+using partition::UnitKind;
+
+namespace {
+constexpr double kMiB = 1 << 20;
+
+/// The tiny preset's chain (10 units) with ViT blocks 10x as slow as everything else: forward
+/// 1 s per unit except 10 s per ViT block, backward = 2 x forward. Stage sums (forward) of the
+/// split after unit k: [2, 8] gives 11 | 17, [3, 7] 21 | 7, [1, 9] 1 | 27, so the min-max
+/// split and the fastest 1F1B pipeline are [2, 8].
+partition::UnitCostTable heavy_vit_table() {
+  partition::UnitCostTable t;
+  t.model = "tiny";
+  t.source = "test";
+  t.load = {32, 224, 4};
+  auto add = [&](const char* name, UnitKind kind, double fwd, double act) {
+    t.units.push_back({name, kind, fwd, 2 * fwd, act * kMiB, 1 * kMiB, true, 0.5 * kMiB});
+  };
+  add("vit_embed", UnitKind::VitEmbed, 1, 1);
+  add("vit_block.0", UnitKind::VitBlock, 10, 8);
+  add("vit_block.1", UnitKind::VitBlock, 10, 8);
+  add("projector", UnitKind::Projector, 1, 1);
+  add("llm_embed", UnitKind::LlmEmbed, 1, 1);
+  for (const char* n : {"llm_block.0", "llm_block.1", "llm_block.2", "llm_block.3"})
+    add(n, UnitKind::LlmBlock, 1, 6);
+  add("head", UnitKind::Head, 1, 2);
+  t.units.back().output_bytes = 0;
+  return t;
+}
+
+memory::StagePlannerOptions options(int stages, int m) {
+  memory::StagePlannerOptions o;
+  o.stages = stages;
+  o.micro_batches = m;
+  o.memory.weight_bytes_per_param = 4;
+  o.memory.grad_bytes_per_param = 4;
+  o.memory.optimizer_bytes_per_param = 8;
+  o.memory.zero1 = false;
+  o.memory.workspace_bytes = 0;
+  for (const char* n : {"vit_embed", "vit_block_0", "vit_block_1", "projector", "llm_embed",
+                        "llm_block_0", "llm_block_1", "llm_block_2", "llm_block_3", "llm_head"})
+    o.unit_names.push_back(n);
+  return o;
+}
+
+PartitionSpec spec(const std::string& method, std::vector<int> manual = {}) {
+  PartitionSpec p;
+  p.method = method;
+  p.manual = std::move(manual);
+  return p;
+}
+
+RecomputeSpec recompute(const std::string& mode) {
+  RecomputeSpec r;
+  r.mode = mode;
+  return r;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("stage plan: balanced picks the min-max split, candidates ranked by pipeline time",
+          "[memory][stage_plan]") {
+  const auto table = heavy_vit_table();
+  const auto plan = memory::plan_stages(table, spec("balanced"), recompute("none"), options(2, 4));
+  CHECK(plan.partition == Partition{{2, 8}});
+  REQUIRE(plan.candidates.size() == 3);
+  CHECK(plan.candidates[0].partition == plan.partition);
+  CHECK(plan.chosen == 0);
+  for (size_t i = 1; i < plan.candidates.size(); ++i)
+    CHECK(plan.candidates[i - 1].pipeline_s <= plan.candidates[i].pipeline_s);
+  // 1F1B, m = 4, per micro-batch stage 0 takes 11 + 22 s, stage 1 17 + 34 s (transfers of
+  // 0.5 MiB are negligible): stage 1 starts after stage 0's first forward (11 s), is then busy
+  // for 4 x 51 s (inputs are always ready in time) until 215 s, and stage 0's last backward
+  // takes 22 s more: 237 s.
+  CHECK(plan.candidates[0].pipeline_s == Approx(237.0).epsilon(1e-3));
+  CHECK(plan.recompute == std::vector<bool>(10, false));
+  CHECK(plan.partition_source.rfind("balanced", 0) == 0);
+}
+
+TEST_CASE("stage plan: fixed methods and their errors", "[memory][stage_plan]") {
+  const auto table = heavy_vit_table();
+  CHECK(memory::plan_stages(table, spec("uniform"), recompute("none"), options(3, 2)).partition ==
+        Partition{{4, 3, 3}});
+  CHECK(memory::plan_stages(table, spec("manual", {3, 7}), recompute("full"), options(2, 2))
+            .recomputed_per_stage() == std::vector<int>{2, 4});
+  CHECK_THAT(message_of([&] {
+               memory::plan_stages(table, spec("manual", {3, 3}), recompute("none"), options(2, 2));
+             }),
+             Catch::Contains("parallel.partition.manual") && Catch::Contains("sum to 6"));
+  CHECK_THAT(message_of([&] {
+               memory::plan_stages(table, spec("uniform"), recompute("none"), options(11, 2));
+             }),
+             Catch::Contains("parallel.pp: 11"));
+}
+
+TEST_CASE("stage plan: adaptive within a budget between full and no recompute is mixed and fits",
+          "[memory][stage_plan]") {
+  const auto table = heavy_vit_table();
+  auto o = options(2, 4);
+  // Fixed split [5, 5]: stage 0 holds both ViT blocks, stage 1 all LLM blocks.
+  const auto none = memory::plan_stages(table, spec("manual", {5, 5}), recompute("none"), o);
+  const double f = GENERATE(0.1, 0.3, 0.5, 0.7, 0.9);
+  o.budget_bytes = none.full_bytes[0] + f * (none.none_bytes[0] - none.full_bytes[0]);
+  const auto plan = memory::plan_stages(table, spec("manual", {5, 5}), recompute("adaptive"), o);
+  const auto counts = plan.recomputed_per_stage();
+  CHECK(counts[0] >= 1);              // stage 0 does not fit without recomputation
+  CHECK(counts[0] + counts[1] <= 5);  // and not everything is recomputed: a mixed plan
+  for (int s = 0; s < 2; ++s) CHECK(plan.predicted_bytes[s] <= o.budget_bytes);
+  CHECK(plan.recompute_source.rfind("adaptive", 0) == 0);
+  // Budget below full recomputation: a clear error naming the key.
+  o.budget_bytes = 0.5 * none.full_bytes[0];
+  CHECK_THAT(message_of([&] {
+               memory::plan_stages(table, spec("manual", {5, 5}), recompute("adaptive"), o);
+             }),
+             Catch::Contains("memory.budget_gb") && Catch::Contains("stage 0"));
+}
+
+TEST_CASE("stage plan: balanced + adaptive under a tight budget fits every stage",
+          "[memory][stage_plan]") {
+  const auto table = heavy_vit_table();
+  auto o = options(2, 4);
+  const auto ref = memory::plan_stages(table, spec("manual", {2, 8}), recompute("none"), o);
+  o.budget_bytes = 0.5 * (ref.full_bytes[1] + ref.none_bytes[1]);
+  const auto a = memory::plan_stages(table, spec("balanced"), recompute("adaptive"), o);
+  const auto b = memory::plan_stages(table, spec("balanced"), recompute("adaptive"), o);
+  CHECK(memory::stage_plan_hash(a) == memory::stage_plan_hash(b));
+  for (double bytes : a.predicted_bytes) CHECK(bytes <= o.budget_bytes);
+}
+
+TEST_CASE("stage plan: JSON round trip keeps the plan and its hash", "[memory][stage_plan]") {
+  const auto table = heavy_vit_table();
+  auto o = options(2, 4);
+  const auto ref = memory::plan_stages(table, spec("manual", {5, 5}), recompute("none"), o);
+  o.budget_bytes = 0.5 * (ref.full_bytes[0] + ref.none_bytes[0]);
+  auto plan = memory::plan_stages(table, spec("balanced"), recompute("adaptive"), o);
+  plan.candidates[0].trial_s = {0.5, 0.25, 0.75};
+  const auto back = memory::parse_stage_plan(memory::stage_plan_json(plan), "test");
+  CHECK(back.partition == plan.partition);
+  CHECK(back.recompute == plan.recompute);
+  CHECK(back.candidates.size() == plan.candidates.size());
+  CHECK(back.candidates[0].trial_s == plan.candidates[0].trial_s);
+  CHECK(back.predicted_bytes == plan.predicted_bytes);
+  CHECK(back.partition_source == plan.partition_source);
+  CHECK(memory::stage_plan_hash(back) == memory::stage_plan_hash(plan));
+  auto other = plan;
+  other.recompute[1] = !other.recompute[1];
+  CHECK(memory::stage_plan_hash(other) != memory::stage_plan_hash(plan));
+  auto bad = memory::stage_plan_json(plan);
+  bad["recompute"] = {"no_such_unit"};
+  CHECK_THAT(message_of([&] { memory::parse_stage_plan(bad, "ckpt"); }),
+             Catch::Contains("ckpt") && Catch::Contains("no_such_unit"));
+}
