@@ -174,6 +174,8 @@ void CommConfig::validate(const std::string& w) const { check_positive(w + "time
 
 void ModelConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!preset.empty(), w, "preset: expected a preset name (models/presets/<name>.yaml)");
+  OMNIBAL_CHECK(hf_style == "auto" || hf_style == "internlm2" || hf_style == "llama" || hf_style == "llama-fused",
+                w, "hf_style: expected auto, internlm2, llama or llama-fused, got \"", hf_style, "\"");
 }
 
 void LossConfig::validate(const std::string& w) const {

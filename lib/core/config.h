@@ -147,8 +147,12 @@ struct ModelConfig {
   std::string preset = "tiny";
   std::string init_from;                   ///< Hugging Face InternVL directory to start from ("" = none)
   std::vector<std::string> allow_missing;  ///< glob patterns of tensors init_from may lack
+  /// Hugging Face LLM naming: auto | internlm2 | llama | llama-fused (checkpoint/hf_style.h; auto
+  /// = init_from's config.json; the trainer saves the resolved value, export uses it)
+  std::string hf_style = "auto";
   template <class V> void visit_fields(V& v) {
     v("preset", preset); v("init_from", init_from); v("allow_missing", allow_missing);
+    v("hf_style", hf_style);
   }
   void validate(const std::string& where) const;
 };
