@@ -18,7 +18,7 @@ namespace omnibal::plan {
 namespace {
 
 struct ExportArgs {
-  std::string checkpoint, out, preset, style = "internlm2", dtype = "bf16";
+  std::string checkpoint, out, preset, style, dtype = "bf16";
   double max_shard_gb = 5.0;
 };
 
@@ -31,13 +31,13 @@ int run_export(const ExportArgs& a) {
   } else {
     checkpoint::verify_checkpoint(dir);
   }
-  std::string preset_name = a.preset;
-  if (preset_name.empty()) {
-    preset_name = load_config(dir + "/config.yaml").model.preset;
-  }
-  const ModelPreset preset = load_model_preset(preset_name);
+  // The checkpoint's config carries model.preset and the resolved model.hf_style
+  // (checkpoint/hf_style.h); --preset / --style override them.
+  const Config saved = load_config(dir + "/config.yaml");
+  const ModelPreset preset = load_model_preset(a.preset.empty() ? saved.model.preset : a.preset);
   checkpoint::HfExportOptions options;
-  options.style = checkpoint::parse_hf_llm_style(a.style);
+  const std::string style = a.style.empty() ? saved.model.hf_style : a.style;
+  options.style = style == "auto" ? checkpoint::HfLlmStyle::kInternLm2 : checkpoint::parse_hf_llm_style(style);
   options.max_shard_bytes = static_cast<uint64_t>(a.max_shard_gb * 1e9);
   if (a.dtype == "bf16") options.dtype = torch::kBFloat16;
   else if (a.dtype == "fp16") options.dtype = torch::kHalf;
@@ -53,7 +53,7 @@ int run_export(const ExportArgs& a) {
   const auto tensors = checkpoint::load_checkpoint_tensors(dir, wanted);
   const auto report = checkpoint::export_hf(tensors, preset, a.out, options);
   fmt::print("exported {} ({} preset, {} layout): {} tensors, {:.1f} MB in {} shard(s) to {}\n", dir, preset.name,
-             a.style, report.tensors, report.bytes / 1e6, report.files.size(), a.out);
+             checkpoint::hf_llm_style_name(options.style), report.tensors, report.bytes / 1e6, report.files.size(), a.out);
   return 0;
 }
 
@@ -66,7 +66,9 @@ void register_export_command(CLI::App& app, Actions& actions) {
       ->required();
   cmd->add_option("--out", args->out, "output directory (safetensors shards + index + config.json)")->required();
   cmd->add_option("--preset", args->preset, "model preset (default: model.preset of the checkpoint's config)");
-  cmd->add_option("--style", args->style, "LLM naming: internlm2 | llama | llama-fused")->capture_default_str();
+  cmd->add_option("--style", args->style,
+                  "LLM naming: internlm2 | llama | llama-fused (default: model.hf_style of the checkpoint's "
+                  "config, which the trainer resolved from init_from's config.json; internlm2 without one)");
   cmd->add_option("--dtype", args->dtype, "bf16 | fp16 | fp32 | keep")->capture_default_str();
   cmd->add_option("--max-shard-gb", args->max_shard_gb, "largest shard in GB (1e9 bytes)")->capture_default_str();
   cmd->callback([args, &actions] { actions.push_back([args] { return run_export(*args); }); });

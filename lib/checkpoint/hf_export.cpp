@@ -33,8 +33,12 @@ nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const
                            {"norm_type", v.norm == "rmsnorm" ? "rms_norm" : "layer_norm"},
                            {"layer_norm_eps", 1e-6}, {"hidden_act", "gelu"}, {"num_channels", 3},
                            {"use_flash_attn", false}, {"drop_path_rate", 0.0}, {"torch_dtype", torch_dtype}};
-  nlohmann::json llm = {{"architectures", {internlm2 ? "InternLM2ForCausalLM" : "LlamaForCausalLM"}},
-                        {"model_type", internlm2 ? "internlm2" : "llama"}, {"hidden_size", l.width},
+  // The architecture names hf_style.h reads back (Phi-3 is the fused-LLaMA family InternVL uses).
+  const char* arch = internlm2 ? "InternLM2ForCausalLM"
+                     : style == HfLlmStyle::kLlamaFused ? "Phi3ForCausalLM" : "LlamaForCausalLM";
+  const char* type = internlm2 ? "internlm2" : style == HfLlmStyle::kLlamaFused ? "phi3" : "llama";
+  nlohmann::json llm = {{"architectures", {arch}},
+                        {"model_type", type}, {"hidden_size", l.width},
                         {"num_hidden_layers", l.depth}, {"num_attention_heads", l.heads},
                         {"num_key_value_heads", l.kv_heads}, {"intermediate_size", l.mlp_dim},
                         {"vocab_size", l.vocab_size}, {"rope_theta", l.rope_theta},
@@ -44,7 +48,7 @@ nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const
   if (internlm2) llm["bias"] = false;
   return {{"architectures", {"InternVLChatModel"}}, {"model_type", "internvl_chat"},
           {"downsample_ratio", preset.projector.downsample_ratio}, {"force_image_size", v.tile_size},
-          {"ps_version", "v2"}, {"select_layer", -1}, {"template", internlm2 ? "internlm2-chat" : "Hermes-2"},
+          {"ps_version", "v2"}, {"select_layer", -1}, {"template", internlm2 ? "internlm2-chat" : style == HfLlmStyle::kLlamaFused ? "phi3-chat" : "Hermes-2"},
           {"torch_dtype", torch_dtype}, {"vision_config", vision}, {"llm_config", llm},
           {"omnibal", {{"preset", preset.name}, {"llm_style", hf_llm_style_name(style)}}}};
 }

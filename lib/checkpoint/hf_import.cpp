@@ -45,14 +45,21 @@ struct Problem {
 }  // namespace
 
 PretrainedLoadReport load_pretrained(const std::vector<models::UnitPtr>& units, const ModelPreset& preset,
-                                     const std::string& dir, const std::vector<std::string>& allow_missing) {
+                                     const std::string& dir, const std::vector<std::string>& allow_missing,
+                                     std::optional<HfLlmStyle> style) {
   const HfCheckpointDir ckpt(dir);
   PretrainedLoadReport report;
+  std::optional<HfLlmStyle> named;
   try {
-    report.style = detect_hf_llm_style(ckpt.names());
+    named = detect_hf_llm_style(ckpt.names());
   } catch (const Error&) {
-    report.style = HfLlmStyle::kInternLm2;  // no LLM tensors at all: every LLM tensor is missing
+    // no LLM attention tensors at all: every LLM tensor is missing
   }
+  OMNIBAL_CHECK(!style || !named || *style == *named, "model.init_from ", dir, ": the LLM layout is ",
+                hf_llm_style_name(*style), " (config.json or model.hf_style) but the tensor names are ",
+                named ? hf_llm_style_name(*named) : "", "'s; fix config.json or set model.hf_style: ",
+                named ? hf_llm_style_name(*named) : "");
+  report.style = style ? *style : named ? *named : HfLlmStyle::kInternLm2;
   std::set<std::string> known;
   for (const auto& m : hf_mappings(preset, report.style)) known.insert(m.hf_name);
 

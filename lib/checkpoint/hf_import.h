@@ -15,6 +15,7 @@
 #include "core/model_preset.h"
 #include "models/pipeline_unit.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ namespace omnibal::checkpoint {
 
 /// What load_pretrained did. Entries read "<omnibal name> (<hf name>)" or "<hf name>: ...".
 struct PretrainedLoadReport {
-  HfLlmStyle style = HfLlmStyle::kInternLm2;  ///< detected from the checkpoint's names
+  HfLlmStyle style = HfLlmStyle::kInternLm2;  ///< as given, or detected from the checkpoint's names
   int64_t loaded = 0;                         ///< parameters set from the checkpoint
   std::vector<std::string> missing;           ///< allowed: parameters left at initialisation
   std::vector<std::string> unexpected;        ///< allowed: checkpoint tensors nobody uses
@@ -31,9 +32,13 @@ struct PretrainedLoadReport {
 };
 
 /// Sets the parameters of `units` (a pipeline stage's units of `preset`, any contiguous range)
-/// from the Hugging Face checkpoint in `dir`. Throws omnibal::Error listing every missing,
-/// unexpected and mismatched tensor not covered by `allow_missing` (then no parameter changed).
+/// from the Hugging Face checkpoint in `dir`. `style`: the LLM naming (hf_style.h; the trainer
+/// passes model.hf_style resolved from config.json); nullopt = detected from the tensor names.
+/// Throws omnibal::Error listing every missing, unexpected and mismatched tensor not covered by
+/// `allow_missing` (then no parameter changed), or when `style` contradicts the tensor names
+/// (e.g. config.json says LlamaForCausalLM but the checkpoint holds attention.wqkv).
 PretrainedLoadReport load_pretrained(const std::vector<models::UnitPtr>& units, const ModelPreset& preset,
-                                     const std::string& dir, const std::vector<std::string>& allow_missing);
+                                     const std::string& dir, const std::vector<std::string>& allow_missing,
+                                     std::optional<HfLlmStyle> style = std::nullopt);
 
 }  // namespace omnibal::checkpoint

@@ -176,6 +176,8 @@ void ModelConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!preset.empty(), w, "preset: expected a preset name (models/presets/<name>.yaml)");
   OMNIBAL_CHECK(dropout >= 0.0 && dropout < 1.0, w, "dropout: expected a probability in [0, 1), got ",
                 dropout);
+  OMNIBAL_CHECK(hf_style == "auto" || hf_style == "internlm2" || hf_style == "llama" || hf_style == "llama-fused",
+                w, "hf_style: expected auto, internlm2, llama or llama-fused, got \"", hf_style, "\"");
 }
 
 void LossConfig::validate(const std::string& w) const {

@@ -156,9 +156,12 @@ struct ModelConfig {
   /// Residual dropout of every ViT and LLM block during training, in [0, 1) (models/dropout.h:
   /// counter-based masks; evaluation runs without). 0 = off.
   double dropout = 0.0;
+  /// Hugging Face LLM naming: auto | internlm2 | llama | llama-fused (checkpoint/hf_style.h; auto
+  /// = init_from's config.json; the trainer saves the resolved value, export uses it)
+  std::string hf_style = "auto";
   template <class V> void visit_fields(V& v) {
     v("preset", preset); v("init_from", init_from); v("allow_missing", allow_missing);
-    v("dropout", dropout);
+    v("dropout", dropout); v("hf_style", hf_style);
   }
   void validate(const std::string& where) const;
 };

@@ -68,7 +68,7 @@ void StageExecutor::send(comm::MessageKind kind, int mb, std::vector<torch::Tens
 }
 
 void StageExecutor::forward(int mb, const models::PackBatch* pack, StageStepResult& result,
-                            double scale) {
+                            double scale, const StepHooks& hooks) {
   const auto t0 = Clock::now();
   InFlight& f = flight_[mb];
   f.output = models::run_units(units_, input_state(mb, pack, true));
@@ -77,7 +77,9 @@ void StageExecutor::forward(int mb, const models::PackBatch* pack, StageStepResu
     result.loss_sum += loss;
     result.label_count += f.output.label_count;
     result.micro_batches.emplace_back(loss, f.output.label_count);
-    f.output.loss_sum = f.output.loss_sum * scale;
+    torch::Tensor term = hooks.loss_term ? hooks.loss_term(f.output) : f.output.loss_sum;
+    result.loss_term_sum += term.item<double>();
+    f.output.loss_sum = term * scale;
   }
   result.times.forward_s += since(t0);
 }
@@ -122,7 +124,7 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
       case Op::RecvActivation: received_[mb] = receive_activation(mb); break;
       case Op::Forward:
         if (hooks.before_op) hooks.before_op("forward", mb);
-        forward(mb, stage_ == 0 ? &packs[mb] : nullptr, result, loss_scale);
+        forward(mb, stage_ == 0 ? &packs[mb] : nullptr, result, loss_scale, hooks);
         break;
       case Op::SendActivation: {
         const models::UnitState& out = flight_[mb].output;

@@ -6,8 +6,9 @@
 // comm::TensorMessenger, so both neighbours can send large tensors at once); receives block
 // under the comm.timeout_s watchdog. What goes over the wire is UnitState's hidden tensor plus
 // its side tensor (ids, positions, labels, cu_seqlens, image flags), so only the first stage
-// needs a materialised pack; the loss is computed on the last stage and scaled by a factor the
-// trainer gives (1 / label tokens of the whole global batch).
+// needs a materialised pack; the loss is computed on the last stage (the term a hook gives, by
+// default the token cross-entropy sum) and scaled by a factor the trainer gives (1 / the global
+// batch's loss normaliser, lib/train/loss_normaliser.h).
 // Not here: the optimizer, gradient clipping, data loading (lib/train); the DP all-reduce is a
 // callback run at the ReduceGrads instruction.
 #pragma once
@@ -36,6 +37,9 @@ struct StageTimes {
 struct StageStepResult {
   StageTimes times;
   double loss_sum = 0;      ///< last stage: sum of token cross-entropies over its micro-batches
+  /// last stage: sum over its micro-batches of the backpropagated term before loss_scale
+  /// (StepHooks::loss_term; == loss_sum without one)
+  double loss_term_sum = 0;
   int64_t label_count = 0;  ///< last stage: label tokens over its micro-batches
   /// Last stage: loss sum and label tokens of each micro-batch, in micro-batch order.
   std::vector<std::pair<double, int64_t>> micro_batches;
@@ -48,6 +52,9 @@ struct StepHooks {
   std::function<void(const char* where, int micro_batch)> before_op;
   /// Runs at the ReduceGrads instruction (the DP gradient all-reduce).
   std::function<void()> reduce_grads;
+  /// Last stage: the differentiable scalar a micro-batch backpropagates (times loss_scale), from
+  /// its kLoss state, e.g. a loss.reduction's weighted sum; default: the state's loss_sum.
+  std::function<torch::Tensor(const models::UnitState& out)> loss_term;
 };
 
 /// Executes this rank's stage. Not thread-safe; one instance per rank.
@@ -60,7 +67,8 @@ class StageExecutor {
 
   /// Runs `program` (this stage's 1F1B list for m micro-batches) up to and including
   /// ReduceGrads; OptimizerStep is left to the caller. `packs` holds this rank's m packs on the
-  /// first stage (ignored elsewhere). The last stage backpropagates loss_sum * loss_scale.
+  /// first stage (ignored elsewhere). The last stage backpropagates loss_scale times
+  /// hooks.loss_term (default loss_sum) of each micro-batch.
   /// Gradients accumulate into the units' parameters (the caller zeroes them).
   /// Throws omnibal::Error on a header mismatch, a timeout, or a program that is not a valid
   /// 1F1B list (e.g. Backward before Forward).
@@ -87,7 +95,8 @@ class StageExecutor {
   models::UnitState input_state(int mb, const models::PackBatch* pack, bool grad);
   torch::Tensor receive_activation(int mb);
   void send(comm::MessageKind kind, int mb, std::vector<torch::Tensor> tensors, int peer);
-  void forward(int mb, const models::PackBatch* pack, StageStepResult& result, double scale);
+  void forward(int mb, const models::PackBatch* pack, StageStepResult& result, double scale,
+               const StepHooks& hooks);
   void backward(int mb, double scale);
   comm::MessageHeader expected_activation(int mb) const;
 

@@ -16,6 +16,8 @@
 #include "schedule/one_f_one_b.h"
 #include "train/adamw.h"
 #include "train/grad_sync.h"
+#include "train/init_weights.h"
+#include "train/loss_normaliser.h"
 #include "train/lr_schedule.h"
 #include "train/run_log.h"
 #include "train/startup_planner.h"
@@ -32,16 +34,6 @@ using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Label tokens of a pack as the head counts them: labels[t] != -100 for t not at a sample start.
-int64_t label_tokens(const models::PackBatch& pack) {
-  if (!pack.labels.defined() || pack.labels.numel() == 0) return 0;
-  torch::Tensor valid = pack.labels.ne(-100);
-  const auto cu = pack.cu_seqlens.accessor<int64_t, 1>();
-  for (int64_t i = 0; i + 1 < pack.cu_seqlens.size(0); ++i)
-    if (cu[i] < cu[i + 1]) valid[cu[i]] = false;
-  return valid.sum().item<int64_t>();
 }
 
 const char* unit_group(models::UnitKind kind) {
@@ -93,6 +85,7 @@ struct Trainer::State {
   int loader_epoch = -1;
   std::string config_yaml;
   int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1;
+  models::LossReduction reduction = models::LossReduction::kToken;
   std::optional<EvalResult> last_eval;
 
   bool needs_packs() const { return stage_index == 0 || stage_index == stages - 1; }
@@ -101,10 +94,13 @@ struct Trainer::State {
   std::vector<models::PackBatch> next_packs(int64_t step);
   void maybe_fail(const std::string& where, int64_t step) const;
   nlohmann::json step_metrics(int64_t step, const pipeline::StageStepResult& r,
-                              const std::vector<models::PackBatch>& packs, int64_t labels,
-                              double lr, double norm, double seconds);
+                              const std::vector<models::PackBatch>& packs,
+                              const LossNormaliser& n, double lr, double norm, double seconds);
   int64_t param_hash();
   bool tied_copies_equal();
+  std::string param_hash_text() {
+    return fmt::format("{:08x}", static_cast<uint64_t>(param_hash()) & 0xffffffffffffULL);
+  }
   void save_checkpoint();
 };
 
@@ -195,7 +191,7 @@ std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
 
 nlohmann::json Trainer::State::step_metrics(int64_t step, const pipeline::StageStepResult& r,
                                             const std::vector<models::PackBatch>& packs,
-                                            int64_t labels, double lr, double norm,
+                                            const LossNormaliser& n_global, double lr, double norm,
                                             double seconds) {
   // One world all-reduce: [loss_sum, samples, tokens, 4 per stage, 2 per DP rank, sum of
   // per-micro-batch mean losses, micro-batches].
@@ -203,7 +199,7 @@ nlohmann::json Trainer::State::step_metrics(int64_t step, const pipeline::StageS
   torch::Tensor v = torch::zeros({n}, torch::kFloat64);
   auto a = v.accessor<double, 1>();
   if (stage_index == stages - 1) {
-    a[0] = r.loss_sum;
+    a[0] = r.loss_term_sum;  // sum of w_t * l_t under loss.reduction
     for (const auto& [loss, count] : r.micro_batches) {
       a[n - 2] += count ? loss / count : 0.0;
       a[n - 1] += 1;
@@ -242,9 +238,12 @@ nlohmann::json Trainer::State::step_metrics(int64_t step, const pipeline::StageS
   counters.samples += static_cast<int64_t>(a[1]);
   counters.tokens += static_cast<int64_t>(a[2]);
   const DataPosition pos = data->position(step);
-  return {{"step", step}, {"loss", labels ? a[0] / labels : 0.0}, {"lr", lr}, {"grad_norm", norm},
+  const int64_t labels = n_global.label_tokens;
+  return {{"step", step}, {"loss", n_global.normaliser > 0 ? a[0] / n_global.normaliser : 0.0},
+          {"lr", lr}, {"grad_norm", norm},
           {"samples", static_cast<int64_t>(a[1])}, {"tokens", static_cast<int64_t>(a[2])},
-          {"label_tokens", labels}, {"tokens_per_s", a[2] / seconds},
+          {"label_tokens", labels}, {"loss_normaliser", n_global.normaliser},
+          {"tokens_per_s", a[2] / seconds},
           {"samples_per_s", a[1] / seconds}, {"step_seconds", seconds}, {"dp_wait_s", reduce},
           {"bubble_fraction", idle / stages / seconds}, {"epoch", pos.epoch},
           // What averaging per micro-batch (instead of per global batch) would have reported.
@@ -289,11 +288,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.config_yaml = to_yaml(config);
   s.preset = load_model_preset(config.model.preset);
   OMNIBAL_CHECK(!config.data.meta.empty(), "data.meta: expected the training meta file");
-  OMNIBAL_CHECK(config.loss.reduction == "token", "loss.reduction: the trainer implements ",
-                "'token' (sum over the global batch's label tokens) only, got '",
-                config.loss.reduction, "'");
-  OMNIBAL_CHECK(config.model.init_from.empty(), "model.init_from: starting from a Hugging Face ",
-                "checkpoint is not wired into the trainer yet; remove the key");
+  s.reduction = models::parse_loss_reduction(config.loss.reduction);
   OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
   s.tokenizer = std::make_unique<data::Tokenizer>(config.data.tokenizer);
   s.data = std::make_unique<TrainingData>(
@@ -330,9 +325,22 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
     s.counters.plan_hash = hash;
     s.counters.stage_plan = memory::stage_plan_json(s.plan);
     if (comms.rank() == 0) log_info("resumed from {} at step {}", dir, s.counters.step);
-  } else if (resume == "auto" && comms.rank() == 0) {
-    log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh", config.runtime.run_dir);
+    if (!config.model.init_from.empty() && comms.rank() == 0)
+      log_info("model.init_from {} ignored: resuming from checkpoint {}", config.model.init_from, dir);
+    if (s.cfg.model.hf_style == "auto") s.cfg.model.hf_style = saved.model.hf_style;
+    if (s.cfg.model.hf_style == "auto") s.cfg.model.hf_style = "internlm2";  // checkpoints before the key
+  } else {
+    if (resume == "auto" && comms.rank() == 0)
+      log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh", config.runtime.run_dir);
+    init_stage_weights(s.cfg.model, s.preset, s.units);
+    if (!config.model.init_from.empty()) {
+      const std::string hash = s.param_hash_text();
+      if (comms.rank() == 0)
+        log_info("model.init_from {}: {} layout, parameter hash {}", config.model.init_from,
+                 s.cfg.model.hf_style, hash);
+    }
   }
+  s.config_yaml = to_yaml(s.cfg);  // with model.hf_style resolved (export reads it)
   s.log = std::make_unique<RunLog>(config.runtime.run_dir, comms.rank() == 0, s.config_yaml,
                                    s.counters.step, config.train.steps);
   if (comms.rank() == 0) {
@@ -369,11 +377,10 @@ TrainOutcome Trainer::run() {
     for (size_t k = 0; k < packs.size(); ++k)  // dropout masks follow the pack, not the rank
       packs[k].dropout_key = models::dropout_key(cfg.train.seed, step,
                                                  s.data->slot(s.dp_rank, static_cast<int>(k)));
-    int64_t local_labels = 0;
-    if (s.stage_index == s.stages - 1)
-      for (const auto& p : packs) local_labels += label_tokens(p);
-    const int64_t labels =
-        s.comms.world().all_reduce_int(local_labels, comm::ReduceOp::kSum, "label tokens");
+    // N of the whole global batch, identical on every rank (loss_normaliser.h).
+    const LossNormaliser n = global_normaliser(
+        s.stage_index == s.stages - 1 ? local_normaliser(packs, s.reduction) : LossNormaliser{},
+        s.comms.world());
     s.adam->zero_grad();
     pipeline::StepHooks hooks;
     hooks.before_op = [&](const char* where, int) { s.maybe_fail(where, step); };
@@ -381,15 +388,17 @@ TrainOutcome Trainer::run() {
       all_reduce_gradients(s.trainable, s.comms.dp_group());
       s.tied->sum_gradients(s.comms.pipeline());
     };
+    if (s.reduction != models::LossReduction::kToken)
+      hooks.loss_term = [&](const models::UnitState& out) { return micro_batch_loss_term(out, s.reduction); };
     const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
-                                     labels > 0 ? 1.0 / static_cast<double>(labels) : 0.0, hooks);
+                                     n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, hooks);
     const double norm = global_grad_norm(s.tied->norm_params(s.trainable),
                                          s.stages > 1 ? &s.comms.pipeline() : nullptr);
     clip_gradients(s.trainable, norm, cfg.train.grad_clip);
     const double lr = learning_rate(cfg.train, step);
     s.adam->step(lr);
     s.counters.step = step + 1;
-    const auto m = s.step_metrics(step, r, packs, labels, lr, norm, since(t0));
+    const auto m = s.step_metrics(step, r, packs, n, lr, norm, since(t0));
     out.final_loss = m["loss"].get<double>();
     s.log->step(m);
     const bool last = step + 1 == cfg.train.steps;
@@ -416,7 +425,7 @@ TrainOutcome Trainer::run() {
       {"steps", s.counters.step}, {"steps_this_run", run_steps}, {"seconds", seconds},
       {"seconds_per_step", run_steps ? seconds / run_steps : 0.0}, {"final_loss", out.final_loss},
       {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
-      {"param_hash", fmt::format("{:08x}", static_cast<uint64_t>(s.param_hash()) & 0xffffffffffffULL)},
+      {"param_hash", s.param_hash_text()},
       {"balance_method", cfg.balance.method}, {"partition", s.layout.partition.to_string()},
       {"recomputed_per_stage", s.plan.recomputed_per_stage()}};
   if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);

@@ -3,8 +3,9 @@
 // executor from lib/pipeline). One step:
 //   1. at the step boundary, agree on SIGTERM (comm::should_stop) -> checkpoint, return;
 //   2. take this rank's m packs of the step (first stage: pixels + ids, last stage: labels);
-//   3. all-reduce the label tokens of the whole global batch N, so the loss is
-//      sum(token cross-entropy) / N whatever the packing, m, DP or PP;
+//   3. all-reduce the loss normaliser N of the whole global batch (loss.reduction token | sample
+//      | square, loss_normaliser.h), so the loss is sum(w_t * cross-entropy_t) / N whatever the
+//      packing, m, DP or PP;
 //   4. run the 1F1B program; at ReduceGrads the DP all-reduce of gradients in buckets;
 //   5. global gradient norm over all stages, clipping, AdamW at the warm-up + cosine LR;
 //   6. metrics (rank 0 writes them), evaluation and checkpoints every N steps.
@@ -38,7 +39,9 @@ struct TrainOutcome {
 /// One rank's trainer. Collective: every rank of the job constructs and runs it together.
 class Trainer {
  public:
-  /// Builds this rank's stage, data plan and (rank 0) run directory. Throws omnibal::Error with
+  /// Builds this rank's stage, data plan and (rank 0) run directory; on a fresh run initialises
+  /// the stage from model.init_from (init_weights.h), on a resume the checkpoint wins and
+  /// init_from is ignored. Throws omnibal::Error with
   /// the key at fault on a bad config (preset, partition, data files), when the ranks' plans
   /// differ, or when `resume` ("", "auto" or a checkpoint directory) names a damaged or
   /// mismatched checkpoint.

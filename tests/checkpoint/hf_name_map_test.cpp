@@ -7,6 +7,7 @@
 #include "checkpoint/hf_export.h"
 #include "checkpoint/hf_import.h"
 #include "checkpoint/hf_name_map.h"
+#include "checkpoint/hf_style.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "models/vlm.h"
@@ -106,6 +107,11 @@ TEST_CASE("export then import gives identical tensors in every LLM style", "[hf]
   CHECK(report.ignored == std::vector<std::string>{"optim.llm_head.norm.weight.exp_avg"});
   CHECK(fs::exists(dir.file("config.json")));
   CHECK(ckpt::HfCheckpointDir(dir.str()).names().size() == static_cast<size_t>(report.tensors));
+  // What import reads back as the naming: omnibal.llm_style, and the architecture alone.
+  CHECK(ckpt::hf_style_of_dir(dir.str()) == style);
+  auto config = nlohmann::json::parse(std::ifstream(dir.file("config.json")));
+  config.erase("omnibal");
+  CHECK(ckpt::hf_style_from_config(config, "config.json") == style);
 
   auto target = build(preset, 99);
   CHECK_FALSE(torch::equal(named(target).at("llm_block_1.attention.wk.weight"), source.at("llm_block_1.attention.wk.weight")));
@@ -234,4 +240,34 @@ TEST_CASE("export lists every missing parameter before writing", "[hf]") {
   CHECK_THROWS_WITH(ckpt::detect_hf_llm_style({"mlp1.0.weight"}), Catch::Contains("cannot tell the LLM layout"));
   CHECK(ckpt::parse_hf_llm_style("llama-fused") == ckpt::HfLlmStyle::kLlamaFused);
   CHECK_THROWS_WITH(ckpt::parse_hf_llm_style("qwen"), Catch::Contains("expected internlm2, llama or llama-fused"));
+}
+
+TEST_CASE("config.json decides the LLM naming; unknown architectures and contradicting names are refused", "[hf]") {
+  const auto preset = omnibal::load_model_preset("tiny");
+  auto config = ckpt::hf_config_json(preset, ckpt::HfLlmStyle::kLlama, "float32");
+  config.erase("omnibal");
+  config["llm_config"]["architectures"] = {"Qwen2ForCausalLM"};
+  CHECK_THROWS_WITH(ckpt::hf_style_from_config(config, "q/config.json"),
+                    Catch::Contains("q/config.json: llm_config.architectures[0] is \"Qwen2ForCausalLM\"") &&
+                        Catch::Contains("model.hf_style"));
+  config.erase("llm_config");
+  CHECK_THROWS_WITH(ckpt::hf_style_from_config(config, "q/config.json"), Catch::Contains("is absent"));
+  config["omnibal"] = {{"llm_style", "llama-fused"}};
+  CHECK(ckpt::hf_style_from_config(config, "q/config.json") == ckpt::HfLlmStyle::kLlamaFused);
+
+  CHECK(ckpt::resolve_hf_style("auto", "") == ckpt::HfLlmStyle::kInternLm2);
+  CHECK(ckpt::resolve_hf_style("llama", "/nonexistent") == ckpt::HfLlmStyle::kLlama);  // the override reads nothing
+  CHECK_THROWS_WITH(ckpt::resolve_hf_style("qwen", ""), Catch::Contains("model.hf_style: expected auto"));
+  CHECK_THROWS_WITH(ckpt::resolve_hf_style("auto", "/nonexistent"), Catch::Contains("/nonexistent/config.json"));
+
+  // An InternLM2 export loaded as LLaMA (a wrong config.json or override) is refused before any copy.
+  ScratchDir dir("hf_style_conflict");
+  ckpt::export_hf(named(build(preset, 7)), preset, dir.str());
+  auto units = build(preset, 8);
+  const auto before = named(units);
+  CHECK_THROWS_WITH(ckpt::load_pretrained(units, preset, dir.str(), {}, ckpt::HfLlmStyle::kLlama),
+                    Catch::Contains("the LLM layout is llama") && Catch::Contains("tensor names are internlm2's"));
+  CHECK(torch::equal(named(units).at("llm_block_0.attention.wq.weight"), before.at("llm_block_0.attention.wq.weight")));
+  CHECK(ckpt::load_pretrained(units, preset, dir.str(), {}, ckpt::HfLlmStyle::kInternLm2).loaded ==
+        static_cast<int64_t>(before.size()));
 }

@@ -5,7 +5,8 @@ directories (metrics.jsonl, summary.json, checkpoints/).
 
   train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
-       sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config
+       sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
+       init_from   (init_from also needs --plan omnibal-plan)
 """
 import argparse
 import json
@@ -78,6 +79,55 @@ def summary(run_dir):
 
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
+
+
+def read_safetensors(path):
+    """{name: list of floats} of the F32 tensors of one safetensors file, read by the format's
+    specification (8-byte little-endian header length, JSON header, raw data)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__" or e["dtype"] != "F32":
+            continue
+        b, end = e["data_offsets"]
+        out[name] = struct.unpack(f"<{(end - b) // 4}f", data[b:end])
+    return out
+
+
+def checkpoint_params(run_dir, step):
+    """Parameters (not AdamW moments) of checkpoints/step-N, over every rank's shard."""
+    d = os.path.join(run_dir, "checkpoints", f"step-{step}")
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            for k, v in read_safetensors(os.path.join(d, f)).items():
+                if "#" not in k:
+                    out.setdefault(k, v)
+    return out
+
+
+def max_param_rel(a, b):
+    """Largest per-tensor relative L2 difference ||a - b|| / ||b|| over the parameters."""
+    if set(a) != set(b):
+        fail(f"parameter names differ: {sorted(set(a) ^ set(b))[:5]}")
+    worst = 0.0
+    for k in a:
+        num = sum((x - y) * (x - y) for x, y in zip(a[k], b[k]))
+        den = sum(y * y for y in b[k])
+        worst = max(worst, (num / max(den, 1e-30)) ** 0.5)
+    return worst
+
+
+def log_value(text, prefix):
+    """The rest of the first log line containing `prefix`, or fail."""
+    for line in text.splitlines():
+        if prefix in line:
+            return line[line.index(prefix) + len(prefix):].strip()
+    print(text[-3000:])
+    fail(f"no log line with '{prefix}'")
 
 
 def check_equivalence(r):
@@ -454,6 +504,127 @@ def check_plan_bad_config(r):
         print(f"{' '.join(extra)}: refused ({line.strip()[:200]})")
 
 
+def check_reduction(r):
+    """loss.reduction token | sample | square: the same 4 samples per step as one pack of 4 in
+    one process (m 1) and as 4 one-sample packs over PP 2 x DP 2 (m 2) give the same losses,
+    gradient norms and parameters; sample and square differ from token."""
+    steps = 3
+    # balance.method random cuts one shuffled order (seed, epoch) into packs of B and runs
+    # them in order, so both runs see the same samples in each step.
+    one = ["--set", "balance.method=random", "--set", "balance.samples_per_pack=4"]
+    four = ["--set", "balance.method=random", "--set", "balance.samples_per_pack=1"]
+    losses = {}
+    for red in ("token", "sample", "square"):
+        key = ["--set", f"loss.reduction={red}"]
+        _, ref_dir = r.run(1, f"red-{red}-one", 1, 1, 1, extra=one + key, steps=steps)
+        _, got_dir = r.run(4, f"red-{red}-pp2dp2", 2, 2, 2, extra=four + key, steps=steps)
+        ref, got = metrics(ref_dir), metrics(got_dir)
+        if len(ref) != steps or len(got) != steps:
+            fail(f"{red}: {len(ref)} and {len(got)} metric lines, expected {steps}")
+        for a, b in zip(got, ref):
+            if a["samples"] != b["samples"] or a["label_tokens"] != b["label_tokens"]:
+                fail(f"{red} step {a['step']}: global batch differs ({a['samples']} vs {b['samples']} samples)")
+            for k in ("loss", "grad_norm"):
+                if rel(a[k], b[k]) > 1e-4:
+                    fail(f"{red} step {a['step']}: {k} {a[k]:.8f} unpacked over pp2 dp2 vs "
+                         f"{b[k]:.8f} packed 4 in one process")
+        worst_loss = max(rel(a["loss"], b["loss"]) for a, b in zip(got, ref))
+        worst_param = max_param_rel(checkpoint_params(got_dir, steps), checkpoint_params(ref_dir, steps))
+        if worst_param > 1e-4:
+            fail(f"{red}: parameters after {steps} steps differ by {worst_param:.2e} (relative L2)")
+        losses[red] = [m["loss"] for m in ref]
+        print(f"{red}: {steps} steps, 1 process x 1 pack of 4 == pp2 dp2 x 4 one-sample packs (loss within "
+              f"{worst_loss:.1e}, parameters within {worst_param:.1e} relative)")
+    for red in ("sample", "square"):
+        diff = max(rel(a, b) for a, b in zip(losses[red], losses["token"]))
+        print(f"{red} vs token: losses differ by up to {diff:.2e} relative")
+        if diff <= 1e-3:
+            fail(f"{red} and token losses differ by only {diff:.2e}: the check could not fail")
+
+
+def subset_meta(r, n):
+    """A meta file with the first n single-image training samples (one step = all of them)."""
+    src = os.path.join(r.a.data, "train", "single.jsonl")
+    ann = os.path.join(r.a.work, f"single_{n}.jsonl")
+    with open(src) as f, open(ann, "w") as g:
+        g.writelines(f.readlines()[:n])
+    meta = os.path.join(r.a.work, f"meta_{n}.json")
+    with open(meta, "w") as f:
+        json.dump({"single_subset": {"root": os.path.join(r.a.data, "train"), "annotation": ann,
+                                     "repeat_time": 1, "length": n}}, f)
+    return meta
+
+
+def check_init_from(r):
+    """Export after 3 steps (LLaMA naming), start a new run from it under another PP split:
+    the parameters are bitwise the checkpoint's and the first loss equals the resumed run's.
+    A tensor missing from the export is refused by name, allowed by model.allow_missing, and
+    init_from is ignored on --resume."""
+    # 16 samples = 2 packs of 8 = one step per epoch: every step sees the same global batch, so
+    # a fresh run's first step and step 3 of the resumed run compute the same loss.
+    data = ["--set", f"data.meta={subset_meta(r, 16)}", "--set", "balance.method=random",
+            "--set", "balance.samples_per_pack=8"]
+    _, base = r.run(2, "if-base", 1, 2, 2, steps=3, extra=data + ["--set", "model.hf_style=llama"])
+    base_hash = summary(base)["param_hash"]
+    ckpt = os.path.join(base, "checkpoints", "step-3")
+    out = os.path.join(r.a.work, "if-export")
+    shutil.rmtree(out, ignore_errors=True)
+    p = subprocess.run([r.a.plan, "export", "--checkpoint", ckpt, "--out", out, "--dtype", "fp32"],
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        print(p.stdout, p.stderr)
+        fail("omnibal-plan export failed")
+    with open(os.path.join(out, "config.json")) as f:
+        arch = json.load(f)["llm_config"]["architectures"][0]
+    with open(os.path.join(out, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    q_proj = "language_model.model.layers.0.self_attn.q_proj.weight"
+    if arch != "LlamaForCausalLM" or q_proj not in index["weight_map"]:
+        fail(f"export of a model.hf_style=llama run: architecture {arch}, q_proj present "
+             f"{q_proj in index['weight_map']} (expected LlamaForCausalLM and q_proj)")
+    # A copy of the export whose index lacks the projector's first linear weight.
+    broken = os.path.join(r.a.work, "if-broken")
+    shutil.rmtree(broken, ignore_errors=True)
+    shutil.copytree(out, broken)
+    del index["weight_map"]["mlp1.1.weight"]
+    with open(os.path.join(broken, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+
+    # Continue the base run by one step; init_from (even a broken one) is ignored on --resume.
+    p, _ = r.run(2, "if-base", 1, 2, 2, steps=4, fresh=False,
+                 extra=data + ["--resume", ckpt, "--set", f"model.init_from={broken}"])
+    log_value(p.stdout + p.stderr, f"model.init_from {broken} ignored")
+    resumed_loss = metrics(base)[3]["loss"]
+
+    # A fresh run from the export under PP split [3, 7] instead of uniform [5, 5].
+    p, fresh = r.run(2, "if-init", 1, 2, 2, steps=1,
+                     extra=data + ["--set", f"model.init_from={out}", "--set", "parallel.partition={manual: [3, 7]}"])
+    line = log_value(p.stdout + p.stderr, f"model.init_from {out}:")
+    if line != f"llama layout, parameter hash {base_hash}":
+        fail(f"init_from: '{line}', expected 'llama layout, parameter hash {base_hash}' (the checkpoint's)")
+    first_loss = metrics(fresh)[0]["loss"]
+    diff = rel(first_loss, resumed_loss)
+    if diff > 1e-5:
+        fail(f"first loss after init_from {first_loss:.8f} vs resumed {resumed_loss:.8f}")
+    print(f"init_from under split [3, 7]: parameter hash {base_hash} == the step-3 checkpoint's, "
+          f"first loss {first_loss:.6f} vs resumed {resumed_loss:.6f} ({diff:.1e} relative)")
+
+    # The broken export: refused naming the tensor, accepted with allow_missing.
+    p, _ = r.run(1, "if-missing", 1, 1, 1, steps=1, expect_ok=False,
+                 extra=data + ["--set", f"model.init_from={broken}"])
+    needle = "projector.fc1.weight (mlp1.1.weight)"
+    if p.returncode == 0 or needle not in p.stderr:
+        print(p.stderr[-3000:])
+        fail(f"a missing mlp1.1.weight: expected a non-zero exit naming '{needle}'")
+    print(f"missing tensor refused: {next(l for l in p.stderr.splitlines() if needle in l).strip()}")
+    p, _ = r.run(1, "if-allowed", 1, 1, 1, steps=1,
+                 extra=data + ["--set", f"model.init_from={broken}", "--set", "model.allow_missing=[projector.fc1.*]"])
+    allowed = log_value(p.stdout + p.stderr, "allowed:")
+    if not allowed.startswith("1 missing"):
+        fail(f"allow_missing: log says 'allowed: {allowed}', expected 1 missing")
+    print(f"allow_missing [projector.fc1.*]: started (allowed: {allowed})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("check")
@@ -461,6 +632,7 @@ def main():
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--plan", help="omnibal-plan (init_from)")
     a = ap.parse_args()
     r = Runner(a)
     globals()["check_" + a.check](r)
