@@ -362,13 +362,15 @@ KINDS = {"vit_embed": "vit_embed", "projector": "projector", "llm_embed": "llm_e
 
 
 def write_table(path, heavy, model="tiny"):
-    """A hand-made tiny cost table: units of kind `heavy` take 10 s forward, all others 1 s
-    (backward 2x). heavy=vit_block: the balanced split at PP 2 is [2, 8] (stage forward sums
-    11 | 17); heavy=llm_block: [7, 3] (25 | 21)."""
+    """A hand-made tiny cost table: units of kind `heavy` take 100 s forward, all others 1 s
+    (backward 2x), at a load of 32 tiles / 224 tokens. The trainer scales ViT units by tiles and
+    LLM units by tokens to its own pack load (46 / 498 on the test split), which moves a 10x
+    table's pick; at 100x the pick is scale-proof: heavy=vit_block gives [2, 8] (one heavy block
+    per stage), heavy=llm_block gives [7, 3] (two heavy blocks per stage)."""
     units = []
     for name in TINY_UNITS:
         kind = KINDS.get(name, name.split(".")[0])
-        fwd = 10.0 if kind == heavy else 1.0
+        fwd = 100.0 if kind == heavy else 1.0
         units.append({"name": name, "kind": kind, "forward_s": fwd, "backward_s": 2 * fwd,
                       "activation_bytes": 1e6, "parameter_bytes": 4e5, "trainable": True,
                       "output_bytes": 0 if name == "head" else 1e5})
