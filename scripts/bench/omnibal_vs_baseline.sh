@@ -41,9 +41,12 @@ RECOMPUTE="[$ADAPTIVE_RECOMPUTE]"
 [ "$ADAPTIVE_RECOMPUTE" = "0, 0" ] && RECOMPUTE=none
 OMNI=("${ISF_SET[@]}" --set "parallel.partition={manual: [$ADAPTIVE_SPLIT]}"
       --set "memory.recompute=$RECOMPUTE" --set parallel.micro_batches=4)
-# OmniBal steps for equal samples: the trainer's packs, as the simulator replays them.
+# OmniBal steps for equal samples: the trainer's packs, as the simulator replays them. The
+# simulator's prediction of both (profiled table alone) is printed next to the measurement.
 "$SIM" simulate --config configs/demo.yaml --set "data.meta=$SCAN_META" "${OMNI[@]}" \
   --cost-table-in "$COSTS" --steps "$STEPS" --json "$OUT/omnibal.plan.json" > /dev/null
+"$SIM" simulate --config configs/demo.yaml --set "data.meta=$SCAN_META" "${BASE[@]}" \
+  --cost-table-in "$COSTS" --steps "$STEPS" --json "$OUT/baseline.plan.json" > /dev/null
 OMNI_STEPS=$(python3 -c '
 import json, sys
 target, total = int(sys.argv[2]) * 32, 0
@@ -58,9 +61,9 @@ for rep in $(seq 1 "$REPS"); do
   bench_train "$OUT/omnibal.$rep" "$OMNI_STEPS" "${OMNI[@]}"
 done
 echo "omnibal_vs_baseline: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$OUT" "$REPS" "$WARMUP" <<'PY'
+python3 - "$OUT" "$REPS" "$WARMUP" "$OMNI_STEPS" <<'PY'
 import json, statistics, sys
-out, reps, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, reps, warmup, omni_steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def run(d):
     rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()]
     steady = [r for r in rows if r["step"] >= warmup]
@@ -82,5 +85,12 @@ ratio = statistics.median(r["sps"] for r in res["omnibal"]) / statistics.median(
 pairs = [o["sps"] / b["sps"] for o, b in zip(res["omnibal"], res["baseline"])]
 print(f"OmniBal / baseline samples/s (ratio of medians, whole runs): {ratio:.2f}x; "
       f"per interleaved pair: {fmt(pairs)}")
-json.dump({"runs": res, "ratio": ratio, "pair_ratios": pairs}, open(f"{out}/result.json", "w"), indent=1)
+def predicted(name, steps):
+    rows = json.load(open(f"{out}/{name}.plan.json"))["steps"][:steps]
+    return sum(r["samples"] for r in rows) / sum(r["step_seconds"] for r in rows)
+pb, po = predicted("baseline", 10**9), predicted("omnibal", omni_steps)
+print(f"simulator (profiled table alone, same packs): baseline {pb:.2f}, OmniBal {po:.2f} "
+      f"samples/s, ratio {po / pb:.2f}x")
+json.dump({"runs": res, "ratio": ratio, "pair_ratios": pairs, "predicted_ratio": po / pb},
+          open(f"{out}/result.json", "w"), indent=1)
 PY

@@ -4,12 +4,15 @@
 # Two `omnibal-plan profile` processes run at once, each with one thread and pinned to its own
 # core (taskset -c 0 / -c 1), as the two PP ranks are (mpirun binds rank r to core r; threads
 # per rank = cores / ranks = 1), so both see the other core busy with the same kind of work
-# (shared memory bandwidth and cache). Wall-clock timing, as the trainer's step times. OUT is
-# the per-unit mean of the two tables' medians; each table is kept next to it.
+# (shared memory bandwidth and cache). Timed by each thread's CPU clock (--cpu-clock): memory
+# stalls count, preemption by other jobs on the shared machine does not, so a busy moment does
+# not inflate a unit; the trainer's ranks are pinned the same way, so on a quiet machine their
+# wall time is this CPU time. OUT is the per-unit mean of the two tables' medians; each table is
+# kept next to it.
 set -euo pipefail
 PLAN=$1 OUT=$2 QV=$3 QT=$4 NS=$5
 ARGS=(profile --preset tiny --q-vit "$QV" --q-tok "$QT" --samples-per-pack "$NS" --repeats 9
-      --warmup 2 --threads 1)
+      --warmup 2 --threads 1 --cpu-clock)
 PIN0=(); PIN1=()
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then PIN0=(taskset -c 0); PIN1=(taskset -c 1); fi
 "${PIN0[@]}" "$PLAN" "${ARGS[@]}" --out "${OUT%.json}.core0.json" &

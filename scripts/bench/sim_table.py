@@ -59,11 +59,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--warmup", type=int, default=5, help="steps dropped at the start")
     ap.add_argument("--json", help="write the table as JSON here")
-    ap.add_argument("configs", nargs="+", help="NAME=RUN_DIR:SIM_JSON")
+    ap.add_argument("configs", nargs="+", help="NAME=RUN_DIR:SIM_JSON (NAME may hold '=')")
     args = ap.parse_args()
     table = []
     for spec in args.configs:
-        name, rest = spec.split("=", 1)
+        name, rest = spec.rsplit("=", 1)
         run_dir, sim_path = rest.rsplit(":", 1)
         measured = load_metrics(run_dir)
         with open(sim_path) as f:
