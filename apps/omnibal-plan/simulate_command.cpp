@@ -3,7 +3,7 @@
 //
 //   omnibal-plan simulate --config configs/demo.yaml [--set key=value ...] --cost-table-in C.json
 //       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--step-overhead-s S | ..]
-//       [--link-gbps 5] [--json OUT.json]
+//       [--link-gbps 4] [--json OUT.json]
 //
 // Packs: data.meta must list token_lengths files (`omnibal-plan scan --out DIR` writes such a
 // meta); the epochs are planned by balance::EpochPlanner from the config's balance.*, dp and m,
@@ -39,7 +39,7 @@ struct SimulateArgs {
   int64_t first_step = 0;
   int steps = 20;
   std::vector<double> mb_overhead_s, step_overhead_s;
-  double link_gbps = 5.0;
+  double link_gbps = 4.0;
 };
 
 /// Per-stage vector from a CLI list: empty -> zeros, one value -> every stage, else one each.
@@ -109,66 +109,75 @@ partition::StepLoads step_loads(balance::EpochPlanner& plans, const balance::Sam
   return loads;
 }
 
+/// The simulator setup of a config: split, recompute flags, host device and host terms.
+partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
+                                     const partition::UnitCostTable& table,
+                                     const partition::CostModel& model) {
+  partition::SimulatorSetup setup;
+  setup.model = &model;
+  setup.partition = resolve_split(cfg.parallel, table);
+  const int stages = setup.partition.stages();
+  setup.recompute = resolve_recompute(cfg.memory.recompute, setup.partition, table);
+  setup.dp = cfg.parallel.dp;
+  setup.zero1 = false;
+  setup.static_bytes.assign(stages, 0.0);
+  setup.device = partition::host_device(a.link_gbps * 1e9);
+  setup.overheads.per_micro_batch_s = per_stage(a.mb_overhead_s, stages, "--mb-overhead-s");
+  setup.overheads.per_step_s = per_stage(a.step_overhead_s, stages, "--step-overhead-s");
+  return setup;
+}
+
+/// One simulated step as a printed line and as JSON.
+Json report_step(int64_t step, const partition::StepReport& rep) {
+  Json stages = Json::array();
+  std::string line = fmt::format("step {:>5} {:>9.4f} s  {} samples {} tiles {} tokens", step,
+                                 rep.step_s, rep.samples, rep.tiles, rep.tokens);
+  for (size_t s = 0; s < rep.stages.size(); ++s) {
+    const auto& st = rep.stages[s];
+    stages.push_back({{"forward_s", st.forward_s}, {"backward_s", st.backward_s},
+                      {"idle_s", st.idle_s}});
+    line += fmt::format("  | s{} fwd {:.4f} bwd {:.4f} idle {:.4f}", s, st.forward_s,
+                        st.backward_s, st.idle_s);
+  }
+  fmt::print("{}\n", line);
+  return {{"step", step}, {"step_seconds", rep.step_s}, {"samples", rep.samples},
+          {"tiles", rep.tiles}, {"tokens", rep.tokens},
+          {"bubble_fraction", rep.breakdown.bubble_s / rep.step_s}, {"stages", stages}};
+}
+
 int run_simulate(const SimulateArgs& a) {
+  OMNIBAL_CHECK(a.steps >= 1 && a.first_step >= 0, "simulate: --steps must be >= 1 and ",
+                "--first-step >= 0");
   const Config cfg = load_config(a.config, a.overrides);
   const auto table = partition::read_unit_cost_table(a.cost_table);
   OMNIBAL_CHECK(table.model == cfg.model.preset, a.cost_table, ": cost table of model '",
                 table.model, "', the config's model.preset is '", cfg.model.preset, "'");
   const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta);
-  balance::PlannerOptions po = balance::planner_options(cfg.parallel, cfg.balance, cfg.data);
   balance::EpochPlanner plans(samples, balance::parse_method(cfg.balance.method, "balance.method"),
-                              po);
-  const partition::Partition split = resolve_split(cfg.parallel, table);
-
+                              balance::planner_options(cfg.parallel, cfg.balance, cfg.data));
   const partition::ScaledTableCostModel model(table);
-  partition::SimulatorSetup setup;
-  setup.model = &model;
-  setup.partition = split;
-  setup.recompute = resolve_recompute(cfg.memory.recompute, split, table);
-  setup.dp = cfg.parallel.dp;
-  setup.zero1 = false;
-  setup.static_bytes.assign(split.stages(), 0.0);
-  setup.device = partition::host_device(a.link_gbps * 1e9);
-  setup.overheads.per_micro_batch_s = per_stage(a.mb_overhead_s, split.stages(), "--mb-overhead-s");
-  setup.overheads.per_step_s = per_stage(a.step_overhead_s, split.stages(), "--step-overhead-s");
-
-  fmt::print("plan hash {:016x}, partition {}, recompute {}, dp {} x pp {}, m {}\n",
-             plans.plan_hash(), split.to_string(), cfg.memory.recompute.mode,
-             cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.micro_batches);
+  const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
+  const std::string split = setup.partition.to_string();
+  const std::string hash = fmt::format("{:016x}", plans.plan_hash());
+  fmt::print("plan hash {}, partition {}, recompute {}, dp {} x pp {}, m {}\n", hash, split,
+             cfg.memory.recompute.mode, cfg.parallel.dp, cfg.parallel.pp,
+             cfg.parallel.micro_batches);
   Json steps = Json::array();
   std::vector<double> times;
   for (int64_t g = a.first_step; g < a.first_step + a.steps; ++g) {
-    const auto rep = partition::simulate_step(
-        setup, step_loads(plans, samples, g));
-    Json stages = Json::array();
-    std::string line = fmt::format("step {:>5} {:>9.4f} s  {} samples {} tiles {} tokens", g,
-                                   rep.step_s, rep.samples, rep.tiles, rep.tokens);
-    for (size_t s = 0; s < rep.stages.size(); ++s) {
-      const auto& st = rep.stages[s];
-      stages.push_back({{"forward_s", st.forward_s}, {"backward_s", st.backward_s},
-                        {"idle_s", st.idle_s}});
-      line += fmt::format("  | s{} fwd {:.4f} bwd {:.4f} idle {:.4f}", s, st.forward_s,
-                          st.backward_s, st.idle_s);
-    }
-    fmt::print("{}\n", line);
-    steps.push_back({{"step", g}, {"step_seconds", rep.step_s}, {"samples", rep.samples},
-                     {"tiles", rep.tiles}, {"tokens", rep.tokens},
-                     {"bubble_fraction", rep.breakdown.bubble_s / rep.step_s}, {"stages", stages}});
+    const auto rep = partition::simulate_step(setup, step_loads(plans, samples, g));
+    steps.push_back(report_step(g, rep));
     times.push_back(rep.step_s);
   }
-  OMNIBAL_CHECK(!times.empty(), "simulate: --steps must be >= 1");
-  std::vector<double> sorted = times;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  const double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
   fmt::print("simulated step: median {:.4f} s (min {:.4f}, max {:.4f}) over steps {}..{}\n",
-             median, sorted.front(), sorted.back(), a.first_step, a.first_step + a.steps - 1);
+             median, times.front(), times.back(), a.first_step, a.first_step + a.steps - 1);
   if (!a.json_out.empty()) {
     std::ofstream out(a.json_out);
     OMNIBAL_CHECK(out.good(), "cannot write '", a.json_out, "'");
-    out << Json{{"format", "omnibal.simulation.v1"},
-                {"plan_hash", fmt::format("{:016x}", plans.plan_hash())},
-                {"partition", split.to_string()},
+    out << Json{{"format", "omnibal.simulation.v1"}, {"plan_hash", hash}, {"partition", split},
                 {"median_step_seconds", median}, {"steps", steps}}.dump(1)
         << "\n";
   }
@@ -196,7 +205,8 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
                   "one per stage)")
       ->delimiter(',');
   cmd->add_option("--link-gbps", a->link_gbps,
-                  "point-to-point bandwidth between stages, GB/s (default 5: shared memory)");
+                  "point-to-point bandwidth between stages, GB/s (default 4: MPI over shared "
+                  "memory here, lib/comm/README.md)");
   cmd->add_option("--json", a->json_out, "write the simulated steps as JSON here");
   cmd->callback([a, &actions] { actions.push_back([a] { return run_simulate(*a); }); });
 }
