@@ -16,6 +16,7 @@ void register_commands(CLI::App& app, Actions& actions) {
 #ifdef OMNIBAL_PLAN_HAS_PROFILE
   register_profile_command(app, actions);
 #endif
+  register_simulate_command(app, actions);
 }
 
 }  // namespace omnibal::plan

@@ -24,6 +24,10 @@ void register_profile_command(CLI::App& app, Actions& actions);
 /// needs the LibTorch build).
 void register_export_command(CLI::App& app, Actions& actions);
 
+/// `simulate`: the DP x PP simulator on one trainer config with a profiled cost table and the
+/// trainer's own packs (simulate_command.cpp; torch-free).
+void register_simulate_command(CLI::App& app, Actions& actions);
+
 /// Registers every subcommand compiled into this build (commands.cpp lists them).
 void register_commands(CLI::App& app, Actions& actions);
 

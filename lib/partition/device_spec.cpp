@@ -30,6 +30,12 @@ DeviceSpec device_spec(const std::string& name) {
   OMNIBAL_FAIL("unknown device '", name, "', expected a100-80g | h100 | h200");
 }
 
+DeviceSpec host_device(double link_bandwidth) {
+  OMNIBAL_CHECK(link_bandwidth > 0, "host device: link bandwidth must be > 0 bytes/s, got ",
+                link_bandwidth);
+  return {"host", 0.0, 0.0, 0.0, link_bandwidth, link_bandwidth, 1 << 20};
+}
+
 std::vector<std::string> device_names() {
   std::vector<std::string> names;
   for (const auto& d : table()) names.push_back(d.name);

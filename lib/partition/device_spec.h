@@ -23,6 +23,12 @@ struct DeviceSpec {
 /// Looks a device up by name. Throws omnibal::Error listing the known names otherwise.
 DeviceSpec device_spec(const std::string& name);
 
+/// A CPU host whose costs are all measured (a profiled cost table and StageOverheads): no
+/// compute peak, memory or HBM figures (0), both links at `link_bandwidth` bytes/s (MPI over
+/// shared memory between ranks of one machine), every rank in one "node". Throws
+/// omnibal::Error when the bandwidth is not positive.
+DeviceSpec host_device(double link_bandwidth);
+
 /// Names of the known devices.
 std::vector<std::string> device_names();
 

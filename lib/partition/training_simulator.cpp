@@ -56,6 +56,14 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == setup.partition.stages(),
                 "simulator: static memory for ", setup.static_bytes.size(), " stages, expected ",
                 setup.partition.stages());
+  for (const auto* v : {&setup.overheads.per_micro_batch_s, &setup.overheads.per_step_s}) {
+    OMNIBAL_CHECK(v->empty() || static_cast<int>(v->size()) == setup.partition.stages(),
+                  "simulator: overheads for ", v->size(), " stages, expected ",
+                  setup.partition.stages(), " (or none)");
+    for (size_t s = 0; s < v->size(); ++s)
+      OMNIBAL_CHECK((*v)[s] >= 0, "simulator: overhead of stage ", s, " is ", (*v)[s],
+                    " s, expected >= 0");
+  }
 }
 
 }  // namespace
@@ -99,8 +107,9 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
     const auto sc = stage_costs(setup.model->costs(load), setup);
     std::vector<StageMicroBatch> unpadded;
     if (load.padded_len > 0) unpadded = stage_costs(setup.model->costs(load.unpadded()), setup);
+    const auto& per_mb = setup.overheads.per_micro_batch_s;
     for (int s = 0; s < P; ++s) {
-      costs.forward_s[s][i] = sc[s].forward_s;
+      costs.forward_s[s][i] = sc[s].forward_s + (per_mb.empty() ? 0.0 : per_mb[s]);
       costs.backward_s[s][i] = sc[s].backward_s;
       costs.send_activation_s[s][i] = sc[s].out_bytes / p2p_bw;
       costs.send_grad_s[s][i] = s > 0 ? sc[s - 1].out_bytes / p2p_bw : 0.0;
@@ -150,7 +159,10 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
       reduce_start[s] = std::max(reduce_start[s], ranks[r].timeline[s].ready_for_reduce_s);
     const double reduce = dp > 1 ? 2.0 * (dp - 1) / dp * param_bytes[s] / dp_bw : 0.0;
     const double params = param_bytes[s] / kBf16 / (setup.zero1 ? dp : 1);
-    const double optimizer = params * kOptimizerBytesPerParam / (setup.device.hbm_bandwidth * 0.8);
+    const double optimizer =
+        setup.overheads.per_step_s.empty()
+            ? params * kOptimizerBytesPerParam / (setup.device.hbm_bandwidth * 0.8)
+            : setup.overheads.per_step_s[s];
     comm[s] = reduce + optimizer;
     done[s] = reduce_start[s] + comm[s];
     rep.stages[s].reduce_s = reduce;

@@ -16,6 +16,13 @@
 //   comm      = all-reduce + optimizer.
 // Reports average these over devices, so they add up to the step time exactly.
 // Not modelled: network contention between pipelines, kernel launch gaps, stragglers.
+//
+// StageOverheads carries costs outside the per-unit table that a measured host run has and the
+// analytic GPU model leaves out (both default to none): a fixed cost per micro-batch on each
+// stage (pack hand-over, message headers, the input-gradient buffer; added to every Forward)
+// and a measured per-step cost per stage that replaces the analytic optimizer time (optimizer,
+// gradient norm and clipping on the host). `omnibal-plan simulate` and
+// scripts/bench/sim_vs_measured.sh use them; where the figures come from is documented there.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +38,12 @@ namespace omnibal::partition {
 /// the same count m).
 using StepLoads = std::vector<std::vector<MicroBatchLoad>>;
 
+/// Per-stage costs outside the unit table, seconds (empty vectors: none).
+struct StageOverheads {
+  std::vector<double> per_micro_batch_s;  ///< [stage]: added to every Forward of the stage
+  std::vector<double> per_step_s;         ///< [stage]: replaces the analytic optimizer time
+};
+
 /// Everything fixed for a run.
 struct SimulatorSetup {
   const CostModel* model = nullptr;
@@ -41,6 +54,7 @@ struct SimulatorSetup {
   DeviceSpec device;
   std::vector<double> static_bytes; ///< per stage: params + grads + optimizer + buffers
   bool zero1 = true;                ///< optimizer state sharded over DP (optimizer time / dp)
+  StageOverheads overheads;         ///< host costs outside the unit table (default: none)
 };
 
 /// Device-averaged time components of one step or a whole epoch, seconds.
@@ -79,7 +93,8 @@ struct RunReport {
 };
 
 /// Simulates one step. Throws omnibal::Error when ranks have different micro-batch counts,
-/// the setup's vectors do not match the model's units and stages, or model is null.
+/// the setup's vectors (recompute flags, static bytes, non-empty overheads) do not match the
+/// model's units and stages, an overhead is negative, or model is null.
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads);
 
 /// Simulates every step in order and sums.

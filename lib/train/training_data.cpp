@@ -1,9 +1,7 @@
 #include "train/training_data.h"
 
 #include "balance/length_reader.h"
-#include "balance/plan_json.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "data/length_scanner.h"
 
 namespace omnibal::train {
@@ -56,71 +54,30 @@ LoadedSet load_set(const std::string& meta_path, const Config& config, const Mod
   return set;
 }
 
-TrainingData::TrainingData(LoadedSet set, const Config& config)
-    : set_(std::move(set)),
-      method_(balance::parse_method(config.balance.method, "balance.method")),
-      options_(balance::planner_options(config.parallel, config.balance, config.data)),
-      dp_(config.parallel.dp),
-      micro_batches_(config.parallel.micro_batches) {
-  // A step is dp * m packs fixed independently of how it is run (conventions.md): plan one
-  // "rank" of dp * m packs and deal them to DP ranks here, so any DP size sees the same steps.
-  options_.dp = 1;
-  options_.micro_batches = dp_ * micro_batches_;
+TrainingData::TrainingData(LoadedSet set, const Config& config) : set_(std::move(set)) {
   OMNIBAL_CHECK(set_.table.size() > 0, config.data.meta, ": no usable training samples");
+  balance::PlannerOptions options =
+      balance::planner_options(config.parallel, config.balance, config.data);
+  options.dp = config.parallel.dp;
+  options.micro_batches = config.parallel.micro_batches;
+  planner_ = std::make_unique<balance::EpochPlanner>(
+      set_.table, balance::parse_method(config.balance.method, "balance.method"), options);
 }
 
-void TrainingData::plan_next_epoch() {
-  const int e = static_cast<int>(epochs_.size());
-  balance::PlannerOptions o = options_;
-  o.seed = options_.seed + static_cast<uint64_t>(e);
-  balance::PackList carry;
-  if (e > 0) carry = balance::carried_packs(epochs_.back());
-  balance::MethodResult r = balance::plan_method(set_.table, method_, o, e > 0 ? &carry : nullptr);
-  // Budgets are searched once: later epochs reuse epoch 0's.
-  if (e == 0 && balance::budgets_unset(options_.budgets) &&
-      (method_ == balance::Method::kIsf || method_ == balance::Method::kIsfRandomPlacement))
-    options_.budgets = r.budgets;
-  OMNIBAL_CHECK(r.plan.steps() > 0, "epoch ", e, " of balance.method ", balance::method_name(method_),
-                " has no full step (", r.packing.packs.size(), " packs for dp * m = ",
-                r.plan.packs_per_step(), "); use fewer ranks, micro-batches or samples per pack");
-  first_step_.push_back(e == 0 ? 0 : first_step_.back() + static_cast<int64_t>(epochs_.back().plan.steps()));
-  epochs_.push_back(std::move(r));
-}
-
-DataPosition TrainingData::position(int64_t step) {
-  OMNIBAL_CHECK(step >= 0, "TrainingData: negative step ", step);
-  if (epochs_.empty()) plan_next_epoch();
-  while (step >= first_step_.back() + static_cast<int64_t>(epochs_.back().plan.steps()))
-    plan_next_epoch();
-  int e = static_cast<int>(epochs_.size()) - 1;
-  while (first_step_[e] > step) --e;
-  return {e, step - first_step_[e]};
-}
+DataPosition TrainingData::position(int64_t step) { return planner_->position(step); }
 
 std::vector<int64_t> TrainingData::pack(int64_t step, int dp_rank, int micro) {
-  const DataPosition pos = position(step);
-  const auto& r = epochs_[pos.epoch];
-  // Snake order over DP ranks (heavy and light packs of the load-sorted step alternate).
-  const uint32_t p = r.plan.pack(static_cast<size_t>(pos.step_in_epoch), 0, slot(dp_rank, micro));
   std::vector<int64_t> ids;
-  for (const uint32_t* s = r.packing.packs.begin(p); s != r.packing.packs.end(p); ++s)
-    ids.push_back(set_.global_id(*s));
+  for (const uint32_t s : planner_->pack(step, dp_rank, micro)) ids.push_back(set_.global_id(s));
   return ids;
 }
 
-int64_t TrainingData::steps_in_epoch(int epoch) {
-  while (static_cast<int>(epochs_.size()) <= epoch) plan_next_epoch();
-  return static_cast<int64_t>(epochs_[epoch].plan.steps());
-}
+int64_t TrainingData::steps_in_epoch(int epoch) { return planner_->steps_in_epoch(epoch); }
 
 const balance::MethodResult& TrainingData::epoch_plan(int epoch) {
-  steps_in_epoch(epoch);
-  return epochs_[epoch];
+  return planner_->epoch_plan(epoch);
 }
 
-uint64_t TrainingData::plan_hash() {
-  const auto& r = epoch_plan(0);
-  return balance::plan_hash(set_.table, r.packing.packs, r.plan);
-}
+uint64_t TrainingData::plan_hash() { return planner_->plan_hash(); }
 
 }  // namespace omnibal::train

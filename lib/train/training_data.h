@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "balance/data_planner.h"
+#include "balance/epoch_planner.h"
 #include "core/config.h"
 #include "core/model_preset.h"
 #include "data/conversation_dataset.h"
@@ -25,11 +26,8 @@
 
 namespace omnibal::train {
 
-/// Where global step g lies.
-struct DataPosition {
-  int epoch = 0;
-  int64_t step_in_epoch = 0;
-};
+/// Where global step g lies (epoch, step in epoch).
+using DataPosition = balance::DataPosition;
 
 /// A meta file's samples with their lengths, as a planner table and a pack builder.
 struct LoadedSet {
@@ -49,10 +47,12 @@ struct LoadedSet {
 LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
                    const data::Tokenizer& tokenizer, int threads);
 
-/// The epoch plans of a training set.
+/// The epoch plans of a training set (balance::EpochPlanner over the set's table).
 class TrainingData {
  public:
   TrainingData(LoadedSet set, const Config& config);
+  TrainingData(const TrainingData&) = delete;  // the planner refers to set_.table
+  TrainingData& operator=(const TrainingData&) = delete;
 
   /// (epoch, step in epoch) of 0-based global step `step`; plans epochs as needed.
   DataPosition position(int64_t step);
@@ -60,9 +60,7 @@ class TrainingData {
   std::vector<int64_t> pack(int64_t step, int dp_rank, int micro);
   /// Index in [0, dp * m) of that pack in the step's global batch (snake order over DP ranks):
   /// the same pack has the same slot whatever the DP size and m (dropout masks key on it).
-  int slot(int dp_rank, int micro) const {
-    return micro * dp_ + (micro % 2 == 0 ? dp_rank : dp_ - 1 - dp_rank);
-  }
+  int slot(int dp_rank, int micro) const { return planner_->slot(dp_rank, micro); }
   /// Steps in epoch e (plans it if needed).
   int64_t steps_in_epoch(int epoch);
   /// Hash of epoch 0's placed plan (balance/plan_json.h's plan_hash).
@@ -74,13 +72,8 @@ class TrainingData {
   data::PackBuilder& builder() { return *set_.builder; }
 
  private:
-  void plan_next_epoch();
   LoadedSet set_;
-  balance::Method method_;
-  balance::PlannerOptions options_;
-  int dp_ = 1, micro_batches_ = 1;
-  std::vector<balance::MethodResult> epochs_;
-  std::vector<int64_t> first_step_;  ///< global step of each epoch's step 0
+  std::unique_ptr<balance::EpochPlanner> planner_;  ///< refers to set_.table
 };
 
 }  // namespace omnibal::train

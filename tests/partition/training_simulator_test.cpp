@@ -111,3 +111,53 @@ TEST_CASE("padding shows up as padding time and transfers and all-reduce as time
   CHECK(rep.breakdown.total() == Approx(rep.step_s));
   CHECK_THROWS_WITH(simulate_step(s, StepLoads(1, loads[0])), Catch::Contains("dp = 2"));
 }
+
+TEST_CASE("host overheads: per micro-batch on every Forward, per step instead of the optimizer",
+          "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  s.device.hbm_bandwidth = 1e9;  // analytic optimizer: 2e9 B / 2 B * 30 B / 0.8e9 B/s = 37.5 s
+  CHECK(simulate_step(s, uniform_loads(1, 2, 100)).step_s == Approx(9 + 37.5));
+  s.overheads.per_micro_batch_s = {0.5, 0.25};
+  s.overheads.per_step_s = {0.1, 0.2};
+  const auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  // Forward 1.5 s on stage 0, 1.25 s on stage 1. Stage 0: F0 [0,1.5] F1 [1.5,3]; stage 1:
+  // F0 [1.5,2.75] B0 [2.75,4.75] F1 [4.75,6] B1 [6,8]; stage 0: B0 [4.75,6.75] B1 [8,10].
+  // Per-step costs replace the 37.5 s: stage 0 done at 10.1, stage 1 at 8.2.
+  CHECK(rep.step_s == Approx(10.1));
+  CHECK(rep.stages[0].forward_s == Approx(3.0));
+  CHECK(rep.stages[1].forward_s == Approx(2.5));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  CHECK(rep.breakdown.comm_s == Approx((0.1 + 0.2) / 2));
+
+  s.overheads.per_step_s = {0.1};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("expected 2"));
+  s.overheads.per_step_s = {0.1, -0.2};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains(">= 0"));
+}
+
+TEST_CASE("overheads equal to zero change nothing", "[partition][simulator]") {
+  const int m = GENERATE(1, 2, 5);
+  const int tokens = GENERATE(50, 300);
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  const auto plain = simulate_step(s, uniform_loads(1, m, tokens));
+  s.overheads.per_micro_batch_s = {0, 0};
+  s.overheads.per_step_s = {0, 0};  // the analytic optimizer is 0 here too (hbm 1e30)
+  const auto zero = simulate_step(s, uniform_loads(1, m, tokens));
+  CHECK(zero.step_s == Approx(plain.step_s));
+  // A per-micro-batch cost c on every stage lengthens a uniform 1F1B step by (m + P - 1) c.
+  s.overheads.per_micro_batch_s = {0.3, 0.3};
+  CHECK(simulate_step(s, uniform_loads(1, m, tokens)).step_s == Approx(plain.step_s + (m + 1) * 0.3));
+}
+
+TEST_CASE("host device: one link bandwidth for pipeline and DP, no HBM figures",
+          "[partition][simulator]") {
+  const DeviceSpec h = host_device(4e9);
+  CHECK(h.name == "host");
+  CHECK(h.hbm_bandwidth == 0);
+  const int dp = GENERATE(1, 2, 64);
+  CHECK(pipeline_link_bandwidth(h, dp, 1) == 4e9);
+  CHECK(data_parallel_bandwidth(h, dp, 1) == 4e9);
+  CHECK_THROWS_WITH(host_device(0), Catch::Contains("> 0"));
+}

@@ -1,0 +1,214 @@
+// `omnibal-plan simulate`: the DP x PP simulator (partition/training_simulator.h) on one trainer
+// configuration, fed with a profiled per-unit cost table and the packs the trainer itself runs.
+//
+//   omnibal-plan simulate --config configs/demo.yaml [--set key=value ...] --cost-table-in C.json
+//       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--step-overhead-s S | ..]
+//       [--link-gbps 4] [--json OUT.json]
+//
+// Packs: data.meta must list token_lengths files (`omnibal-plan scan --out DIR` writes such a
+// meta); the epochs are planned by balance::EpochPlanner from the config's balance.*, dp and m,
+// exactly as the trainer plans them, so global step g is simulated with the samples the trainer
+// runs at step g (the printed plan hash equals the trainer's start-up log line). Every pack is a
+// packed micro-batch: the trainer never pads, also not for random micro-batches. The split and
+// the recompute flags follow the trainer's rules (pipeline/stage_layout.h) on the table's units:
+// uniform, parameters (min-max of the table's parameter bytes), manual; none, full, per-stage
+// counts of the first blocks. Torch-free. Prints one line per step and the median.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+
+#include "balance/epoch_planner.h"
+#include "balance/length_reader.h"
+#include "commands.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "partition/cost_model.h"
+#include "partition/training_simulator.h"
+
+namespace omnibal::plan {
+namespace {
+
+using Json = nlohmann::json;
+
+struct SimulateArgs {
+  std::string config, cost_table, json_out;
+  std::vector<std::string> overrides;
+  int64_t first_step = 0;
+  int steps = 20;
+  std::vector<double> mb_overhead_s, step_overhead_s;
+  double link_gbps = 4.0;
+};
+
+/// Per-stage vector from a CLI list: empty -> zeros, one value -> every stage, else one each.
+std::vector<double> per_stage(const std::vector<double>& v, int stages, const char* flag) {
+  if (v.empty()) return std::vector<double>(stages, 0.0);
+  if (v.size() == 1) return std::vector<double>(stages, v[0]);
+  OMNIBAL_CHECK(static_cast<int>(v.size()) == stages, flag, ": expected 1 or ", stages,
+                " values (one per pipeline stage), got ", v.size());
+  return v;
+}
+
+/// The trainer's split rules (pipeline/stage_layout.cpp) on the cost table's units.
+partition::Partition resolve_split(const ParallelConfig& p, const partition::UnitCostTable& t) {
+  const int units = static_cast<int>(t.units.size());
+  const std::string& method = p.partition.method;
+  if (method == "uniform") return partition::uniform_partition(units, p.pp);
+  if (method == "parameters") {
+    std::vector<double> bytes;
+    for (const auto& u : t.units) bytes.push_back(u.parameter_bytes);
+    return partition::min_max_partition(bytes, p.pp);
+  }
+  OMNIBAL_CHECK(method == "manual", "simulate: parallel.partition '", method,
+                "' is not simulated; give the split as {manual: [...]} (omnibal-plan partition "
+                "prints the balanced one)");
+  partition::Partition part{p.partition.manual};
+  OMNIBAL_CHECK(part.units() == units && part.stages() == p.pp, "parallel.partition.manual: ",
+                part.to_string(), " must cover the table's ", units, " units in pp = ", p.pp,
+                " stages");
+  return part;
+}
+
+/// The trainer's recompute rules: none, full (every block), or the first k blocks per stage.
+std::vector<bool> resolve_recompute(const RecomputeSpec& spec, const partition::Partition& part,
+                                    const partition::UnitCostTable& t) {
+  std::vector<bool> flags(t.units.size(), false);
+  if (spec.mode == "none") return flags;
+  if (spec.mode == "full") {
+    for (size_t u = 0; u < t.units.size(); ++u) flags[u] = t.units[u].recomputable();
+    return flags;
+  }
+  OMNIBAL_CHECK(spec.mode == "per_stage" && static_cast<int>(spec.per_stage.size()) ==
+                    part.stages(), "simulate: memory.recompute must be none, full or one count ",
+                "per stage (", part.stages(), "), got '", spec.mode, "'");
+  for (int s = 0; s < part.stages(); ++s) {
+    int left = spec.per_stage[s];
+    for (int u = part.begin(s); u < part.end(s) && left > 0; ++u)
+      if (t.units[u].recomputable()) flags[u] = true, --left;
+    OMNIBAL_CHECK(left == 0, "memory.recompute[", s, "]: stage ", s, " has fewer than ",
+                  spec.per_stage[s], " blocks");
+  }
+  return flags;
+}
+
+/// The trainer's packs of global step `step` as simulator loads: [dp rank][micro-batch].
+partition::StepLoads step_loads(balance::EpochPlanner& plans, const balance::SampleTable& table,
+                                int64_t step) {
+  partition::StepLoads loads(plans.dp());
+  for (int r = 0; r < plans.dp(); ++r)
+    for (int k = 0; k < plans.micro_batches(); ++k) {
+      std::vector<int32_t> tiles, tokens;
+      for (const uint32_t s : plans.pack(step, r, k)) {
+        tiles.push_back(table.load[s].tiles());
+        tokens.push_back(table.load[s].tokens());
+      }
+      loads[r].push_back(partition::MicroBatchLoad::packed(std::move(tiles), std::move(tokens)));
+    }
+  return loads;
+}
+
+/// The simulator setup of a config: split, recompute flags, host device and host terms.
+partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
+                                     const partition::UnitCostTable& table,
+                                     const partition::CostModel& model) {
+  partition::SimulatorSetup setup;
+  setup.model = &model;
+  setup.partition = resolve_split(cfg.parallel, table);
+  const int stages = setup.partition.stages();
+  setup.recompute = resolve_recompute(cfg.memory.recompute, setup.partition, table);
+  setup.dp = cfg.parallel.dp;
+  setup.zero1 = false;
+  setup.static_bytes.assign(stages, 0.0);
+  setup.device = partition::host_device(a.link_gbps * 1e9);
+  setup.overheads.per_micro_batch_s = per_stage(a.mb_overhead_s, stages, "--mb-overhead-s");
+  setup.overheads.per_step_s = per_stage(a.step_overhead_s, stages, "--step-overhead-s");
+  return setup;
+}
+
+/// One simulated step as a printed line and as JSON.
+Json report_step(int64_t step, const partition::StepReport& rep) {
+  Json stages = Json::array();
+  std::string line = fmt::format("step {:>5} {:>9.4f} s  {} samples {} tiles {} tokens", step,
+                                 rep.step_s, rep.samples, rep.tiles, rep.tokens);
+  for (size_t s = 0; s < rep.stages.size(); ++s) {
+    const auto& st = rep.stages[s];
+    stages.push_back({{"forward_s", st.forward_s}, {"backward_s", st.backward_s},
+                      {"idle_s", st.idle_s}});
+    line += fmt::format("  | s{} fwd {:.4f} bwd {:.4f} idle {:.4f}", s, st.forward_s,
+                        st.backward_s, st.idle_s);
+  }
+  fmt::print("{}\n", line);
+  return {{"step", step}, {"step_seconds", rep.step_s}, {"samples", rep.samples},
+          {"tiles", rep.tiles}, {"tokens", rep.tokens},
+          {"bubble_fraction", rep.breakdown.bubble_s / rep.step_s}, {"stages", stages}};
+}
+
+int run_simulate(const SimulateArgs& a) {
+  OMNIBAL_CHECK(a.steps >= 1 && a.first_step >= 0, "simulate: --steps must be >= 1 and ",
+                "--first-step >= 0");
+  const Config cfg = load_config(a.config, a.overrides);
+  const auto table = partition::read_unit_cost_table(a.cost_table);
+  OMNIBAL_CHECK(table.model == cfg.model.preset, a.cost_table, ": cost table of model '",
+                table.model, "', the config's model.preset is '", cfg.model.preset, "'");
+  const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta);
+  balance::EpochPlanner plans(samples, balance::parse_method(cfg.balance.method, "balance.method"),
+                              balance::planner_options(cfg.parallel, cfg.balance, cfg.data));
+  const partition::ScaledTableCostModel model(table);
+  const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
+  const std::string split = setup.partition.to_string();
+  const std::string hash = fmt::format("{:016x}", plans.plan_hash());
+  fmt::print("plan hash {}, partition {}, recompute {}, dp {} x pp {}, m {}\n", hash, split,
+             cfg.memory.recompute.mode, cfg.parallel.dp, cfg.parallel.pp,
+             cfg.parallel.micro_batches);
+  Json steps = Json::array();
+  std::vector<double> times;
+  for (int64_t g = a.first_step; g < a.first_step + a.steps; ++g) {
+    const auto rep = partition::simulate_step(setup, step_loads(plans, samples, g));
+    steps.push_back(report_step(g, rep));
+    times.push_back(rep.step_s);
+  }
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  const double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  fmt::print("simulated step: median {:.4f} s (min {:.4f}, max {:.4f}) over steps {}..{}\n",
+             median, times.front(), times.back(), a.first_step, a.first_step + a.steps - 1);
+  if (!a.json_out.empty()) {
+    std::ofstream out(a.json_out);
+    OMNIBAL_CHECK(out.good(), "cannot write '", a.json_out, "'");
+    out << Json{{"format", "omnibal.simulation.v1"}, {"plan_hash", hash}, {"partition", split},
+                {"median_step_seconds", median}, {"steps", steps}}.dump(1)
+        << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_simulate_command(CLI::App& app, Actions& actions) {
+  auto a = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand(
+      "simulate", "simulate a trainer config's steps with a profiled cost table and its packs");
+  cmd->add_option("--config", a->config, "trainer config (YAML; a run's config.yaml works)")
+      ->required();
+  cmd->add_option("--set", a->overrides, "override a config key: a.b=value (repeatable)");
+  cmd->add_option("--cost-table-in", a->cost_table, "per-unit cost table (omnibal-plan profile)")
+      ->required();
+  cmd->add_option("--first-step", a->first_step, "first global step to simulate (default 0)");
+  cmd->add_option("--steps", a->steps, "steps to simulate (default 20)");
+  cmd->add_option("--mb-overhead-s", a->mb_overhead_s,
+                  "seconds per micro-batch and stage outside the units (one or one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--step-overhead-s", a->step_overhead_s,
+                  "seconds per step and stage after the pipeline (optimizer, grad norm; one or "
+                  "one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--link-gbps", a->link_gbps,
+                  "point-to-point bandwidth between stages, GB/s (default 4: MPI over shared "
+                  "memory here, lib/comm/README.md)");
+  cmd->add_option("--json", a->json_out, "write the simulated steps as JSON here");
+  cmd->callback([a, &actions] { actions.push_back([a] { return run_simulate(*a); }); });
+}
+
+}  // namespace omnibal::plan

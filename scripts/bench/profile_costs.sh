@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Per-unit cost table under the trainer's conditions on a 2-core host:
+#   bash scripts/bench/profile_costs.sh PLAN OUT.json Q_VIT Q_TOK SAMPLES
+# Two `omnibal-plan profile` processes run at once, each with one thread and pinned to its own
+# core (taskset -c 0 / -c 1), as the two PP ranks are (mpirun binds rank r to core r; threads
+# per rank = cores / ranks = 1), so both see the other core busy with the same kind of work
+# (shared memory bandwidth and cache). Timed by each thread's CPU clock (--cpu-clock): memory
+# stalls count, preemption by other jobs on the shared machine does not, so a busy moment does
+# not inflate a unit; the trainer's ranks are pinned the same way, so on a quiet machine their
+# wall time is this CPU time. OUT is the per-unit mean of the two tables' medians; each table is
+# kept next to it.
+set -euo pipefail
+PLAN=$1 OUT=$2 QV=$3 QT=$4 NS=$5
+ARGS=(profile --preset tiny --q-vit "$QV" --q-tok "$QT" --samples-per-pack "$NS" --repeats 9
+      --warmup 2 --threads 1 --cpu-clock)
+PIN0=(); PIN1=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then PIN0=(taskset -c 0); PIN1=(taskset -c 1); fi
+"${PIN0[@]}" "$PLAN" "${ARGS[@]}" --out "${OUT%.json}.core0.json" &
+P0=$!
+"${PIN1[@]}" "$PLAN" "${ARGS[@]}" --seed 2 --out "${OUT%.json}.core1.json" &
+P1=$!
+wait "$P0"; wait "$P1"
+python3 - "${OUT%.json}.core0.json" "${OUT%.json}.core1.json" "$OUT" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for ua, ub in zip(a["units"], b["units"]):
+    assert ua["name"] == ub["name"]
+    for k in ("forward_s", "backward_s"):
+        ua[k] = 0.5 * (ua[k] + ub[k])
+a["source"] += " (mean of two concurrent 1-thread profilers, one per core)"
+json.dump(a, open(sys.argv[3], "w"), indent=1)
+f = sum(u["forward_s"] for u in a["units"]); g = sum(u["backward_s"] for u in a["units"])
+print(f"profile: whole model {1e3*f:.1f} ms forward, {1e3*g:.1f} ms backward per pack "
+      f"({a['load']['tiles']} tiles, {a['load']['tokens']} tokens)")
+PY

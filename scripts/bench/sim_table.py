@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Simulated vs measured step times (scripts/bench/sim_vs_measured.sh).
+
+    python3 scripts/bench/sim_table.py --warmup W NAME=RUN_DIR:SIM_JSON [...]
+
+RUN_DIR holds the trainer's metrics.jsonl, SIM_JSON the output of `omnibal-plan simulate --json`
+for the same config and steps. For every configuration, over the steps >= W that both hold:
+the measured median step_seconds and the simulated median step time (same steps, same packs),
+their error, and per stage the measured vs simulated forward, backward and idle seconds (median
+per step). Then the ranks of both (1 = fastest), Spearman's rank correlation, whether the order
+agrees, and the median |error|. Python 3 standard library only.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def load_metrics(run_dir):
+    rows = {}
+    with open(f"{run_dir}/metrics.jsonl") as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                rows[r["step"]] = r
+    return rows
+
+
+def ranks(values):
+    """1-based ranks, ties share the mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra)
+    vb = sum((y - mb) ** 2 for y in rb)
+    return cov / (va * vb) ** 0.5 if va and vb else float("nan")
+
+
+def stage_medians(rows, steps, key):
+    n = len(rows[steps[0]]["stages"])
+    return [statistics.median(rows[s]["stages"][i][key] for s in steps) for i in range(n)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--warmup", type=int, default=5, help="steps dropped at the start")
+    ap.add_argument("--json", help="write the table as JSON here")
+    ap.add_argument("configs", nargs="+", help="NAME=RUN_DIR:SIM_JSON (NAME may hold '=')")
+    args = ap.parse_args()
+    table = []
+    for spec in args.configs:
+        name, rest = spec.rsplit("=", 1)
+        run_dir, sim_path = rest.rsplit(":", 1)
+        measured = load_metrics(run_dir)
+        with open(sim_path) as f:
+            sim = {r["step"]: r for r in json.load(f)["steps"]}
+        steps = sorted(s for s in measured if s >= args.warmup and s in sim)
+        if not steps:
+            sys.exit(f"sim_table: {name}: no common steps >= {args.warmup}")
+        meas = statistics.median(measured[s]["step_seconds"] for s in steps)
+        simu = statistics.median(sim[s]["step_seconds"] for s in steps)
+        row = {"config": name, "steps": len(steps), "simulated_s": simu, "measured_s": meas,
+               "error_pct": 100.0 * (simu - meas) / meas,
+               "measured_min_s": min(measured[s]["step_seconds"] for s in steps),
+               "measured_max_s": max(measured[s]["step_seconds"] for s in steps),
+               "stages": []}
+        for key in ("forward_s", "backward_s", "idle_s"):
+            m = stage_medians(measured, steps, key)
+            p = stage_medians(sim, steps, key)
+            for i, (x, y) in enumerate(zip(m, p)):
+                while len(row["stages"]) <= i:
+                    row["stages"].append({})
+                row["stages"][i][key] = {"measured": x, "simulated": y}
+        table.append(row)
+    sim_rank = ranks([r["simulated_s"] for r in table])
+    meas_rank = ranks([r["measured_s"] for r in table])
+    for r, a, b in zip(table, sim_rank, meas_rank):
+        r["simulated_rank"], r["measured_rank"] = a, b
+    rho = spearman([r["simulated_s"] for r in table], [r["measured_s"] for r in table])
+    med_err = statistics.median(abs(r["error_pct"]) for r in table)
+    print(f"{'config':<22} {'steps':>5} {'simulated s':>11} {'measured s (min-max)':>24} "
+          f"{'error':>8} {'rank sim/meas':>13}")
+    for r in table:
+        span = f"{r['measured_s']:.4f} ({r['measured_min_s']:.3f}-{r['measured_max_s']:.3f})"
+        print(f"{r['config']:<22} {r['steps']:>5} {r['simulated_s']:>11.4f} {span:>24} "
+              f"{r['error_pct']:>+7.1f}% {r['simulated_rank']:>6g}/{r['measured_rank']:<6g}")
+    print(f"Spearman rank correlation {rho:.3f}; same order: "
+          f"{'yes' if sim_rank == meas_rank else 'no'}; median |error| {med_err:.1f}%")
+    print("\nper stage, median per step (measured / simulated, ms):")
+    for r in table:
+        parts = []
+        for i, st in enumerate(r["stages"]):
+            parts.append(f"s{i} fwd {1e3*st['forward_s']['measured']:.1f}/"
+                         f"{1e3*st['forward_s']['simulated']:.1f} bwd "
+                         f"{1e3*st['backward_s']['measured']:.1f}/"
+                         f"{1e3*st['backward_s']['simulated']:.1f} idle "
+                         f"{1e3*st['idle_s']['measured']:.1f}/{1e3*st['idle_s']['simulated']:.1f}")
+        print(f"  {r['config']:<20} " + " | ".join(parts))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": table, "spearman": rho, "same_order": sim_rank == meas_rank,
+                       "median_abs_error_pct": med_err}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+#include "balance/epoch_planner.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "test_tables.h"
+
+using namespace omnibal::balance;
+using omnibal::balance::testing::synthetic_table;
+
+namespace {
+
+PlannerOptions options(int dp, int m, int samples_per_pack = 4) {
+  PlannerOptions o;
+  o.dp = dp;
+  o.micro_batches = m;
+  o.samples_per_pack = samples_per_pack;
+  o.iterations = 10;
+  return o;
+}
+
+/// The packs of one step, each as its sorted sample rows, sorted: independent of who runs them.
+std::vector<std::vector<uint32_t>> step_packs(EpochPlanner& p, int64_t step) {
+  std::vector<std::vector<uint32_t>> out;
+  for (int r = 0; r < p.dp(); ++r)
+    for (int k = 0; k < p.micro_batches(); ++k) {
+      auto s = p.pack(step, r, k);
+      std::sort(s.begin(), s.end());
+      out.push_back(s);
+    }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a step's packs and the plan hash do not depend on how dp x m is split",
+          "[balance][epoch_planner]") {
+  const Method method = GENERATE(Method::kIsf, Method::kRandom);
+  const SampleTable t = synthetic_table(1500, 7, 2);
+  EpochPlanner a(t, method, options(1, 4)), b(t, method, options(2, 2)), c(t, method, options(4, 1));
+  CHECK(a.plan_hash() == b.plan_hash());
+  CHECK(a.plan_hash() == c.plan_hash());
+  for (const int64_t step : {0, 5, 40}) {
+    CHECK(step_packs(a, step) == step_packs(b, step));
+    CHECK(step_packs(a, step) == step_packs(c, step));
+  }
+}
+
+TEST_CASE("DP ranks take a step's slots in snake order", "[balance][epoch_planner]") {
+  const SampleTable t = synthetic_table(800, 3);
+  EpochPlanner p(t, Method::kIsf, options(2, 2));
+  const MethodResult& r = p.epoch_plan(0);
+  auto members = [&](uint32_t pack) {
+    return std::vector<uint32_t>(r.packing.packs.begin(pack), r.packing.packs.end(pack));
+  };
+  const int64_t step = 3;
+  // Slots of a step: micro 0 -> ranks 0, 1; micro 1 -> ranks 1, 0 (heavy and light alternate).
+  CHECK(p.pack(step, 0, 0) == members(r.plan.pack(step, 0, 0)));
+  CHECK(p.pack(step, 1, 0) == members(r.plan.pack(step, 0, 1)));
+  CHECK(p.pack(step, 1, 1) == members(r.plan.pack(step, 0, 2)));
+  CHECK(p.pack(step, 0, 1) == members(r.plan.pack(step, 0, 3)));
+  CHECK_THROWS_WITH(p.pack(step, 2, 0), Catch::Contains("outside dp 2"));
+}
+
+TEST_CASE("epochs follow each other: every sample once per epoch, tail carried, new seed",
+          "[balance][epoch_planner]") {
+  const int m = GENERATE(1, 3);
+  const SampleTable t = synthetic_table(997, 11);
+  EpochPlanner p(t, Method::kIsf, options(2, m));
+  const int64_t e0 = p.steps_in_epoch(0), e1 = p.steps_in_epoch(1);
+  REQUIRE(e0 > 0);
+  CHECK(p.position(e0 - 1).epoch == 0);
+  CHECK(p.position(e0).epoch == 1);
+  CHECK(p.position(e0).step_in_epoch == 0);
+  CHECK(p.position(e0 + e1).epoch == 2);
+  // Epoch 0's steps hold every sample once except its carried tail, which epoch 1 runs.
+  std::vector<int> seen(t.size(), 0);
+  for (int64_t g = 0; g < e0; ++g)
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < m; ++k)
+        for (uint32_t s : p.pack(g, r, k)) ++seen[s];
+  const MethodResult& r0 = p.epoch_plan(0);
+  for (uint32_t pk : r0.plan.carried)
+    for (const uint32_t* s = r0.packing.packs.begin(pk); s != r0.packing.packs.end(pk); ++s)
+      ++seen[*s];
+  for (size_t i = 0; i < t.size(); ++i) REQUIRE(seen[i] == 1);
+  // Budgets are searched once; epoch 1 reuses them but shuffles with seed + 1.
+  CHECK(p.epoch_plan(1).budgets.q_vit == r0.budgets.q_vit);
+  CHECK(p.epoch_plan(1).budgets.q_tok == r0.budgets.q_tok);
+  CHECK(step_packs(p, 0) != step_packs(p, e0));
+  EpochPlanner again(t, Method::kIsf, options(2, m));
+  CHECK(step_packs(again, e0 + 1) == step_packs(p, e0 + 1));
+}
+
+TEST_CASE("EpochPlanner rejects bad sizes and steps", "[balance][epoch_planner]") {
+  const SampleTable t = synthetic_table(100, 1);
+  CHECK_THROWS_WITH(EpochPlanner(t, Method::kRandom, options(0, 1)), Catch::Contains("dp and m"));
+  EpochPlanner p(t, Method::kRandom, options(1, 2));
+  CHECK_THROWS_WITH(p.position(-1), Catch::Contains("negative step"));
+  EpochPlanner big(t, Method::kRandom, options(8, 8));  // 64 packs of 4 > 100 samples
+  CHECK_THROWS_WITH(big.position(0), Catch::Contains("no full step"));
+}
