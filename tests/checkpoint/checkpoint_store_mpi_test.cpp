@@ -18,6 +18,7 @@
 namespace fs = std::filesystem;
 using omnibal::checkpoint::CheckpointStore;
 using omnibal::checkpoint::Shard;
+using omnibal::checkpoint::testing::flip_byte;
 using omnibal::checkpoint::testing::ScratchDir;
 using omnibal::checkpoint::testing::world_comm;
 
@@ -41,14 +42,6 @@ Shard make_shard(int rank, int64_t step) {
   s.tensors["shared.bias"] = torch::full({2}, static_cast<float>(rank));
   s.state = {{"rank", rank}, {"step", step}, {"rng", "state-" + std::to_string(rank)}};
   return s;
-}
-
-void flip_byte(const std::string& path, std::streamoff at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(at);
-  const char c = static_cast<char>(f.get());
-  f.seekp(at);
-  f.put(static_cast<char>(c ^ 0x40));
 }
 
 std::vector<std::string> step_dirs(const std::string& root) {

@@ -20,18 +20,11 @@
 namespace fs = std::filesystem;
 using omnibal::checkpoint::CheckpointStore;
 using omnibal::checkpoint::Shard;
+using omnibal::checkpoint::testing::flip_byte;
 using omnibal::checkpoint::testing::ScratchDir;
 using omnibal::checkpoint::testing::world_comm;
 
 namespace {
-
-void flip_byte(const std::string& path, std::streamoff at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(at);
-  const char c = static_cast<char>(f.get());
-  f.seekp(at);
-  f.put(static_cast<char>(c ^ 0x40));
-}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path);

@@ -1,10 +1,12 @@
-// Scratch directories for the checkpoint tests: unique per process (and shared by the ranks of
-// one mpiexec run when created through shared_scratch_dir), removed at the end of the test.
+// Scratch directories and file damage for the checkpoint tests. Scratch directories are unique
+// per process (and shared by the ranks of one mpiexec run when created through
+// shared_scratch_dir), removed at the end of the test.
 #pragma once
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace omnibal::checkpoint::testing {
@@ -34,5 +36,14 @@ class ScratchDir {
   std::filesystem::path path_;
   bool owner_;
 };
+
+/// Flips bit 6 of the byte at offset `at` of `path` in place (a corrupted shard or manifest).
+inline void flip_byte(const std::string& path, std::streamoff at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  const char c = static_cast<char>(f.get());
+  f.seekp(at);
+  f.put(static_cast<char>(c ^ 0x40));
+}
 
 }  // namespace omnibal::checkpoint::testing
