@@ -26,6 +26,8 @@ import json
 import statistics
 import sys
 
+from sim_table import load_metrics  # same folder: one reader of metrics.jsonl
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -33,12 +35,7 @@ def main():
     ap.add_argument("run_dir")
     ap.add_argument("sim_json")
     a = ap.parse_args()
-    measured = {}
-    with open(f"{a.run_dir}/metrics.jsonl") as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                measured[r["step"]] = r
+    measured = load_metrics(a.run_dir)
     with open(a.sim_json) as f:
         sim = {r["step"]: r for r in json.load(f)["steps"]}
     m = None
