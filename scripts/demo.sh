@@ -23,5 +23,5 @@ PLAN="$BUILD_DIR/apps/omnibal-plan/omnibal-plan"
 
 # 2. Training (<= 10 minutes on 2 cores).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun -np 2 --mca odls_base_sigkill_timeout 60 "$BUILD_DIR/apps/omnibal-train/omnibal-train" \
+mpirun -np 2 --mca odls_base_sigkill_timeout 10 "$BUILD_DIR/apps/omnibal-train/omnibal-train" \
   --config configs/demo.yaml "$@"

@@ -40,7 +40,8 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
   comm::install_stop_handler();
   comm::configure_threads(cfg.runtime.threads, mpi.local_size());  // logs each rank's plan
   const comm::ProcessGrid grid = comm::make_process_grid(cfg.parallel, mpi.size());
-  comm::WaitPolicy policy{cfg.comm.timeout_s, std::make_shared<comm::ErrorForwarder>()};
+  comm::WaitPolicy policy{cfg.comm.timeout_s, std::make_shared<comm::ErrorForwarder>(),
+                          cfg.comm.stop_grace_s};
   comm::ParallelComms comms(grid, policy);
   omnibal::train::Trainer trainer(cfg, comms, policy.errors, args.resume);
   const auto outcome = trainer.run();

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -20,6 +21,11 @@ void abort_job(const std::string& message, int exit_code) {
   if (rank >= 0) std::fprintf(stderr, "[rank %d] %s\n", rank, message.c_str());
   else std::fprintf(stderr, "[rank ?] %s\n", message.c_str());
   std::fflush(stderr);
+  // mpirun answers MPI_Abort with SIGTERM to every rank, this one included, and SIGKILLs only
+  // after odls_base_sigkill_timeout: with the graceful-stop handler still installed this rank
+  // would sit out that timeout. Restore the default action first.
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
   if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);
 }

@@ -1,9 +1,11 @@
 #include "comm/watchdog.h"
 
+#include "comm/stop_signal.h"
 #include "core/error.h"
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 namespace omnibal::comm {
@@ -11,6 +13,8 @@ namespace omnibal::comm {
 Watchdog::Watchdog(WaitPolicy policy) : policy_(std::move(policy)) {
   OMNIBAL_CHECK(policy_.timeout_s > 0, "comm.timeout_s: expected > 0 seconds, got ",
                 policy_.timeout_s);
+  OMNIBAL_CHECK(policy_.stop_grace_s > 0, "comm.stop_grace_s: expected > 0 seconds, got ",
+                policy_.stop_grace_s);
 }
 
 void Watchdog::wait(const std::function<bool()>& test, const std::string& what,
@@ -24,13 +28,23 @@ void Watchdog::wait(const std::function<bool()>& test, const std::string& what,
   // wait (a pipeline bubble) costs little CPU and at most ~0.25 ms of extra latency.
   const auto spin = std::chrono::milliseconds(2);
   auto sleep = std::chrono::microseconds(25);
+  const auto grace = std::chrono::duration<double>(policy_.stop_grace_s);
+  std::optional<Clock::time_point> stop_seen;  // when this wait first saw a stop signal
   for (;;) {
     if (test()) return;
     if (policy_.errors) policy_.errors->rethrow_if_any();
-    const auto waited = Clock::now() - start;
+    const auto now = Clock::now();
+    const auto waited = now - start;
     if (waited > limit) {
       if (on_timeout) on_timeout();
       OMNIBAL_FAIL(what, " timed out after ", policy_.timeout_s, " s (comm.timeout_s)");
+    }
+    if (!stop_seen && stop_requested()) stop_seen = now;
+    if (stop_seen && now - *stop_seen > grace) {
+      if (on_timeout) on_timeout();
+      OMNIBAL_FAIL(what, " still blocked ", policy_.stop_grace_s,
+                   " s after a stop signal (comm.stop_grace_s): the peer rank has probably "
+                   "ended; giving up without a checkpoint");
     }
     if (waited < spin) {
       std::this_thread::yield();

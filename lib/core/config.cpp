@@ -170,7 +170,10 @@ void RuntimeConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!run_dir.empty(), w, "run_dir: expected a directory path");
 }
 
-void CommConfig::validate(const std::string& w) const { check_positive(w + "timeout_s", timeout_s); }
+void CommConfig::validate(const std::string& w) const {
+  check_positive(w + "timeout_s", timeout_s);
+  check_positive(w + "stop_grace_s", stop_grace_s);
+}
 
 void ModelConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!preset.empty(), w, "preset: expected a preset name (models/presets/<name>.yaml)");

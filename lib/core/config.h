@@ -129,7 +129,11 @@ struct RuntimeConfig {
 /// Communication.
 struct CommConfig {
   double timeout_s = 300;  ///< watchdog: a collective or receive stuck this long aborts the job
-  template <class V> void visit_fields(V& v) { v("timeout_s", timeout_s); }
+  /// After SIGTERM/SIGINT, a wait still blocked this long aborts the job: the peer it waits for
+  /// has most likely died (mpirun signals the survivors of an MPI_Abort). Keep it below
+  /// mpirun's odls_base_sigkill_timeout and above the slowest checkpoint write.
+  double stop_grace_s = 20;
+  template <class V> void visit_fields(V& v) { v("timeout_s", timeout_s); v("stop_grace_s", stop_grace_s); }
   void validate(const std::string& where) const;
 };
 

@@ -212,8 +212,8 @@ def write_split(split, total, corpus):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--train", type=int, default=4000, help="training samples")
-    ap.add_argument("--eval", type=int, default=400, help="held-out samples")
+    ap.add_argument("--train", type=int, default=16000, help="training samples")
+    ap.add_argument("--eval", type=int, default=2000, help="held-out samples")
     ap.add_argument("--seed", type=int, default=2025)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)

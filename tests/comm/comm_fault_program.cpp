@@ -1,5 +1,5 @@
 // A small MPI program for the failure tests (comm_fault_test.cpp runs it under mpiexec):
-//   comm_fault_program <mode> <dir> [timeout_s]
+//   comm_fault_program <mode> <dir> [timeout_s] [stop_grace_s]
 // modes:
 //   throw-in-recv       rank 1 throws while rank 0 waits in a receive
 //   throw-in-allreduce  rank 1 throws while the other ranks wait in an all-reduce
@@ -9,7 +9,7 @@
 //   timeout-allreduce   rank 0 waits in an all-reduce rank 1 never joins (watchdog)
 //   sigterm             steps of all-reduce + should_stop(); each rank writes <dir>/rank<r>.pid
 //                       at start and <dir>/rank<r>.stop (the step) when all agree to stop
-// Everything runs under run_guarded(), as omnibal's apps do.
+// Everything runs under run_guarded() with the stop handler installed, as omnibal-train does.
 #include "comm/communicator.h"
 #include "comm/error_forwarder.h"
 #include "comm/job_guard.h"
@@ -43,7 +43,6 @@ MessageHeader expect_activation(int mb) {
 }
 
 int run_sigterm(Communicator& world, const std::string& dir) {
-  install_stop_handler();
   const int me = world.rank();
   write_file(dir + "/rank" + std::to_string(me) + ".pid", std::to_string(getpid()));
   for (int step = 1; step <= 2000; ++step) {
@@ -61,10 +60,13 @@ int run_sigterm(Communicator& world, const std::string& dir) {
   OMNIBAL_FAIL("no stop request arrived within 2000 steps");
 }
 
-int run_mode(const std::string& mode, const std::string& dir, double timeout_s) {
+int run_mode(const std::string& mode, const std::string& dir, double timeout_s,
+             double stop_grace_s) {
+  install_stop_handler();
   WaitPolicy policy;
   policy.timeout_s = timeout_s;
   policy.errors = std::make_shared<ErrorForwarder>();
+  policy.stop_grace_s = stop_grace_s;
   auto world = make_mpi_communicator(MPI_COMM_WORLD, "world", std::make_shared<Watchdog>(policy));
   TensorMessenger messenger(*world);
   const int me = world->rank();
@@ -114,8 +116,9 @@ int run_mode(const std::string& mode, const std::string& dir, double timeout_s) 
 int main(int argc, char** argv) {
   MpiRuntime mpi(&argc, &argv);
   return run_guarded([&] {
-    OMNIBAL_CHECK(argc >= 3, "usage: comm_fault_program <mode> <dir> [timeout_s]");
+    OMNIBAL_CHECK(argc >= 3, "usage: comm_fault_program <mode> <dir> [timeout_s] [stop_grace_s]");
     const double timeout_s = argc >= 4 ? std::stod(argv[3]) : 30.0;
-    return run_mode(argv[1], argv[2], timeout_s);
+    const double stop_grace_s = argc >= 5 ? std::stod(argv[4]) : 20.0;
+    return run_mode(argv[1], argv[2], timeout_s, stop_grace_s);
   });
 }

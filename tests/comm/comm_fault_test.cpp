@@ -91,9 +91,13 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-RunResult run_mode(int ranks, const std::string& mode, const std::string& timeout_s = "30") {
+RunResult run_mode(int ranks, const std::string& mode, const std::string& timeout_s = "30",
+                   const std::vector<std::string>& extra_args = {},
+                   const std::vector<std::string>& mpiexec_args = {}) {
   const fs::path dir = fresh_dir(mode);
-  const pid_t pid = spawn(ranks, {mode, dir.string(), timeout_s}, dir / "log.txt");
+  std::vector<std::string> args = {mode, dir.string(), timeout_s};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  const pid_t pid = spawn(ranks, args, dir / "log.txt", mpiexec_args);
   RunResult r = finish(pid, dir / "log.txt");
   fs::remove_all(dir);
   return r;
@@ -133,6 +137,24 @@ TEST_CASE("failure: a throw on rank 1 ends the job while rank 0 waits in a recei
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.output, Catch::Contains("[rank 1] ") &&
                            Catch::Contains("injected failure at step 2 (where=forward)"));
+}
+
+TEST_CASE("failure: under odls_base_sigkill_timeout a rank blocked on a dead peer gives up "
+          "comm.stop_grace_s after SIGTERM", "[mpi][fault]") {
+  // Open MPI 4.1 answers rank 1's MPI_Abort with SIGCONT, sleeps the timeout (3 s here), sends
+  // SIGTERM, sleeps it again, then SIGKILLs. Rank 0's stop handler turns that SIGTERM into a
+  // flag while it is blocked in a receive from the dead rank; the watchdog must then give up
+  // after comm.stop_grace_s (1 s) with a message, before the SIGKILL.
+  const RunResult r = run_mode(2, "throw-in-recv", "120", {"1"},
+                               {"--mca", "odls_base_sigkill_timeout", "3"});
+  INFO(r.output);
+  CHECK_FALSE(r.hung);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Catch::Contains("[rank 1] ") &&
+                           Catch::Contains("injected failure at step 2 (where=forward)") &&
+                           Catch::Contains("[rank 0] ") &&
+                           Catch::Contains("recv activation mb 0 from rank 1 (header) still "
+                                           "blocked 1 s after a stop signal (comm.stop_grace_s)"));
 }
 
 TEST_CASE("failure: a throw on rank 1 ends the job while others wait in an all-reduce",
