@@ -18,10 +18,16 @@ cmake --build "$BUILD_DIR" --target omnibal-plan omnibal-train -j "${OMNIBAL_JOB
 PLAN="$BUILD_DIR/apps/omnibal-plan/omnibal-plan"
 "$PLAN" scan --meta data/demo/train_meta.json --preset tiny --tokenizer data/demo/tokenizer.model \
   --set data.max_tiles=12 --out runs/demo-scan > /dev/null
-"$PLAN" data --meta runs/demo-scan/meta.json --dp 1 --micro-batches 4 --samples-per-pack 8 \
-  --method all | sed -n '/^method/,$p'
+# DP 8 as in the README's table: with the demo's single DP rank every Dist Ratio would be 0.
+"$PLAN" data --meta runs/demo-scan/meta.json --dp 8 --search --method all | sed -n '/^method/,$p'
 
-# 2. Training (<= 10 minutes on 2 cores).
+# 2. Training (<= 10 minutes on 2 cores). omnibal-train refuses a fresh start over an earlier
+# run's checkpoints, so a rerun without --resume moves the previous run aside, saying so.
+if [ -d runs/demo/checkpoints ] && [[ " $* " != *" --resume"* ]]; then
+  echo "demo: runs/demo holds an earlier run; moving it to runs/demo.prev (pass --resume auto to continue it instead)"
+  rm -rf runs/demo.prev
+  mv runs/demo runs/demo.prev
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 2 --mca odls_base_sigkill_timeout 10 "$BUILD_DIR/apps/omnibal-train/omnibal-train" \
   --config configs/demo.yaml "$@"

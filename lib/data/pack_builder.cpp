@@ -61,7 +61,11 @@ models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, con
                                      BadSampleCounts* counts) const {
   OMNIBAL_CHECK(policy_ == BadSamplePolicy::kError || counts != nullptr,
                 "PackBuilder::build: a BadSampleCounts is required under on_bad_sample: skip");
-  const SampleParts sample_parts{parts.pixels, parts.input_ids || parts.labels};
+  // Under kSkip every pack decodes its images, whichever parts it keeps: a pipeline stage that
+  // does not keep pixels must still skip exactly the samples whose images the first stage
+  // cannot decode, or its labels and loss normaliser would count a sample the model never saw.
+  const bool decode = parts.pixels || policy_ == BadSamplePolicy::kSkip;
+  const SampleParts sample_parts{decode, parts.input_ids || parts.labels};
   std::vector<ProcessedSample> samples;
   models::PackBatch batch;
   for (int64_t id : sample_ids) {

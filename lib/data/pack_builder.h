@@ -39,7 +39,9 @@ class PackBuilder {
 
   /// The pack of `sample_ids` (global indices, in pack order). A bad sample throws its
   /// BadSampleError under BadSamplePolicy::kError; under kSkip it is left out of the pack,
-  /// counted in `counts` (required then) and absent from PackBatch::sample_ids. Tensors:
+  /// counted in `counts` (required then) and absent from PackBatch::sample_ids. Under kSkip
+  /// images are decoded even when `parts.pixels` is false, so that every pipeline stage skips
+  /// the same samples. Tensors:
   /// pixel_values [tiles, 3, S, S] float32; image_flags [tiles], input_ids / labels /
   /// position_ids [T], cu_seqlens [n + 1], all int64. A pack whose every sample was skipped has
   /// n = 0, T = 0 and no tiles.

@@ -57,6 +57,19 @@ models::UnitState StageExecutor::input_state(int mb, const models::PackBatch* pa
                 " before RecvActivation{", mb, "}");
   torch::Tensor hidden = received_[mb];
   received_[mb] = torch::Tensor();
+  if (pack != nullptr && pack->cu_seqlens.defined()) {
+    // The stage's own pack (the last stage holds one for the loss normaliser and metrics) must
+    // describe the micro-batch the first stage sent: a sample skipped on one stage only would
+    // otherwise shift labels and counts silently.
+    const torch::Tensor side_cpu = received_side_[mb].to(torch::kCPU);
+    const auto side = side_cpu.accessor<int64_t, 1>();
+    const int64_t tokens = pack->cu_seqlens[-1].item<int64_t>();
+    const int64_t samples = pack->cu_seqlens.size(0) - 1;
+    OMNIBAL_CHECK(side[1] == tokens && side[2] == samples, "stage ", stage_, " micro-batch ", mb,
+                  ": the activation from stage ", stage_ - 1, " carries ", side[2], " samples / ",
+                  side[1], " tokens but this stage's pack has ", samples, " / ", tokens,
+                  " (a sample skipped on one stage only?)");
+  }
   if (grad && hidden.is_floating_point()) hidden.requires_grad_(true);
   flight_[mb].input = hidden;
   return models::UnitState::from_wire(hidden, received_side_[mb]);
@@ -124,7 +137,8 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
       case Op::RecvActivation: received_[mb] = receive_activation(mb); break;
       case Op::Forward:
         if (hooks.before_op) hooks.before_op("forward", mb);
-        forward(mb, stage_ == 0 ? &packs[mb] : nullptr, result, loss_scale, hooks);
+        forward(mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result,
+                loss_scale, hooks);
         break;
       case Op::SendActivation: {
         const models::UnitState& out = flight_[mb].output;

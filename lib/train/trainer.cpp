@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "comm/stop_signal.h"
@@ -60,6 +62,30 @@ int64_t param_digest(const std::string& name, const torch::Tensor& p) {
 
 }  // namespace
 
+/// A fresh start (no --resume) in a run directory that holds checkpoints of an earlier run would
+/// prune them by step number, possibly the new checkpoint first, and truncate metrics.jsonl:
+/// refuse, naming the checkpoints and the two ways on.
+static void refuse_earlier_checkpoints(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos)
+      found.push_back(name);
+  }
+  if (found.empty()) return;
+  std::sort(found.begin(), found.end());
+  std::string names;
+  for (const auto& n : found) names += (names.empty() ? "" : ", ") + n;
+  OMNIBAL_FAIL("runtime.run_dir ", run_dir, " already holds checkpoints of an earlier run (", names,
+                " in ", root.string(),
+                "): pass --resume auto to continue it, or set another runtime.run_dir (or delete ",
+                "the directory) to start afresh");
+}
+
 struct Trainer::State {
   Config cfg;
   comm::ParallelComms& comms;
@@ -83,12 +109,19 @@ struct Trainer::State {
   TrainCounters counters;
   std::unique_ptr<data::PackLoader> loader;
   int loader_epoch = -1;
+  int64_t skipped_samples = 0;  ///< bad samples left out of consumed packs (stage 0, this run)
   std::string config_yaml;
   int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1;
   models::LossReduction reduction = models::LossReduction::kToken;
   std::optional<EvalResult> last_eval;
 
   bool needs_packs() const { return stage_index == 0 || stage_index == stages - 1; }
+  /// Logs the loader's skipped-sample report (reasons, first example) for `epoch` on stage 0
+  /// when it skipped any; the loader may have built a few packs ahead of the last step.
+  void report_skipped(int epoch) const {
+    if (loader && stage_index == 0 && loader->bad_samples().total() > 0)
+      log_info("data: epoch {}, DP rank {}: {}", epoch, dp_rank, loader->bad_samples().report());
+  }
   void build_stage();
   void check_plan_hash();
   std::vector<models::PackBatch> next_packs(int64_t step);
@@ -176,6 +209,7 @@ std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
     lo.workers = cfg.data.workers;
     lo.prefetch = std::max(4, 2 * m);
     lo.parts = {stage_index == 0, stage_index == 0, true};
+    report_skipped(loader_epoch);
     loader.reset();
     loader = std::make_unique<data::PackLoader>(data->builder(), std::move(packs), lo);
     loader_epoch = pos.epoch;
@@ -184,6 +218,9 @@ std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
   for (int k = 0; k < m; ++k) {
     auto p = loader->next();
     OMNIBAL_CHECK(p.has_value(), "data loader ran out of packs at step ", step);
+    if (stage_index == 0)  // every loading stage skips the same samples; count them once
+      skipped_samples += static_cast<int64_t>(data->pack(step, dp_rank, k).size()) -
+                         static_cast<int64_t>(p->sample_ids.size());
     out.push_back(std::move(*p));
   }
   return out;
@@ -295,6 +332,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
       load_set(config.data.meta, config, s.preset, *s.tokenizer, std::max(1, config.data.workers)),
       config);
   s.check_plan_hash();
+  if (resume.empty()) refuse_earlier_checkpoints(config.runtime.run_dir);
   s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
                                                     config.train.keep_checkpoints, comms.world());
   const std::string dir = s.checkpoints->resolve(resume);
@@ -353,6 +391,9 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
              s.data->set().table.size(), config.balance.method, plan.packing.packs.size(),
              plan.plan.steps(), s.dp, s.m, plan.budgets.q_vit, plan.budgets.q_tok,
              s.counters.plan_hash);
+    if (s.data->set().bad_samples > 0)
+      log_info("data: on_bad_sample skip: the start-up scan left out {} samples (not in the plan)",
+               s.data->set().bad_samples);
   }
 }
 
@@ -411,7 +452,13 @@ TrainOutcome Trainer::run() {
       last_ckpt = step + 1;
     }
   }
+  s.report_skipped(s.loader_epoch);
   s.loader.reset();
+  const int64_t skipped = s.comms.world().all_reduce_int(s.skipped_samples, comm::ReduceOp::kSum,
+                                                         "skipped-sample count");
+  if (s.comms.rank() == 0 && (skipped > 0 || s.data->set().bad_samples > 0))
+    log_info("data: on_bad_sample skip left out {} samples at the start-up scan and {} of the "
+             "packs trained in this run", s.data->set().bad_samples, skipped);
   if (s.counters.step != last_ckpt || s.counters.step == 0 || out.stopped) s.save_checkpoint();
   if (!out.stopped && s.evaluator) {
     s.last_eval = s.evaluator->run(*s.stage, s.comms);
@@ -427,7 +474,8 @@ TrainOutcome Trainer::run() {
       {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
       {"param_hash", s.param_hash_text()},
       {"balance_method", cfg.balance.method}, {"partition", s.layout.partition.to_string()},
-      {"recomputed_per_stage", s.plan.recomputed_per_stage()}};
+      {"recomputed_per_stage", s.plan.recomputed_per_stage()},
+      {"skipped_samples", {{"scan", s.data->set().bad_samples}, {"training", skipped}}}};
   if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);
   if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
   s.log->finish(summary);

@@ -6,7 +6,7 @@ directories (metrics.jsonl, summary.json, checkpoints/).
   train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
        sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
-       init_from   (init_from also needs --plan omnibal-plan)
+       init_from | bad_sample   (init_from also needs --plan omnibal-plan)
 """
 import argparse
 import json
@@ -181,6 +181,18 @@ def check_resume(r):
         fail("parameter hash differs after resume")
     print("dropout 0.1: 6 straight == 3 + resume + 3: losses and parameter hash bitwise equal "
           f"({summary(straight)['param_hash']})")
+    # A fresh start (no --resume) into that run directory is refused: it would prune the
+    # earlier run's checkpoints by step number and truncate its metrics.jsonl.
+    before = sorted(os.listdir(os.path.join(half, "checkpoints")))
+    p, _ = r.run(1, "rs-resumed", 1, 1, 1, steps=2, fresh=False, expect_ok=False)
+    needle = "already holds checkpoints of an earlier run"
+    if p.returncode == 0 or needle not in p.stderr:
+        print(p.stderr[-2000:])
+        fail(f"a fresh start in a run directory with checkpoints: expected an error with '{needle}'")
+    if sorted(os.listdir(os.path.join(half, "checkpoints"))) != before or len(metrics(half)) != 6:
+        fail("the refused fresh start changed the earlier run's checkpoints or metrics")
+    print("a fresh start into that run directory is refused, checkpoints and metrics untouched: "
+          + next(l for l in p.stderr.splitlines() if needle in l).strip()[:160])
 
 
 def check_resume_split(r):
@@ -625,6 +637,49 @@ def check_init_from(r):
     if not allowed.startswith("1 missing"):
         fail(f"allow_missing: log says 'allowed: {allowed}', expected 1 missing")
     print(f"allow_missing [projector.fc1.*]: started (allowed: {allowed})")
+
+
+def check_bad_sample(r):
+    """on_bad_sample: skip with an image that cannot be decoded but whose record carries its
+    size (so the start-up scan does not open it): PP=2 must skip the same samples as one
+    process on every stage, in training and in evaluation."""
+    d = os.path.join(r.a.work, "data-bad")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(r.a.data, d)
+    for split in ("train", "eval"):
+        with open(os.path.join(d, split, "single.jsonl")) as f:
+            rec = json.loads(f.readline())
+        if "width" not in rec:
+            fail(f"{split}/single.jsonl: the first record has no width; the scan would catch it")
+        with open(os.path.join(d, split, rec["image"]), "wb") as f:
+            f.write(b"this is not a PNG file" * 8)
+    extra = ["--set", f"data.meta={d}/train_meta.json", "--set", f"data.eval_meta={d}/eval_meta.json",
+             "--set", f"data.tokenizer={d}/tokenizer.model", "--set", "data.on_bad_sample=skip",
+             "--set", "train.eval_every=0"]
+    runs = {}
+    for name, np, pp in [("bad-pp1", 1, 1), ("bad-pp2", 2, 2)]:
+        p, rd = r.run(np, name, 1, pp, 4, steps=6, extra=extra)
+        with open(os.path.join(rd, "summary.json")) as f:
+            runs[name] = (metrics(rd), json.load(f), p.stdout + p.stderr)
+    (m1, s1, _), (m2, s2, log2) = runs["bad-pp1"], runs["bad-pp2"]
+    skipped = s2["skipped_samples"]["training"]
+    if skipped < 1 or s1["skipped_samples"]["training"] != skipped:
+        fail(f"skipped samples: PP=1 {s1['skipped_samples']}, PP=2 {s2['skipped_samples']}")
+    if "bad samples" not in log2 and "skipped" not in log2:
+        fail("the PP=2 log does not report the skipped sample")
+    for a, b in zip(m2, m1):
+        if a["label_tokens"] != b["label_tokens"] or a["samples"] != b["samples"]:
+            fail(f"step {a['step']}: PP=2 trained {a['samples']} samples / {a['label_tokens']} "
+                 f"label tokens, one process {b['samples']} / {b['label_tokens']}")
+        if rel(a["loss"], b["loss"]) > 1e-4:
+            fail(f"step {a['step']}: PP=2 loss {a['loss']:.6f} vs one process {b['loss']:.6f}")
+    e1, e2 = s1["eval"]["overall"], s2["eval"]["overall"]
+    if e1["samples"] != e2["samples"] or rel(e1["loss"], e2["loss"]) > 1e-4:
+        fail(f"eval: PP=2 {e2['samples']} samples loss {e2['loss']:.6f}, one process "
+             f"{e1['samples']} samples loss {e1['loss']:.6f}")
+    print(f"one corrupt training and eval image, skip: PP=2 equals one process over 6 steps "
+          f"(skipped {skipped} in training; eval {e2['samples']} samples, loss {e2['loss']:.6f} "
+          f"vs {e1['loss']:.6f})")
 
 
 def main():
