@@ -50,7 +50,17 @@ Config parse_node(YAML::Node root, const std::string& origin,
                   const std::vector<std::string>& overrides) {
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   OMNIBAL_CHECK(root.IsMap(), origin, ": expected a mapping of config sections at the top level");
-  for (const auto& o : overrides) apply_override(root, o);
+  if (!overrides.empty()) {
+    // Read the file alone first, then once per override, so that an error names its source:
+    // "file:line" for the file, "--set 'key=value'" for an override (configs are small).
+    Config check;
+    yaml_struct::read_section(root, origin, check);
+    for (const auto& o : overrides) {
+      apply_override(root, o);
+      Config with_override;
+      yaml_struct::read_section(root, "--set '" + o + "'", with_override);
+    }
+  }
   Config config;
   yaml_struct::read_section(root, origin, config);
   config.validate();

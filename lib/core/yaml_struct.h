@@ -22,10 +22,11 @@ struct IsSection : std::false_type {};
 template <class T>
 struct IsSection<T, std::void_t<decltype(&T::template visit_fields<int>)>> : std::true_type {};
 
-/// Where a node came from: "file:line" (1-based), or the origin alone for --set values.
+/// Where a node came from: "file:line" (1-based), or the origin alone for nodes without a
+/// position and for an origin that is a command-line override ("--set 'key=value'").
 inline std::string where(const std::string& origin, const YAML::Node& node) {
   const auto mark = node.Mark();
-  if (mark.line < 0) return origin;
+  if (mark.line < 0 || origin.rfind("--set", 0) == 0) return origin;
   return origin + ":" + std::to_string(mark.line + 1);
 }
 

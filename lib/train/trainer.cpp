@@ -336,6 +336,12 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
                                                     config.train.keep_checkpoints, comms.world());
   const std::string dir = s.checkpoints->resolve(resume);
+  std::optional<Config> saved;  // the checkpoint's config, checked before any start-up work
+  if (!dir.empty()) {
+    saved = parse_config(s.checkpoints->config_text(dir), dir + "/config");
+    OMNIBAL_CHECK(saved->model.preset == config.model.preset, dir, ": the checkpoint is of model '",
+                  saved->model.preset, "' but model.preset is '", config.model.preset, "'");
+  }
   StartupPlanContext planning;
   planning.config = &config;
   planning.preset = &s.preset;
@@ -351,9 +357,6 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
         load_set(config.data.eval_meta, config, s.preset, *s.tokenizer, 1),
         config.balance.samples_per_pack, s.preset.llm.max_seq_len);
   if (!dir.empty()) {
-    const Config saved = parse_config(s.checkpoints->config_text(dir), dir + "/config");
-    OMNIBAL_CHECK(saved.model.preset == config.model.preset, dir, ": the checkpoint is of model '",
-                  saved.model.preset, "' but model.preset is '", config.model.preset, "'");
     const uint64_t hash = s.counters.plan_hash;
     s.counters = s.checkpoints->load(dir, s.params, *s.adam);
     if (s.counters.plan_hash != hash && comms.rank() == 0)
@@ -365,7 +368,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
     if (comms.rank() == 0) log_info("resumed from {} at step {}", dir, s.counters.step);
     if (!config.model.init_from.empty() && comms.rank() == 0)
       log_info("model.init_from {} ignored: resuming from checkpoint {}", config.model.init_from, dir);
-    if (s.cfg.model.hf_style == "auto") s.cfg.model.hf_style = saved.model.hf_style;
+    if (s.cfg.model.hf_style == "auto") s.cfg.model.hf_style = saved->model.hf_style;
     if (s.cfg.model.hf_style == "auto") s.cfg.model.hf_style = "internlm2";  // checkpoints before the key
   } else {
     if (resume == "auto" && comms.rank() == 0)

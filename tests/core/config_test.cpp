@@ -66,6 +66,18 @@ TEST_CASE("unknown keys are errors naming file, line and key", "[core][config]")
   CHECK_THAT(error_of("", {"parallel.nope=1"}), Catch::Contains("unknown key 'parallel.nope'"));
 }
 
+TEST_CASE("errors in --set values name the override, not a line of the file", "[core][config]") {
+  const std::string file = "parallel:\n  dp: 1\ntrain:\n  steps: 10\n";
+  auto msg = error_of(file, {"parallel.pp=2", "train.steps=abc"});
+  CHECK_THAT(msg, Catch::Contains("--set 'train.steps=abc': train.steps: expected an integer, got 'abc'"));
+  CHECK_THAT(msg, !Catch::Contains("test.yaml"));
+  msg = error_of(file, {"train.stpes=5"});
+  CHECK_THAT(msg, Catch::Contains("--set 'train.stpes=5': unknown key 'train.stpes'"));
+  // The file's own errors still name file and line, overrides or not.
+  CHECK_THAT(error_of(file + "  stpes: 3\n", {"train.steps=5"}),
+             Catch::Contains("test.yaml:5: unknown key 'train.stpes'"));
+}
+
 TEST_CASE("bad values are errors naming the key and what was expected", "[core][config]") {
   auto msg = error_of("parallel:\n  dp: two\n");
   CHECK_THAT(msg, Catch::Contains("test.yaml:2"));
