@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "checkpoint/checkpoint_reader.h"
 #include "comm/stop_signal.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -70,16 +71,15 @@ static void refuse_earlier_checkpoints(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return;
-  std::vector<std::string> found;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos)
-      found.push_back(name);
-  }
-  if (found.empty()) return;
-  std::sort(found.begin(), found.end());
+  std::vector<int64_t> steps;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (const auto step = checkpoint::parse_step_dir(e.path().filename().string());
+        step && e.is_directory())
+      steps.push_back(*step);
+  if (steps.empty()) return;
+  std::sort(steps.begin(), steps.end());
   std::string names;
-  for (const auto& n : found) names += (names.empty() ? "" : ", ") + n;
+  for (const int64_t step : steps) names += (names.empty() ? "step-" : ", step-") + std::to_string(step);
   OMNIBAL_FAIL("runtime.run_dir ", run_dir, " already holds checkpoints of an earlier run (", names,
                 " in ", root.string(),
                 "): pass --resume auto to continue it, or set another runtime.run_dir (or delete ",
