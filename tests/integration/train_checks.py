@@ -77,6 +77,15 @@ def summary(run_dir):
         return json.load(f)
 
 
+def refusal(p, needle, what):
+    """The stripped stderr line naming `needle` of a job that had to be refused; fails the
+    check, printing the end of stderr, when the job exited 0 or stderr does not name it."""
+    if p.returncode == 0 or needle not in p.stderr:
+        print(p.stderr[-3000:])
+        fail(f"{what}: expected a non-zero exit naming '{needle}'")
+    return next(l for l in p.stderr.splitlines() if needle in l).strip()
+
+
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
@@ -185,14 +194,12 @@ def check_resume(r):
     # earlier run's checkpoints by step number and truncate its metrics.jsonl.
     before = sorted(os.listdir(os.path.join(half, "checkpoints")))
     p, _ = r.run(1, "rs-resumed", 1, 1, 1, steps=2, fresh=False, expect_ok=False)
-    needle = "already holds checkpoints of an earlier run"
-    if p.returncode == 0 or needle not in p.stderr:
-        print(p.stderr[-2000:])
-        fail(f"a fresh start in a run directory with checkpoints: expected an error with '{needle}'")
+    line = refusal(p, "already holds checkpoints of an earlier run",
+                   "a fresh start in a run directory with checkpoints")
     if sorted(os.listdir(os.path.join(half, "checkpoints"))) != before or len(metrics(half)) != 6:
         fail("the refused fresh start changed the earlier run's checkpoints or metrics")
     print("a fresh start into that run directory is refused, checkpoints and metrics untouched: "
-          + next(l for l in p.stderr.splitlines() if needle in l).strip()[:160])
+          + line[:160])
 
 
 def check_resume_split(r):
@@ -309,11 +316,7 @@ def check_bad_config(r):
     for np, extra, needle in cases:
         args, _ = r.cmd(np, "bad", 1, 1, 1)
         p = subprocess.run(args + extra, env=ENV, capture_output=True, text=True, timeout=60)
-        if p.returncode == 0 or needle not in p.stderr:
-            print(p.stderr[-2000:])
-            fail(f"{extra}: expected a non-zero exit naming '{needle}'")
-        line = next((l for l in p.stderr.splitlines() if needle in l), "")
-        print(f"{' '.join(extra)}: refused ({line.strip()[:160]})")
+        print(f"{' '.join(extra)}: refused ({refusal(p, needle, extra)[:160]})")
 
 
 def check_truncated(r):
@@ -511,11 +514,7 @@ def check_plan_bad_config(r):
         args, _ = r.cmd(2, "bad-plan", 1, 2, 4)
         args += ["--set", "parallel.partition=balanced"] + extra
         p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
-        if p.returncode == 0 or needle not in p.stderr:
-            print(p.stderr[-2000:])
-            fail(f"{extra}: expected a non-zero exit naming '{needle}'")
-        line = next((l for l in p.stderr.splitlines() if needle in l), "")
-        print(f"{' '.join(extra)}: refused ({line.strip()[:200]})")
+        print(f"{' '.join(extra)}: refused ({refusal(p, needle, extra)[:200]})")
 
 
 def check_reduction(r):
@@ -626,11 +625,8 @@ def check_init_from(r):
     # The broken export: refused naming the tensor, accepted with allow_missing.
     p, _ = r.run(1, "if-missing", 1, 1, 1, steps=1, expect_ok=False,
                  extra=data + ["--set", f"model.init_from={broken}"])
-    needle = "projector.fc1.weight (mlp1.1.weight)"
-    if p.returncode == 0 or needle not in p.stderr:
-        print(p.stderr[-3000:])
-        fail(f"a missing mlp1.1.weight: expected a non-zero exit naming '{needle}'")
-    print(f"missing tensor refused: {next(l for l in p.stderr.splitlines() if needle in l).strip()}")
+    line = refusal(p, "projector.fc1.weight (mlp1.1.weight)", "a missing mlp1.1.weight")
+    print(f"missing tensor refused: {line}")
     p, _ = r.run(1, "if-allowed", 1, 1, 1, steps=1,
                  extra=data + ["--set", f"model.init_from={broken}", "--set", "model.allow_missing=[projector.fc1.*]"])
     allowed = log_value(p.stdout + p.stderr, "allowed:")
