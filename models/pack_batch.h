@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace omnibal::models {
@@ -24,6 +25,10 @@ struct PackBatch {
   torch::Tensor cu_seqlens;    ///< [n + 1] int64, cumulative sample lengths starting at 0 (kept
                                ///< on the CPU by the model: the attention loop reads it)
   std::vector<int64_t> sample_ids;  ///< global sample index of each member, in pack order
+  /// "file:line: bad sample (reason): detail" of each planned sample left out under
+  /// data.on_bad_sample: skip, in plan order. A pack whose every sample was left out has n = 0
+  /// (cu_seqlens = [0], T = 0, no tiles) and runs as an empty micro-batch.
+  std::vector<std::string> skipped;
   int64_t dropout_key = 0;  ///< key of this pack's dropout masks (models/dropout.h); 0 = off
 
   /// Number of samples in the pack.

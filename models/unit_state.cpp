@@ -28,8 +28,8 @@ torch::Tensor check_ids(const torch::Tensor& t, const char* field, int64_t expec
 }
 
 void check_cu_seqlens(const torch::Tensor& cu, int64_t tokens) {
-  OMNIBAL_CHECK(cu.defined() && cu.dim() == 1 && cu.size(0) >= 2,
-                "PackBatch.cu_seqlens: expected [n + 1] int64 with n >= 1 samples");
+  OMNIBAL_CHECK(cu.defined() && cu.dim() == 1 && cu.size(0) >= 1,
+                "PackBatch.cu_seqlens: expected [n + 1] int64 with n >= 0 samples");
   const auto acc = cu.accessor<int64_t, 1>();
   OMNIBAL_CHECK(acc[0] == 0, "PackBatch.cu_seqlens[0]: expected 0, got ", acc[0]);
   for (int64_t i = 1; i < cu.size(0); ++i)
@@ -112,7 +112,8 @@ UnitState UnitState::from_wire(torch::Tensor hidden, const torch::Tensor& side) 
     out.position_ids = take(tokens).to(device);
     out.labels = take(tokens).to(device);
   }
-  if (samples > 0) out.cu_seqlens = take(samples + 1);
+  // An empty micro-batch (every sample skipped) has n = 0: cu_seqlens = [0], as from_pack has.
+  out.cu_seqlens = samples > 0 ? take(samples + 1) : torch::zeros({1}, torch::kInt64);
   if (tiles > 0) out.image_flags = take(tiles).to(device);
   return out;
 }

@@ -58,6 +58,10 @@ struct UnitState {
   int64_t num_tokens() const { return input_ids.size(0); }
   /// Number of samples n in the pack.
   int64_t num_samples() const { return cu_seqlens.size(0) - 1; }
+  /// True for an empty micro-batch: n = 0 samples (cu_seqlens = [0]), as a pack whose every
+  /// sample was skipped under data.on_bad_sample: skip. run_units() passes it through without
+  /// computing (empty_output()), so every stage still sends and receives its messages.
+  bool empty() const { return cu_seqlens.defined() && cu_seqlens.size(0) == 1; }
 
   /// All side information (phase, ids, positions, cu_seqlens, labels, image flags, dropout key)
   /// as one int64 CPU tensor: [phase, T, n, tiles, dropout_key, input_ids(T), position_ids(T),

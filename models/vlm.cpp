@@ -121,7 +121,32 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
   return units;
 }
 
+UnitState empty_output(const PipelineUnit& last, const UnitState& state) {
+  OMNIBAL_CHECK(state.empty(), "empty_output: the state of ", last.unit_name(), " holds ",
+                state.num_samples(), " samples, expected an empty micro-batch");
+  const auto params = last.parameters();
+  const torch::TensorOptions opt =
+      params.empty() ? torch::TensorOptions(torch::kFloat32)
+                     : torch::TensorOptions(params.front().dtype()).device(params.front().device());
+  switch (last.kind()) {
+    case UnitKind::kVitEmbed:
+    case UnitKind::kVitBlock: return state.with_hidden(torch::zeros({0, 0, 0}, opt), Phase::kVit);
+    case UnitKind::kProjector: return state.with_hidden(torch::zeros({0, 0}, opt), Phase::kProjected);
+    case UnitKind::kLlmEmbed:
+    case UnitKind::kLlmBlock: return state.with_hidden(torch::zeros({0, 0}, opt), Phase::kLlm);
+    case UnitKind::kLlmHead: break;
+  }
+  UnitState out = state.with_hidden(torch::Tensor(), Phase::kLoss);
+  out.loss_sum = torch::zeros({}, opt.dtype(torch::kFloat32));
+  out.label_count = 0;
+  out.token_loss = torch::zeros({0}, opt.dtype(torch::kFloat32));
+  out.label_positions = torch::zeros({0}, opt.dtype(torch::kInt64));
+  out.logits = torch::zeros({0, 0}, opt.dtype(torch::kFloat32));
+  return out;
+}
+
 UnitState run_units(const std::vector<UnitPtr>& units, UnitState state) {
+  if (state.empty() && !units.empty()) return empty_output(*units.back(), state);
   for (const auto& unit : units) state = run_unit(*unit, state);
   return state;
 }
@@ -151,6 +176,7 @@ VlmImpl::VlmImpl(const ModelPreset& preset, const VlmOptions& options)
 UnitState VlmImpl::forward(const UnitState& state, int64_t begin, int64_t end) {
   OMNIBAL_CHECK(0 <= begin && begin <= end && end <= num_units(), "Vlm::forward: unit range [",
                 begin, ", ", end, ") outside [0, ", num_units(), "]");
+  if (state.empty() && begin < end) return empty_output(*units_[end - 1], state);
   UnitState s = state;
   for (int64_t i = begin; i < end; ++i) s = run_unit(*units_[i], s);
   return s;

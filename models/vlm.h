@@ -55,8 +55,17 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
                                 int64_t begin, int64_t end);
 
 /// Runs units in order (run_unit(), so recompute flags apply): the forward of one pipeline
-/// stage (or of the whole model).
+/// stage (or of the whole model). An empty micro-batch (state.empty()) computes nothing and
+/// returns empty_output() of the last unit.
 UnitState run_units(const std::vector<UnitPtr>& units, UnitState state);
+
+/// The output of `last` for an empty micro-batch (n = 0 samples, a pack whose every sample was
+/// skipped under data.on_bad_sample: skip): the phase after `last` with a hidden state of no
+/// rows in `last`'s dtype ([0, 0, 0] after ViT units, [0, 0] after the projector and LLM units,
+/// so a next stage receives a tensor of the rank it expects), or after the head loss_sum 0 (no
+/// graph), label_count 0 and empty token_loss / label_positions / logits. Throws omnibal::Error
+/// unless state.empty().
+UnitState empty_output(const PipelineUnit& last, const UnitState& state);
 
 /// Re-initialises every parameter of `unit` deterministically from (seed, full parameter name):
 /// norm weights 1, biases 0, layer scales 0.1 (InternViT's init), everything else N(0, std).

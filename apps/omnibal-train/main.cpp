@@ -4,7 +4,7 @@
 // N must equal parallel.dp * parallel.pp. The app parses the command line, loads the config,
 // sets up threads and the process grid, runs the trainer and maps errors to `[rank r] ...` on
 // stderr and a job abort (comm::run_guarded); SIGTERM/SIGINT stop the job at the next step
-// boundary with a checkpoint and exit 0.
+// boundary with a checkpoint and exit 0, as do train.exit_after_steps / exit_duration_min.
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -46,7 +46,8 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
   omnibal::train::Trainer trainer(cfg, comms, policy.errors, args.resume);
   const auto outcome = trainer.run();
   if (outcome.stopped)
-    omnibal::log_info("stopped by signal after step {}; checkpoint written", outcome.steps_done);
+    omnibal::log_info("stopped ({}) after step {}; checkpoint written, continue with --resume auto",
+                      outcome.stop_reason, outcome.steps_done);
   return 0;
 }
 

@@ -8,14 +8,19 @@
 
 namespace omnibal::checkpoint {
 namespace fs = std::filesystem;
+namespace {
+constexpr const char* kChecksumKey = "manifest_xxh3_64";
+}  // namespace
 
 nlohmann::json CheckpointManifest::to_json() const {
   nlohmann::json files_json = nlohmann::json::array();
   for (const auto& f : files)
     files_json.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3_64", f.xxh3_64}});
-  return {{"format", kFormat}, {"version", kVersion},       {"step", step},
-          {"world_size", world_size}, {"files", files_json}, {"tensors", tensors},
-          {"config_file", kConfigFile}};
+  nlohmann::json j = {{"format", kFormat}, {"version", kVersion},       {"step", step},
+                      {"world_size", world_size}, {"files", files_json}, {"tensors", tensors},
+                      {"config_file", kConfigFile}};
+  j[kChecksumKey] = to_hex64(xxh3_of(j.dump()));
+  return j;
 }
 
 CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const std::string& origin) {
@@ -24,8 +29,17 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
     OMNIBAL_CHECK(j.is_object() && j.value("format", "") == kFormat, origin,
                   ": not an omnibal checkpoint manifest (format must be \"", kFormat, "\")");
     const int version = j.at("version").get<int>();
-    OMNIBAL_CHECK(version == kVersion, origin, ": manifest version ", version, ", this build reads ",
-                  kVersion);
+    OMNIBAL_CHECK(version == 1 || version == kVersion, origin, ": manifest version ", version,
+                  ", this build reads 1 and ", kVersion);
+    if (version >= 2) {
+      nlohmann::json rest = j;
+      const std::string stored = rest.at(kChecksumKey).get<std::string>();
+      rest.erase(kChecksumKey);
+      const std::string actual = to_hex64(xxh3_of(rest.dump()));
+      OMNIBAL_CHECK(stored == actual, origin, ": the manifest does not match its own checksum (",
+                    kChecksumKey, " ", stored, ", contents hash to ", actual,
+                    "): it was edited or damaged after the checkpoint was written");
+    }
     m.step = j.at("step").get<int64_t>();
     m.world_size = j.at("world_size").get<int>();
     for (const auto& f : j.at("files"))

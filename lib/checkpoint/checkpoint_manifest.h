@@ -3,10 +3,15 @@
 // renamed from step-N.tmp only afterwards, so a manifest that verifies means a complete
 // checkpoint (checkpoint_store.h has the protocol).
 //
-//   {"format": "omnibal-checkpoint", "version": 1, "step": 120, "world_size": 4,
+//   {"format": "omnibal-checkpoint", "version": 2, "step": 120, "world_size": 4,
 //    "files": [{"name": "rank-0.safetensors", "bytes": 123, "xxh3_64": "0f1e..."}, ...],
 //    "tensors": {"llm_block_3.attention.wq.weight": "rank-1.safetensors", ...},
-//    "config_file": "config.yaml"}
+//    "config_file": "config.yaml", "manifest_xxh3_64": "9a0b..."}
+//
+// manifest_xxh3_64 checks the manifest itself: the XXH3-64 of the compact JSON of every other
+// field (nlohmann's dump(), keys sorted), so an edited or damaged manifest is refused before
+// its file list is trusted (`--resume auto` then skips the checkpoint). Version 1 manifests,
+// written before the field existed, are read without that check.
 //
 // Not here: writing shards, renaming, pruning (checkpoint_store.h).
 #pragma once
@@ -30,7 +35,7 @@ struct ManifestFile {
 /// The parsed manifest.json of a checkpoint directory.
 struct CheckpointManifest {
   static constexpr const char* kFormat = "omnibal-checkpoint";
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;
   static constexpr const char* kFileName = "manifest.json";
   static constexpr const char* kConfigFile = "config.yaml";
 
@@ -39,11 +44,13 @@ struct CheckpointManifest {
   std::vector<ManifestFile> files;             ///< every file but manifest.json
   std::map<std::string, std::string> tensors;  ///< tensor name -> file holding it
 
+  /// The manifest with its own checksum (manifest_xxh3_64).
   nlohmann::json to_json() const;
-  /// Parses and checks the fields; `origin` (the file path) is named in errors.
+  /// Parses and checks the fields and (version 2) the manifest's own checksum; `origin` (the
+  /// file path) is named in errors.
   static CheckpointManifest from_json(const nlohmann::json& j, const std::string& origin);
   /// Reads <dir>/manifest.json. Throws omnibal::Error naming the file when it is missing,
-  /// unreadable, not JSON, or lacks a field.
+  /// unreadable, not JSON, lacks a field, or does not match its own checksum.
   static CheckpointManifest read(const std::string& dir);
 };
 

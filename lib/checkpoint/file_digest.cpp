@@ -20,6 +20,8 @@ std::string to_hex64(uint64_t value) {
 
 std::string FileDigest::hex() const { return to_hex64(xxh3); }
 
+uint64_t xxh3_of(const std::string& bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
 FileDigest digest_file(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   OMNIBAL_CHECK(file != nullptr, "cannot read ", path, ": ", std::strerror(errno));

@@ -23,6 +23,9 @@ struct FileDigest {
 /// the path when it cannot be read.
 FileDigest digest_file(const std::string& path);
 
+/// XXH3-64 of an in-memory buffer (the manifest's own checksum).
+uint64_t xxh3_of(const std::string& bytes);
+
 /// 16 lowercase hex digits of `value`.
 std::string to_hex64(uint64_t value);
 

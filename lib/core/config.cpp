@@ -2,6 +2,7 @@
 // visit_fields(), so a key is declared exactly once.
 #include "core/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -91,6 +92,27 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 std::string to_yaml(const Config& config) { return yaml_struct::write_section(config); }
 
+std::vector<std::string> config_differences(const Config& a, const Config& b,
+                                            const std::vector<std::string>& keys) {
+  const YAML::Node ya = YAML::Load(to_yaml(a)), yb = YAML::Load(to_yaml(b));
+  const auto value = [](YAML::Node node, const std::string& key) {
+    std::stringstream path(key);
+    for (std::string part; std::getline(path, part, '.');) {
+      OMNIBAL_CHECK(node.IsMap() && node[part], "config_differences: no key '", key, "'");
+      node.reset(node[part]);  // operator= would assign into the tree
+    }
+    YAML::Emitter out;
+    out << YAML::Flow << node;
+    return std::string(out.c_str());
+  };
+  std::vector<std::string> changed;
+  for (const auto& key : keys) {
+    const std::string va = value(ya, key), vb = value(yb, key);
+    if (va != vb) changed.push_back(key + ": " + va + " -> " + vb);
+  }
+  return changed;
+}
+
 // ---- validation: one function per section, each naming the full key ----
 
 namespace {
@@ -168,6 +190,10 @@ void TrainConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(beta1 >= 0 && beta1 < 1, w, "beta1: expected [0, 1), got ", beta1);
   OMNIBAL_CHECK(beta2 >= 0 && beta2 < 1, w, "beta2: expected [0, 1), got ", beta2);
   OMNIBAL_CHECK(grad_clip >= 0, w, "grad_clip: expected >= 0 (0 = off), got ", grad_clip);
+  OMNIBAL_CHECK(exit_after_steps >= 0, w, "exit_after_steps: expected >= 0 (0 = off), got ",
+                exit_after_steps);
+  OMNIBAL_CHECK(std::isfinite(exit_duration_min) && exit_duration_min >= 0, w,
+                "exit_duration_min: expected minutes >= 0 (0 = off), got ", exit_duration_min);
 }
 
 void DebugConfig::validate(const std::string& w) const {

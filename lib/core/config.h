@@ -108,12 +108,20 @@ struct TrainConfig {
   double weight_decay = 0.05;       ///< AdamW decoupled decay (not on norms, biases, scales)
   double beta1 = 0.9, beta2 = 0.95; ///< AdamW moment decays
   double grad_clip = 1.0;           ///< global gradient-norm clip; 0 = off
+  /// For scheduler time slots (Megatron's --exit-interval / --exit-duration-in-mins): after
+  /// this many steps of this process (not the global step), write a checkpoint and exit 0 at
+  /// the step boundary; `--resume auto` with the same config continues bitwise. 0 = off.
+  int exit_after_steps = 0;
+  /// The same after this many minutes since the trainer started (start-up included), agreed
+  /// over all ranks at each step boundary. 0 = off.
+  double exit_duration_min = 0;
   template <class V> void visit_fields(V& v) {
     v("steps", steps); v("lr", lr); v("warmup_steps", warmup_steps); v("freeze", freeze);
     v("checkpoint_every", checkpoint_every); v("keep_checkpoints", keep_checkpoints);
     v("eval_every", eval_every); v("seed", seed); v("min_lr_ratio", min_lr_ratio);
     v("weight_decay", weight_decay); v("beta1", beta1); v("beta2", beta2);
-    v("grad_clip", grad_clip);
+    v("grad_clip", grad_clip); v("exit_after_steps", exit_after_steps);
+    v("exit_duration_min", exit_duration_min);
   }
   void validate(const std::string& where) const;
 };
@@ -210,5 +218,11 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 
 /// The resolved config as YAML, every key present (written to run directories and checkpoints).
 std::string to_yaml(const Config& config);
+
+/// "key: <a's value> -> <b's value>" for each dotted key of `keys` ("parallel.dp",
+/// "balance.q_tok", a whole section "balance") whose YAML value differs between `a` and `b`,
+/// in the order of `keys`. Throws omnibal::Error naming a key that is not in the config.
+std::vector<std::string> config_differences(const Config& a, const Config& b,
+                                            const std::vector<std::string>& keys);
 
 }  // namespace omnibal

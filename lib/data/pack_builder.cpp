@@ -78,6 +78,7 @@ models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, con
     } catch (const BadSampleError& e) {
       if (policy_ == BadSamplePolicy::kError) throw;
       counts->add(e);
+      batch.skipped.push_back(e.what());
     }
   }
   std::vector<int64_t> cu{0}, positions, flags;

@@ -86,6 +86,41 @@ static void refuse_earlier_checkpoints(const std::string& run_dir) {
                 "the directory) to start afresh");
 }
 
+/// Resuming on another data plan (other data, balance.*, or dp * m) would continue the
+/// checkpoint's epoch on a different sample stream: some samples trained twice, others never.
+/// Refuse, naming the keys that changed and the two ways on. Same dp * m keeps the plan (steps
+/// are planned as dp * m packs whatever the DP size), so it resumes bitwise.
+static void refuse_data_plan_change(const std::string& dir, const TrainCounters& at,
+                                    uint64_t plan_hash, const Config& saved, const Config& now) {
+  if (at.plan_hash == plan_hash) return;
+  static const std::vector<std::string> kPlanKeys{
+      "parallel.dp", "parallel.micro_batches", "balance", "data.meta", "data.tokenizer",
+      "data.template", "data.min_tiles", "data.max_tiles", "data.on_bad_sample"};
+  const auto changed = config_differences(saved, now, kPlanKeys);
+  std::string list;
+  for (const auto& c : changed) list += "\n  " + c;
+  if (changed.empty())
+    list = "\n  no plan key changed: the data files (data.meta and the files it lists) differ";
+  const int64_t old_batch = int64_t{saved.parallel.dp} * saved.parallel.micro_batches;
+  const int64_t new_batch = int64_t{now.parallel.dp} * now.parallel.micro_batches;
+  std::string keep = "restore the keys above";
+  if (old_batch != new_batch)
+    keep += fmt::format(
+        "; only parallel.dp x parallel.micro_batches must stay {}{}", old_batch,
+        old_batch % now.parallel.dp == 0
+            ? fmt::format(" (parallel.micro_batches={} at parallel.dp={})",
+                          old_batch / now.parallel.dp, now.parallel.dp)
+            : fmt::format(" (parallel.dp={} does not divide it)", now.parallel.dp));
+  OMNIBAL_FAIL(dir, ": the data plan differs from the checkpoint's (plan hash ",
+               fmt::format("{:016x}", plan_hash), " vs ", fmt::format("{:016x}", at.plan_hash),
+               "): continuing at step ", at.step, " (epoch ", at.epoch, ", step ", at.step_in_epoch,
+               " of it) would train some samples twice and others never. Changed since the "
+               "checkpoint:", list, "\nTo continue this run exactly, ", keep,
+               ". To train on the new plan from these weights, start a new run: omnibal-plan "
+               "export --checkpoint ", dir, " --out DIR, then model.init_from=DIR in a fresh "
+               "runtime.run_dir");
+}
+
 struct Trainer::State {
   Config cfg;
   comm::ParallelComms& comms;
@@ -110,18 +145,25 @@ struct Trainer::State {
   std::unique_ptr<data::PackLoader> loader;
   int loader_epoch = -1;
   int64_t skipped_samples = 0;  ///< bad samples left out of consumed packs (stage 0, this run)
+  int64_t packer_skipped = 0;   ///< samples the packer left out of the epochs this run entered
+  int packer_epoch = -1;        ///< last epoch whose packer skips were counted
+  Clock::time_point started = Clock::now();  ///< train.exit_duration_min counts from here
   std::string config_yaml;
   int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1;
   models::LossReduction reduction = models::LossReduction::kToken;
   std::optional<EvalResult> last_eval;
 
   bool needs_packs() const { return stage_index == 0 || stage_index == stages - 1; }
-  /// Logs the loader's skipped-sample report (reasons, first example) for `epoch` on stage 0
-  /// when it skipped any; the loader may have built a few packs ahead of the last step.
+  /// Logs the loader's skipped-sample report (reasons, first example) for `epoch` on every
+  /// stage-0 rank (one per DP replica) when it skipped any; the loader may have built a few
+  /// packs ahead of the last step.
   void report_skipped(int epoch) const {
     if (loader && stage_index == 0 && loader->bad_samples().total() > 0)
-      log_info("data: epoch {}, DP rank {}: {}", epoch, dp_rank, loader->bad_samples().report());
+      log_info_every_rank("data: epoch {}, DP rank {}: {}", epoch, dp_rank,
+                          loader->bad_samples().report());
   }
+  void count_packer_skips(int epoch);
+  std::optional<std::string> exit_due(int64_t steps_this_run);
   void build_stage();
   void check_plan_hash();
   std::vector<models::PackBatch> next_packs(int64_t step);
@@ -180,6 +222,19 @@ void Trainer::State::check_plan_hash() {
   counters.plan_hash = h;
 }
 
+/// Collective: why this run ends at this step boundary (train.exit_after_steps, or
+/// train.exit_duration_min agreed over all ranks), or nothing.
+std::optional<std::string> Trainer::State::exit_due(int64_t steps_this_run) {
+  const TrainConfig& t = cfg.train;
+  if (t.exit_after_steps > 0 && steps_this_run >= t.exit_after_steps)
+    return fmt::format("train.exit_after_steps {}", t.exit_after_steps);
+  if (t.exit_duration_min <= 0) return std::nullopt;
+  const int64_t over = since(started) >= 60.0 * t.exit_duration_min ? 1 : 0;
+  if (comms.world().all_reduce_int(over, comm::ReduceOp::kMax, "exit duration") == 0)
+    return std::nullopt;
+  return fmt::format("train.exit_duration_min {}", t.exit_duration_min);
+}
+
 void Trainer::State::maybe_fail(const std::string& where, int64_t step) const {
   const auto& f = cfg.debug.fail_at;
   if (f.rank != comms.rank() || f.step != step || f.where != where) return;
@@ -196,8 +251,29 @@ void Trainer::State::maybe_fail(const std::string& where, int64_t step) const {
   OMNIBAL_FAIL("debug.fail_at: injected ", where, " failure at step ", step);
 }
 
+/// The samples the packer (ISF budgets, baselines' caps) left out of epoch `epoch` under
+/// data.on_bad_sample: skip: counted once per epoch this run enters, logged by rank 0 with the
+/// first one's file:line and load.
+void Trainer::State::count_packer_skips(int epoch) {
+  if (epoch <= packer_epoch) return;
+  packer_epoch = epoch;
+  const auto& skipped = data->epoch_plan(epoch).packing.skipped;
+  if (skipped.empty()) return;
+  packer_skipped += static_cast<int64_t>(skipped.size());
+  if (comms.rank() != 0) return;
+  const auto& set = data->set();
+  const uint32_t first = skipped.front();
+  const auto& budgets = data->epoch_plan(epoch).budgets;
+  log_info("data: epoch {}: the packer left out {} samples over the pack budgets (Q_v {} Q_t {}) "
+           "under data.on_bad_sample: skip; first: {} ({} tiles, {} tokens)", epoch,
+           skipped.size(), budgets.q_vit, budgets.q_tok,
+           set.dataset->entry(set.global_id(first)).origin.to_string(), set.table.load[first].tiles(),
+           set.table.load[first].tokens());
+}
+
 std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
   const DataPosition pos = data->position(step);
+  count_packer_skips(pos.epoch);
   if (!needs_packs()) return {};
   if (pos.epoch != loader_epoch) {
     std::vector<std::vector<int64_t>> packs;
@@ -218,9 +294,16 @@ std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
   for (int k = 0; k < m; ++k) {
     auto p = loader->next();
     OMNIBAL_CHECK(p.has_value(), "data loader ran out of packs at step ", step);
-    if (stage_index == 0)  // every loading stage skips the same samples; count them once
-      skipped_samples += static_cast<int64_t>(data->pack(step, dp_rank, k).size()) -
-                         static_cast<int64_t>(p->sample_ids.size());
+    if (stage_index == 0) {  // every loading stage skips the same samples; count them once
+      skipped_samples += static_cast<int64_t>(p->skipped.size());
+      if (p->num_samples() == 0) {
+        std::string why;
+        for (const auto& e : p->skipped) why += "\n  " + e;
+        log_info_every_rank("data: step {}, DP rank {}, micro-batch {}: every sample of the pack "
+                            "was left out (data.on_bad_sample: skip); it runs as an empty "
+                            "micro-batch:{}", step, dp_rank, k, why);
+      }
+    }
     out.push_back(std::move(*p));
   }
   return out;
@@ -341,6 +424,8 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
     saved = parse_config(s.checkpoints->config_text(dir), dir + "/config");
     OMNIBAL_CHECK(saved->model.preset == config.model.preset, dir, ": the checkpoint is of model '",
                   saved->model.preset, "' but model.preset is '", config.model.preset, "'");
+    refuse_data_plan_change(dir, TrainCounters::from_json(s.checkpoints->rank_state(dir)),
+                            s.counters.plan_hash, *saved, config);
   }
   StartupPlanContext planning;
   planning.config = &config;
@@ -359,10 +444,6 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   if (!dir.empty()) {
     const uint64_t hash = s.counters.plan_hash;
     s.counters = s.checkpoints->load(dir, s.params, *s.adam);
-    if (s.counters.plan_hash != hash && comms.rank() == 0)
-      log_info("warning: the data plan differs from the checkpoint's ({:016x} vs {:016x}): the "
-               "data, balance.* or dp * m changed; continuing at step {}", hash,
-               s.counters.plan_hash, s.counters.step);
     s.counters.plan_hash = hash;
     s.counters.stage_plan = memory::stage_plan_json(s.plan);
     if (comms.rank() == 0) log_info("resumed from {} at step {}", dir, s.counters.step);
@@ -389,9 +470,13 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
     const auto& plan = s.data->epoch_plan(0);
     log_info("{}", comms.grid().describe(comms.rank()));
     log_info("stages: {}", s.layout.describe());
-    log_info("data: {} samples, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
-             "packs, budgets Q_v {} Q_t {}, plan hash {:016x}",
-             s.data->set().table.size(), config.balance.method, plan.packing.packs.size(),
+    const size_t left_out = plan.packing.skipped.size();
+    log_info("data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
+             "packs, budgets Q_v {} Q_t {}, plan hash {:016x}", s.data->set().table.size(),
+             left_out ? fmt::format(" ({} planned; the packer leaves out {} over budget)",
+                                    s.data->set().table.size() - left_out, left_out)
+                      : std::string(),
+             config.balance.method, plan.packing.packs.size(),
              plan.plan.steps(), s.dp, s.m, plan.budgets.q_vit, plan.budgets.q_tok,
              s.counters.plan_hash);
     if (s.data->set().bad_samples > 0)
@@ -412,6 +497,13 @@ TrainOutcome Trainer::run() {
   for (int64_t step = first; step < cfg.train.steps; ++step) {
     if (comm::should_stop(s.comms.world())) {
       out.stopped = true;
+      out.stop_reason = "signal";
+      break;
+    }
+    // At least one step per launch, so a slot shorter than start-up still makes progress.
+    if (auto why = step > first ? s.exit_due(step - first) : std::nullopt) {
+      out.stopped = true;
+      out.stop_reason = *why;
       break;
     }
     const auto t0 = Clock::now();
@@ -459,9 +551,10 @@ TrainOutcome Trainer::run() {
   s.loader.reset();
   const int64_t skipped = s.comms.world().all_reduce_int(s.skipped_samples, comm::ReduceOp::kSum,
                                                          "skipped-sample count");
-  if (s.comms.rank() == 0 && (skipped > 0 || s.data->set().bad_samples > 0))
-    log_info("data: on_bad_sample skip left out {} samples at the start-up scan and {} of the "
-             "packs trained in this run", s.data->set().bad_samples, skipped);
+  if (s.comms.rank() == 0 && (skipped > 0 || s.data->set().bad_samples > 0 || s.packer_skipped > 0))
+    log_info("data: on_bad_sample skip left out {} samples at the start-up scan, {} in the "
+             "packer over the epochs of this run and {} of the packs trained in this run",
+             s.data->set().bad_samples, s.packer_skipped, skipped);
   if (s.counters.step != last_ckpt || s.counters.step == 0 || out.stopped) s.save_checkpoint();
   if (!out.stopped && s.evaluator) {
     s.last_eval = s.evaluator->run(*s.stage, s.comms);
@@ -475,10 +568,12 @@ TrainOutcome Trainer::run() {
       {"steps", s.counters.step}, {"steps_this_run", run_steps}, {"seconds", seconds},
       {"seconds_per_step", run_steps ? seconds / run_steps : 0.0}, {"final_loss", out.final_loss},
       {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
+      {"stop_reason", out.stop_reason},
       {"param_hash", s.param_hash_text()},
       {"balance_method", cfg.balance.method}, {"partition", s.layout.partition.to_string()},
       {"recomputed_per_stage", s.plan.recomputed_per_stage()},
-      {"skipped_samples", {{"scan", s.data->set().bad_samples}, {"training", skipped}}}};
+      {"skipped_samples",
+       {{"scan", s.data->set().bad_samples}, {"packer", s.packer_skipped}, {"training", skipped}}}};
   if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);
   if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
   s.log->finish(summary);

@@ -31,7 +31,10 @@ namespace omnibal::train {
 /// How a run ended.
 struct TrainOutcome {
   int64_t steps_done = 0;   ///< global steps completed (including those before a resume)
-  bool stopped = false;     ///< ended early by SIGTERM (a checkpoint was written)
+  bool stopped = false;     ///< ended early (a checkpoint was written): see stop_reason
+  /// "signal" (SIGTERM/SIGINT), "train.exit_after_steps N" or "train.exit_duration_min M";
+  /// empty when the run reached train.steps.
+  std::string stop_reason;
   double final_loss = 0;    ///< loss of the last step run
   std::optional<EvalResult> eval;  ///< last evaluation, if any
 };
@@ -48,7 +51,8 @@ class Trainer {
   Trainer(const Config& config, comm::ParallelComms& comms,
           std::shared_ptr<comm::ErrorForwarder> errors, const std::string& resume);
   ~Trainer();
-  /// Trains to train.steps (or until SIGTERM).
+  /// Trains to train.steps, or until SIGTERM / train.exit_after_steps / train.exit_duration_min
+  /// (then a checkpoint at that step boundary; `--resume auto` continues bitwise).
   TrainOutcome run();
 
  private:

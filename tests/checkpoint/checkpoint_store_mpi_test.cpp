@@ -1,6 +1,6 @@
 // The checkpoint store under 1 and 2 ranks (ctest runs this binary with mpiexec -n 1 and -n 2):
 // save/load round trip across files, find_latest skipping truncated, flipped and leftover
-// directories, keep_last pruning, and a failed write on the last rank leaving the previous
+// directories and edited manifests, keep_last pruning, and a failed write on the last rank leaving the previous
 // checkpoint verified and loadable.
 #include "checkpoint/checkpoint_store.h"
 #include "comm/communicator.h"
@@ -9,6 +9,7 @@
 #include "tests/checkpoint/test_dirs.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -138,6 +139,43 @@ TEST_CASE("find_latest skips truncated, flipped and unfinished checkpoints", "[s
   world->barrier();
   CHECK_FALSE(store.find_latest().has_value());
   CHECK_THROWS_WITH(store.verify(dir->file("step-1")), Catch::Contains("config.yaml: missing"));
+  world->barrier();
+}
+
+TEST_CASE("an edited manifest is refused by its own checksum; a version-1 manifest still reads",
+          "[store]") {
+  auto world = world_comm();
+  auto dir = shared_dir(*world, "ckpt_manifest");
+  CheckpointStore store(dir->str(), 0, *world);
+  for (int64_t step : {1, 2, 3}) store.save(step, make_shard(world->rank(), step), "x: 1\n");
+  const auto read_json = [](const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  };
+  const auto write_json = [](const std::string& path, const nlohmann::json& j) {
+    std::ofstream(path) << j.dump(1) << "\n";
+  };
+  if (world->rank() == 0) {
+    // step-3: one tensor re-pointed to another (existing, verified) file; every listed file
+    // still matches, so only the manifest's own checksum can tell.
+    nlohmann::json edited = read_json(dir->file("step-3/manifest.json"));
+    CHECK(edited["version"] == 2);
+    CHECK(edited.contains("manifest_xxh3_64"));
+    edited["tensors"]["unit_0.w"] = "config.yaml";
+    write_json(dir->file("step-3/manifest.json"), edited);
+    // step-2: as a version-1 writer left it (no checksum): still read.
+    nlohmann::json v1 = read_json(dir->file("step-2/manifest.json"));
+    v1.erase("manifest_xxh3_64");
+    v1["version"] = 1;
+    write_json(dir->file("step-2/manifest.json"), v1);
+  }
+  world->barrier();
+  CHECK(store.find_latest() == dir->file("step-2"));
+  CHECK_THROWS_WITH(store.verify(dir->file("step-3")),
+                    Catch::Contains("step-3/manifest.json: the manifest does not match its own checksum"));
+  CHECK_NOTHROW(store.verify(dir->file("step-2")));
+  const auto name = "unit_0.w";
+  CHECK(torch::equal(store.load_tensors(dir->file("step-2"), {name}).at(name), make_shard(0, 2).tensors.at(name)));
   world->barrier();
 }
 

@@ -105,6 +105,30 @@ TEST_CASE("to_yaml round-trips the resolved config", "[core][config]") {
   CHECK(b.memory.recompute.per_stage == std::vector<int>{2, 1});
 }
 
+TEST_CASE("config_differences lists the changed keys with both values", "[core][config]") {
+  const auto a = parse_config("parallel:\n  dp: 2\n  micro_batches: 2\nbalance:\n  q_tok: 2048\n", "a.yaml");
+  const auto b = parse_config("parallel:\n  dp: 1\n  micro_batches: 2\nbalance:\n  q_tok: 1024\n", "b.yaml");
+  const std::vector<std::string> keys{"parallel.dp", "parallel.micro_batches", "balance.q_tok", "data.meta"};
+  CHECK(omnibal::config_differences(a, b, keys) ==
+        std::vector<std::string>{"parallel.dp: 2 -> 1", "balance.q_tok: 2048 -> 1024"});
+  CHECK(omnibal::config_differences(a, a, keys).empty());
+  // A whole section compares as one value; the trees are not changed by the walk.
+  CHECK(omnibal::config_differences(a, b, {"balance"}).size() == 1);
+  CHECK(omnibal::config_differences(a, b, {"parallel.dp", "parallel.dp"}).size() == 2);
+  CHECK_THROWS_WITH(omnibal::config_differences(a, b, {"parallel.nope"}), Catch::Contains("no key 'parallel.nope'"));
+  CHECK(omnibal::config_differences(a, b, {"train.exit_after_steps"}).empty());
+}
+
+TEST_CASE("train.exit_after_steps and train.exit_duration_min", "[core][config]") {
+  const auto c = parse_config("train:\n  exit_after_steps: 3\n  exit_duration_min: 1.5\n", "t.yaml");
+  CHECK(c.train.exit_after_steps == 3);
+  CHECK(c.train.exit_duration_min == 1.5);
+  CHECK_THROWS_WITH(parse_config("train:\n  exit_after_steps: -1\n", "t.yaml"),
+                    Catch::Contains("train.exit_after_steps: expected >= 0"));
+  CHECK_THROWS_WITH(parse_config("train:\n  exit_duration_min: -2\n", "t.yaml"),
+                    Catch::Contains("train.exit_duration_min: expected minutes >= 0"));
+}
+
 TEST_CASE("model.init_from, model.allow_missing and loss.reduction", "[core][config]") {
   const auto c = parse_config("model:\n  init_from: /ckpt/InternVL-Chat-V1-5\n  allow_missing: ['projector.*']\n"
                               "loss:\n  reduction: square\n",

@@ -137,3 +137,26 @@ TEST_CASE("loader: skip policy counts bad samples; early destruction does not ha
   PackLoader unused(builder, many, LoaderOptions{2, 4, PackParts::all()});
   CHECK(unused.size() == 64);
 }  // `unused` is destroyed with most packs unbuilt
+
+TEST_CASE("pack: under skip a pack whose every sample is bad is an empty micro-batch naming them",
+          "[data][pack]") {
+  Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
+            "\n");
+  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kSkip);
+  BadSampleCounts counts;
+  const auto parts = GENERATE(PackParts::all(), PackParts::for_stage(1, 2));
+  const auto pack = builder.build({3, 3}, parts, &counts);
+  CHECK(pack.num_samples() == 0);
+  CHECK(pack.cu_seqlens.sizes() == torch::IntArrayRef{1});
+  CHECK(pack.cu_seqlens[0].item<int64_t>() == 0);
+  CHECK(pack.position_ids.numel() == 0);
+  CHECK(pack.image_flags.numel() == 0);
+  if (parts.pixels) CHECK(pack.pixel_values.size(0) == 0);
+  REQUIRE(pack.skipped.size() == 2);
+  CHECK_THAT(pack.skipped[0], Catch::Contains("a.jsonl:4") && Catch::Contains("missing_image"));
+  CHECK(counts.count(BadSampleReason::kMissingImage) == 2);
+  // A pack with one good sample keeps it and names only the bad one.
+  const auto mixed = builder.build({3, 2}, parts, &counts);
+  CHECK(mixed.sample_ids == std::vector<int64_t>{2});
+  CHECK(mixed.skipped.size() == 1);
+}

@@ -6,7 +6,8 @@ directories (metrics.jsonl, summary.json, checkpoints/).
   train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
        sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
-       init_from | bad_sample   (init_from also needs --plan omnibal-plan)
+       init_from | bad_sample | empty_pack | packer_skip | exit_after
+       (init_from and packer_skip also need --plan omnibal-plan)
 """
 import argparse
 import json
@@ -207,8 +208,22 @@ def check_resume_split(r):
     ckpt = os.path.join(half, "checkpoints", "step-3")
     if not os.path.isdir(ckpt):
         fail(f"missing {ckpt}")
+    # DP 1 x m 2 would be another data plan (steps of 2 packs instead of 4): refused, naming
+    # the changed key and the product to keep, before anything is written.
+    before = len(metrics(half))
+    p, _ = r.run(2, "rs-split", 1, 2, 2, steps=6, fresh=False, expect_ok=False,
+                 extra=DROPOUT + ["--resume", ckpt])
+    line = refusal(p, "the data plan differs from the checkpoint's", "a resume at another dp x m")
+    for needle in ("parallel.dp: 2 -> 1", "parallel.micro_batches=4 at parallel.dp=1",
+                   "model.init_from"):
+        if needle not in p.stderr:
+            print(p.stderr[-3000:])
+            fail(f"the refusal does not say '{needle}'")
+    if len(metrics(half)) != before:
+        fail("the refused resume wrote metrics")
+    print("resume at dp 1 x m 2 of a dp 2 x m 2 checkpoint is refused: " + line[:200])
     # The same checkpoint under another PP split (manual 3 + 7 units instead of uniform 5 + 5)
-    # and another DP size.
+    # and another DP size with the same dp x m.
     r.run(2, "rs-split", 1, 2, 4, steps=6, fresh=False,
           extra=DROPOUT + ["--resume", ckpt, "--set", "parallel.partition={manual: [3, 7]}"])
     mr = metrics(half)
@@ -676,6 +691,146 @@ def check_bad_sample(r):
     print(f"one corrupt training and eval image, skip: PP=2 equals one process over 6 steps "
           f"(skipped {skipped} in training; eval {e2['samples']} samples, loss {e2['loss']:.6f} "
           f"vs {e1['loss']:.6f})")
+
+
+def corrupt_copy(r, name, lines):
+    """A copy of the demo data whose train/single.jsonl records `lines` (0-based) have images
+    that cannot be decoded (their records carry the size, so the start-up scan passes them)."""
+    d = os.path.join(r.a.work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(r.a.data, d)
+    with open(os.path.join(d, "train", "single.jsonl")) as f:
+        recs = [json.loads(l) for l in f]
+    for k in lines:
+        if "width" not in recs[k]:
+            fail(f"train/single.jsonl line {k + 1} has no width; the scan would catch it")
+        with open(os.path.join(d, "train", recs[k]["image"]), "wb") as f:
+            f.write(b"this is not a PNG file" * 8)
+    return d
+
+
+def check_empty_pack(r):
+    """on_bad_sample: skip with packs of one sample (random packing) whose images cannot be
+    decoded: those packs are empty micro-batches. DP 2 x PP 2 runs on, equals one process, counts
+    every skip, names each empty pack's file:line, and both DP replicas report their skips."""
+    bad = [0, 2, 3, 5, 8, 11]
+    d = corrupt_copy(r, "data-empty", bad)
+    ann = os.path.join(d, "train", "single.jsonl")
+    with open(ann) as f:
+        head = f.readlines()[:16]
+    sub = os.path.join(d, "train", "single16.jsonl")
+    with open(sub, "w") as f:
+        f.writelines(head)
+    meta = os.path.join(d, "meta16.json")
+    with open(meta, "w") as f:
+        json.dump({"single16": {"root": os.path.join(d, "train"), "annotation": sub,
+                                "repeat_time": 1, "length": 16}}, f)
+    # 16 packs of 1 sample, 4 per step: 8 steps = 2 epochs.
+    extra = ["--set", f"data.meta={meta}", "--set", f"data.tokenizer={d}/tokenizer.model",
+             "--set", "data.on_bad_sample=skip", "--set", "balance.method=random",
+             "--set", "balance.samples_per_pack=1"]
+    p1, d1 = r.run(1, "empty-1", 1, 1, 4, steps=8, extra=extra)
+    p4, d4 = r.run(4, "empty-4", 2, 2, 2, steps=8, extra=extra)
+    want = 2 * len(bad)
+    for name, rd in (("one process", d1), ("dp 2 x pp 2", d4)):
+        got = summary(rd)["skipped_samples"]["training"]
+        if got != want:
+            fail(f"{name}: {got} skipped samples in training, expected {want} (6 bad x 2 epochs)")
+    for a, b in zip(metrics(d4), metrics(d1)):
+        if a["samples"] != b["samples"] or rel(a["loss"], b["loss"]) > 1e-4:
+            fail(f"step {a['step']}: dp 2 x pp 2 {a['samples']} samples loss {a['loss']:.6f}, "
+                 f"one process {b['samples']} loss {b['loss']:.6f}")
+    log = p4.stdout + p4.stderr
+    empty = [l for l in log.splitlines() if "every sample of the pack was left out" in l]
+    named = [l for l in log.splitlines() if "single16.jsonl:" in l and "corrupt_image" in l]
+    if len(empty) != want or len(named) < want:
+        print(log[-3000:])
+        fail(f"{len(empty)} empty-pack lines and {len(named)} naming file:line and reason, "
+             f"expected {want}")
+    for dp in (0, 1):
+        if not any(f"DP rank {dp}: skipped" in l for l in log.splitlines()):
+            print(log[-3000:])
+            fail(f"no skipped-sample report of DP rank {dp}")
+    print(f"{len(bad)} of 16 one-sample packs empty over 2 epochs: dp 2 x pp 2 equals one process "
+          f"(8 steps, {want} skips counted, each empty pack named, both DP replicas report)")
+
+
+def check_packer_skip(r):
+    """Explicit ISF budgets under skip: the samples over them are left out by the packer; the
+    trainer counts and names them as omnibal-plan data does."""
+    scan = os.path.join(r.a.work, "ps-scan")
+    shutil.rmtree(scan, ignore_errors=True)
+    d = r.a.data
+    p = subprocess.run([r.a.plan, "scan", "--meta", f"{d}/train_meta.json", "--out", scan,
+                        "--preset", "tiny", "--tokenizer", f"{d}/tokenizer.model", "--threads", "1",
+                        "--set", "data.max_tiles=12"],
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        print(p.stdout, p.stderr)
+        fail("omnibal-plan scan failed")
+    tokens = []
+    for f in sorted(os.listdir(scan)):
+        if f.endswith(".json") and f != "meta.json":
+            with open(os.path.join(scan, f)) as g:
+                tokens += [e["token_num"] for e in json.load(g)]
+    q_tok = sorted(tokens)[-3]  # the two longest samples are over it (ties aside)
+    over = sum(1 for t in tokens if t > q_tok)
+    if over < 1:
+        fail("no sample over the chosen budget")
+    thresh = q_tok // 2  # the default Q_t - 128 can be below 0 for these short samples
+    budgets = ["--set", "balance.q_vit=64", "--set", f"balance.q_tok={q_tok}",
+               "--set", f"balance.q_tok_thresh={thresh}", "--set", "data.on_bad_sample=skip"]
+    p, rd = r.run(1, "ps-train", 1, 1, 2, steps=2, extra=budgets)
+    got = summary(rd)["skipped_samples"]["packer"]
+    line = log_value(p.stdout + p.stderr, "the packer left out")
+    q = subprocess.run([r.a.plan, "data", "--meta", os.path.join(scan, "meta.json"), "--dp", "1",
+                        "--method", "isf", "--q-vit", "64", "--q-tok", str(q_tok), "--q-tok-thresh", str(thresh),
+                        "--on-bad-sample", "skip", "--json", os.path.join(r.a.work, "ps.json")],
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    if q.returncode != 0:
+        print(q.stdout, q.stderr)
+        fail("omnibal-plan data failed")
+    with open(os.path.join(r.a.work, "ps.json")) as f:
+        planned = json.load(f)["results"][0]["skipped"]
+    if got != over or planned != over:
+        fail(f"samples over Q_t {q_tok}: {over}; the trainer counts {got}, omnibal-plan data {planned}")
+    if "train/" not in line or ".jsonl:" not in line:
+        fail(f"the packer's log line names no file:line: '{line}'")
+    print(f"Q_t {q_tok}: {over} samples left out by the packer, counted by the trainer "
+          f"(summary skipped_samples.packer {got}) as by omnibal-plan data ({planned}); "
+          f"log: ...{line[:120]}")
+
+
+def check_exit_after(r):
+    """train.exit_after_steps 2: three launches of --resume auto equal one straight run of 6
+    steps bitwise, each exiting 0 with a checkpoint; train.exit_duration_min stops after the
+    first step past it."""
+    _, straight = r.run(2, "ex-straight", 1, 2, 2, steps=6, extra=DROPOUT)
+    run = os.path.join(r.a.work, "ex-slots")
+    shutil.rmtree(run, ignore_errors=True)
+    for k in range(3):
+        p, _ = r.run(2, "ex-slots", 1, 2, 2, steps=6, fresh=False,
+                     extra=DROPOUT + ["--resume", "auto", "--set", "train.exit_after_steps=2"])
+        s = summary(run)
+        if s["steps"] != 2 * (k + 1) or s["steps_this_run"] != 2:
+            fail(f"launch {k + 1}: {s['steps']} steps, {s['steps_this_run']} this run")
+        want = "train.exit_after_steps 2" if k < 2 else ""
+        if s["stop_reason"] != want or s["stopped"] != (k < 2):
+            fail(f"launch {k + 1}: stop_reason '{s['stop_reason']}', expected '{want}'")
+    for a, b in zip(metrics(run), metrics(straight)):
+        if a["loss"] != b["loss"]:
+            fail(f"step {a['step']}: loss {a['loss']!r} over 3 slots vs {b['loss']!r} straight")
+    if summary(run)["param_hash"] != summary(straight)["param_hash"]:
+        fail("parameter hash after 3 slots differs from the straight run")
+    p, rd = r.run(1, "ex-duration", 1, 1, 4, steps=6,
+                  extra=["--set", "train.exit_duration_min=0.0001"])
+    s = summary(rd)
+    if s["steps"] != 1 or s["stop_reason"] != "train.exit_duration_min 0.0001":
+        fail(f"exit_duration_min: {s['steps']} steps, stop_reason '{s['stop_reason']}'")
+    if not os.path.isdir(os.path.join(rd, "checkpoints", "step-1")):
+        fail("exit_duration_min: no checkpoint at step 1")
+    print("exit_after_steps 2: 3 launches (exit 0 each) == 6 straight steps, losses and parameter "
+          f"hash bitwise ({summary(run)['param_hash']}); exit_duration_min: 1 step, checkpoint")
 
 
 def main():

@@ -1,6 +1,7 @@
 // The 1F1B stage executor on 2 ranks (mpiexec -n 2) against the whole model in one process:
 // same loss and the same gradients for every parameter of each stage, with micro-batches of
-// different shapes and a stage-boundary activation of >= 8 MiB (ViT tokens of 1,936 tiles).
+// different shapes and a stage-boundary activation of >= 8 MiB (ViT tokens of 1,936 tiles);
+// an empty micro-batch (every sample skipped) among them changes neither.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -56,7 +57,88 @@ models::PackBatch make_pack(int samples, int tiles, uint64_t seed) {
   return b;
 }
 
+// A pack whose every sample was skipped (data.on_bad_sample: skip): n = 0, T = 0, no tiles.
+models::PackBatch empty_pack() {
+  models::PackBatch b;
+  b.pixel_values = torch::zeros({0, 3, 56, 56});
+  b.image_flags = torch::zeros({0}, torch::kInt64);
+  b.input_ids = torch::zeros({0}, torch::kInt64);
+  b.labels = torch::zeros({0}, torch::kInt64);
+  b.position_ids = torch::zeros({0}, torch::kInt64);
+  b.cu_seqlens = torch::zeros({1}, torch::kInt64);
+  b.skipped = {"a.jsonl:3: bad sample (corrupt_image): test"};
+  return b;
+}
+
 }  // namespace
+
+TEST_CASE("an empty micro-batch runs through 2 stages: same messages, no loss, no gradient",
+          "[pipeline][mpi]") {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  REQUIRE(world == 2);
+  const ModelPreset preset = small_wide_vit();
+  const auto names = models::unit_names(preset);
+  // Cut after the ViT (a [tiles, 1 + P, d] boundary) or after the LLM embedding ([T, d]).
+  const int cut = GENERATE(2, 4);
+  INFO("cut " << cut);
+  models::VlmOptions opt;
+  opt.with_img_context_id(kImgContext).with_seed(5);
+  const std::vector<models::PackBatch> full = {make_pack(3, 2, 1), make_pack(2, 1, 3)};
+  const std::vector<models::PackBatch> packs = {full[0], empty_pack(), full[1]};
+  // Reference: the two non-empty packs in one process.
+  auto all = models::make_units(preset, opt, 0, static_cast<int64_t>(names.size()));
+  int64_t labels = 0;
+  std::vector<models::UnitState> outs;
+  for (const auto& p : full) {
+    outs.push_back(models::run_units(all, models::UnitState::from_pack(p)));
+    labels += outs.back().label_count;
+  }
+  double ref_loss = 0;
+  for (auto& o : outs) {
+    ref_loss += o.loss_sum.item<double>();
+    (o.loss_sum / static_cast<double>(labels)).backward();
+  }
+  std::map<std::string, torch::Tensor> ref_grads;
+  for (const auto& u : all)
+    for (const auto& np : u->named_parameters()) ref_grads[u->unit_name() + "." + np.key()] = np.value().grad();
+  // The empty pack alone through the whole model: the head's empty output.
+  const models::UnitState alone = models::run_units(all, models::UnitState::from_pack(packs[1]));
+  CHECK(alone.phase == models::Phase::kLoss);
+  CHECK(alone.label_count == 0);
+  CHECK(alone.loss_sum.item<double>() == 0.0);
+  CHECK_FALSE(alone.loss_sum.requires_grad());
+
+  comm::ParallelComms comms(comm::ProcessGrid({1, 2, 1}, 2), comm::WaitPolicy{120, nullptr});
+  const int s = comms.coord().pp;
+  comm::TensorMessenger pipe(comms.pipeline());
+  auto units = models::make_units(preset, opt, s == 0 ? 0 : cut, s == 0 ? cut : static_cast<int64_t>(names.size()));
+  pipeline::StageExecutor stage(units, s, 2, &pipe);
+  const auto program = schedule::build_1f1b_schedule(2, 3)[s];
+  // The last stage holds the packs too (for the loss normaliser); its empty pack must match.
+  const auto r = stage.run_step(program, packs, 1.0 / static_cast<double>(labels));
+  if (s == 1) {
+    CHECK(r.label_count == labels);
+    CHECK(r.loss_sum == Approx(ref_loss).epsilon(1e-5));
+    REQUIRE(r.micro_batches.size() == 3);
+    CHECK(r.micro_batches[1].first == 0.0);
+    CHECK(r.micro_batches[1].second == 0);
+  }
+  for (const auto& u : units) {
+    for (const auto& np : u->named_parameters()) {
+      const std::string name = u->unit_name() + "." + np.key();
+      INFO(name);
+      REQUIRE(np.value().grad().defined());
+      CHECK(torch::allclose(np.value().grad(), ref_grads.at(name), 1e-4, 1e-6));
+    }
+  }
+  // Evaluation's forward-only path takes the empty micro-batch as well.
+  const auto out = stage.forward_only(0, &packs[1]);
+  if (s == 1) {
+    REQUIRE(out.has_value());
+    CHECK(out->label_count == 0);
+  }
+}
 
 TEST_CASE("1F1B executor on 2 stages equals the whole model (>= 8 MiB activations)", "[pipeline][mpi]") {
   int world = 0;
