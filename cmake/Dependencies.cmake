@@ -14,6 +14,8 @@ find_package(ZLIB)  # optional: only the checkpoint benchmark's crc32 comparison
 if(OMNIBAL_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
   include(Catch)
+  # Python tests that need numpy (Debian python3-numpy; a pyenv python3 on PATH may lack it).
+  set(OMNIBAL_TEST_PYTHON /usr/bin/python3 CACHE FILEPATH "python3 with numpy, for the Python tests")
 endif()
 
 # yaml-cpp 0.7 on Debian exports the plain target name.

@@ -5,6 +5,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -21,9 +22,26 @@ std::string shard_name(size_t k, size_t n) {
 
 }  // namespace
 
-nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const std::string& torch_dtype) {
+std::string internvl_template_name(const std::string& name) {
+  // internvl/conversation.py "internlm2-chat": system "<|im_start|>system\n{msg}", roles
+  // "<|im_start|>user\n" / "<|im_start|>assistant\n", each turn closed by "<|im_end|>" with no
+  // newline (SeparatorStyle.MPT), which is what data/chat_template.cpp renders ("internvl2_5"
+  // adds a newline after <|im_end|>, "phi3-chat" uses <|user|> / <|end|>).
+  if (name == "internlm2-chat") return "internlm2-chat";
+  OMNIBAL_FAIL("data.template \"", name, "\": no InternVL conversation template is known to match it ",
+               "(known: internlm2-chat)");
+}
+
+nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const std::string& torch_dtype,
+                              const HfTrainingSettings& trained) {
   const auto& v = preset.vit;
   const auto& l = preset.llm;
+  OMNIBAL_CHECK(trained.pad_token_id >= 0 && trained.pad_token_id < l.vocab_size, "export: pad_token_id ",
+                trained.pad_token_id, " is not a token of preset ", preset.name, " (vocab_size ", l.vocab_size,
+                "); give the tokenizer's pad id");
+  OMNIBAL_CHECK(trained.min_dynamic_patch >= 1 && trained.min_dynamic_patch <= trained.max_dynamic_patch,
+                "export: expected 1 <= min_dynamic_patch <= max_dynamic_patch (data.min_tiles / data.max_tiles), got ",
+                trained.min_dynamic_patch, " and ", trained.max_dynamic_patch);
   const bool internlm2 = style == HfLlmStyle::kInternLm2;
   nlohmann::json vision = {{"architectures", {"InternVisionModel"}}, {"model_type", "intern_vit_6b"},
                            {"hidden_size", v.width}, {"num_hidden_layers", v.depth},
@@ -37,30 +55,47 @@ nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const
   const char* arch = internlm2 ? "InternLM2ForCausalLM"
                      : style == HfLlmStyle::kLlamaFused ? "Phi3ForCausalLM" : "LlamaForCausalLM";
   const char* type = internlm2 ? "internlm2" : style == HfLlmStyle::kLlamaFused ? "phi3" : "llama";
+  // tie_word_embeddings is false even for a tied preset: InternVLChatConfig forces it, and the
+  // export writes the head as its own tensor. pad_token_id becomes nn.Embedding's padding_idx.
   nlohmann::json llm = {{"architectures", {arch}},
                         {"model_type", type}, {"hidden_size", l.width},
                         {"num_hidden_layers", l.depth}, {"num_attention_heads", l.heads},
                         {"num_key_value_heads", l.kv_heads}, {"intermediate_size", l.mlp_dim},
                         {"vocab_size", l.vocab_size}, {"rope_theta", l.rope_theta},
                         {"max_position_embeddings", l.max_seq_len}, {"rms_norm_eps", l.norm_eps},
-                        {"tie_word_embeddings", l.tie_embeddings}, {"hidden_act", "silu"},
-                        {"torch_dtype", torch_dtype}};
+                        {"tie_word_embeddings", false}, {"pad_token_id", trained.pad_token_id},
+                        {"hidden_act", "silu"}, {"torch_dtype", torch_dtype}};
   if (internlm2) llm["bias"] = false;
+  // system_message "": omnibal trains without a system turn (data/chat_template.h); without the
+  // key InternVL would prepend its template's default system message.
   return {{"architectures", {"InternVLChatModel"}}, {"model_type", "internvl_chat"},
           {"downsample_ratio", preset.projector.downsample_ratio}, {"force_image_size", v.tile_size},
-          {"ps_version", "v2"}, {"select_layer", -1}, {"template", internlm2 ? "internlm2-chat" : style == HfLlmStyle::kLlamaFused ? "phi3-chat" : "Hermes-2"},
+          {"ps_version", "v2"}, {"select_layer", -1}, {"template", internvl_template_name(trained.chat_template)},
+          {"system_message", ""}, {"dynamic_image_size", trained.dynamic_image_size},
+          {"use_thumbnail", trained.use_thumbnail}, {"min_dynamic_patch", trained.min_dynamic_patch},
+          {"max_dynamic_patch", trained.max_dynamic_patch}, {"tie_word_embeddings", false},
           {"torch_dtype", torch_dtype}, {"vision_config", vision}, {"llm_config", llm},
-          {"omnibal", {{"preset", preset.name}, {"llm_style", hf_llm_style_name(style)}}}};
+          {"omnibal", {{"preset", preset.name}, {"llm_style", hf_llm_style_name(style)},
+                       {"tie_embeddings", l.tie_embeddings}}}};
 }
 
 HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, const ModelPreset& preset,
                          const std::string& out_dir, const HfExportOptions& options) {
-  // Plan every HF tensor (tied embeddings appear twice: the first mapping wins).
+  // Plan every HF tensor. A tied head maps to the embedding's name, which is planned first; the
+  // head is then written as its own tensor with the same values (see the header).
   std::vector<std::pair<std::string, torch::Tensor>> planned;
   std::set<std::string> written, used;
   std::vector<std::string> missing;
   for (const auto& m : hf_mappings(preset, options.style)) {
-    if (written.count(m.hf_name)) continue;
+    if (written.count(m.hf_name)) {
+      const auto embedding = std::find_if(planned.begin(), planned.end(), [&](const auto& p) { return p.first == m.hf_name; });
+      if (m.parts[0] == "llm_head.output.weight" && embedding != planned.end()) {
+        torch::Tensor t = embedding->second;
+        planned.emplace_back(hf_lm_head_name(options.style), t);
+        written.insert(hf_lm_head_name(options.style));
+      }
+      continue;
+    }
     std::vector<torch::Tensor> parts;
     for (const auto& p : m.parts) {
       const auto it = tensors.find(p);
@@ -79,6 +114,10 @@ HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, co
     OMNIBAL_FAIL("export to ", out_dir, ": ", missing.size(), " parameters of preset ", preset.name,
                  " are missing:", list);
   }
+  const auto config_for = [&](const std::string& torch_dtype) {
+    return hf_config_json(preset, options.style, torch_dtype, options.trained);
+  };
+  config_for("float32");  // a bad setting fails before anything is written
   HfExportReport report;
   for (const auto& [name, t] : tensors)
     if (!used.count(name)) report.ignored.push_back(name);
@@ -114,7 +153,7 @@ HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, co
       {"BFloat16", "bfloat16"}, {"Half", "float16"}, {"Float", "float32"}, {"Double", "float64"}};
   const auto it = torch_names.find(dtype);
   write_text_file_durable((fs::path(out_dir) / "config.json").string(),
-                          hf_config_json(preset, options.style, it == torch_names.end() ? dtype : it->second).dump(2) + "\n");
+                          config_for(it == torch_names.end() ? dtype : it->second).dump(2) + "\n");
   return report;
 }
 

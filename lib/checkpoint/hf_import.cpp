@@ -6,6 +6,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <set>
 
 namespace omnibal::checkpoint {
@@ -62,8 +63,21 @@ PretrainedLoadReport load_pretrained(const std::vector<models::UnitPtr>& units, 
   report.style = style ? *style : named ? *named : HfLlmStyle::kInternLm2;
   std::set<std::string> known;
   for (const auto& m : hf_mappings(preset, report.style)) known.insert(m.hf_name);
-
   std::vector<Problem> missing, unexpected, mismatched;
+  // A tied preset reads its head from the embedding; the head tensor an export writes for
+  // transformers (hf_export.h) must equal it, or its values would silently be dropped.
+  const std::string head = hf_lm_head_name(report.style), embedding = hf_embedding_name(report.style);
+  const bool reads_embedding = std::any_of(units.begin(), units.end(), [](const models::UnitPtr& u) {
+    return u->unit_name() == "llm_embed" || u->unit_name() == "llm_head";
+  });
+  if (preset.llm.tie_embeddings && ckpt.contains(head)) {
+    known.insert(head);
+    if (reads_embedding && ckpt.contains(embedding) && !torch::equal(ckpt.tensor(head), ckpt.tensor(embedding)))
+      unexpected.push_back({head + ": differs from " + embedding + ", but preset " + preset.name +
+                                " ties the head to the embedding (llm.tie_embeddings)",
+                            {head, "llm_head.output.weight"}});
+  }
+
   for (const auto& name : ckpt.names()) {
     static const std::string kRotaryBuffer = "rotary_emb.inv_freq";  // a buffer older exports carry
     const bool buffer = name.size() >= kRotaryBuffer.size() &&

@@ -7,7 +7,9 @@
 // shape mismatches are all collected first and reported in one error; nothing is copied
 // unless every problem is covered by an `allow_missing` glob (fnmatch) pattern, matched against
 // the omnibal name or the Hugging Face name (e.g. "projector.*" for a fresh projector). Allowed
-// parameters keep their initialisation.
+// parameters keep their initialisation. A tied preset (llm.tie_embeddings) takes its head from
+// the embedding; a separate head tensor (as export_hf writes it) must then equal the embedding,
+// else it is reported as unexpected.
 // Not here: optimizer state (a fresh fine-tune starts it at zero), .bin checkpoints.
 #pragma once
 

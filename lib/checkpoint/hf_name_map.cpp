@@ -69,11 +69,6 @@ void llm_block(MappingList& m, HfLlmStyle style, int i) {
   m.same(h + "mlp.up_proj.weight", o + "feed_forward.w3.weight");
 }
 
-std::string embedding_name(HfLlmStyle style) {
-  return style == HfLlmStyle::kInternLm2 ? "language_model.model.tok_embeddings.weight"
-                                         : "language_model.model.embed_tokens.weight";
-}
-
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -81,6 +76,15 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+std::string hf_embedding_name(HfLlmStyle style) {
+  return style == HfLlmStyle::kInternLm2 ? "language_model.model.tok_embeddings.weight"
+                                         : "language_model.model.embed_tokens.weight";
+}
+
+std::string hf_lm_head_name(HfLlmStyle style) {
+  return style == HfLlmStyle::kInternLm2 ? "language_model.output.weight" : "language_model.lm_head.weight";
+}
 
 std::string hf_llm_style_name(HfLlmStyle style) {
   switch (style) {
@@ -112,7 +116,6 @@ HfLlmStyle detect_hf_llm_style(const std::vector<std::string>& hf_names) {
 std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset, const std::string& unit,
                                                   HfLlmStyle style) {
   MappingList m;
-  const bool internlm2 = style == HfLlmStyle::kInternLm2;
   if (unit == "vit_embed") {
     for (const char* l : {"patch_embedding.weight", "patch_embedding.bias", "class_embedding", "position_embedding"})
       m.same(std::string("vision_model.embeddings.") + l, std::string("vit_embed.") + l);
@@ -126,15 +129,12 @@ std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset, con
     m.same("mlp1.3.weight", "projector.fc2.weight");
     m.same("mlp1.3.bias", "projector.fc2.bias");
   } else if (unit == "llm_embed") {
-    m.same(embedding_name(style), "llm_embed.tok_embeddings.weight");
+    m.same(hf_embedding_name(style), "llm_embed.tok_embeddings.weight");
   } else if (const int j = unit_index(unit, "llm_block_"); j >= 0 && j < preset.llm.depth) {
     llm_block(m, style, j);
   } else if (unit == "llm_head") {
     m.same("language_model.model.norm.weight", "llm_head.norm.weight");
-    const std::string head = preset.llm.tie_embeddings ? embedding_name(style)
-                             : internlm2                ? "language_model.output.weight"
-                                                        : "language_model.lm_head.weight";
-    m.same(head, "llm_head.output.weight");
+    m.same(preset.llm.tie_embeddings ? hf_embedding_name(style) : hf_lm_head_name(style), "llm_head.output.weight");
   } else {
     OMNIBAL_FAIL("no Hugging Face names for unit \"", unit, "\" of preset ", preset.name,
                  " (expected vit_embed, vit_block_0..", preset.vit.depth - 1, ", projector, llm_embed, llm_block_0..",

@@ -17,7 +17,9 @@
 // reads it (rearrange "(h gs d) -> h gs d", gs = q_per_kv + 2). Both LLaMA and InternLM2 in
 // Hugging Face use the "rotate half" RoPE that models/rotary.cpp implements, so no q/k row
 // permutation is needed (unlike Meta's original LLaMA checkpoints).
-// With tied embeddings the head's output weight maps to the embedding's HF tensor.
+// With tied embeddings the head's output weight maps to the embedding's HF tensor; the export
+// still writes the head under its own name (hf_lm_head_name), since InternVL's config forces
+// tie_word_embeddings = False and would otherwise initialise a separate head at random.
 // Not here: reading or writing files (hf_import.h, hf_export.h); Meta/original layouts,
 // Qwen2-style biases, tensor-parallel shards.
 #pragma once
@@ -42,6 +44,13 @@ HfLlmStyle parse_hf_llm_style(const std::string& name);
 /// self_attn.qkv_proj -> LLaMA fused, self_attn.q_proj -> LLaMA). Throws omnibal::Error when no
 /// LLM attention tensor is present.
 HfLlmStyle detect_hf_llm_style(const std::vector<std::string>& hf_names);
+
+/// The token embedding's Hugging Face name ("language_model.model.tok_embeddings.weight" for
+/// InternLM2, "language_model.model.embed_tokens.weight" for both LLaMA styles).
+std::string hf_embedding_name(HfLlmStyle style);
+/// The LM head's Hugging Face name ("language_model.output.weight" for InternLM2,
+/// "language_model.lm_head.weight" for both LLaMA styles), tied or not.
+std::string hf_lm_head_name(HfLlmStyle style);
 
 /// How omnibal parts combine into one Hugging Face tensor.
 enum class HfFusion {

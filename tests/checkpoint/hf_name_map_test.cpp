@@ -271,3 +271,69 @@ TEST_CASE("config.json decides the LLM naming; unknown architectures and contrad
   CHECK(ckpt::load_pretrained(units, preset, dir.str(), {}, ckpt::HfLlmStyle::kInternLm2).loaded ==
         static_cast<int64_t>(before.size()));
 }
+
+TEST_CASE("a tied head is exported as its own tensor; config.json records what training used", "[hf]") {
+  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama, ckpt::HfLlmStyle::kLlamaFused);
+  auto preset = omnibal::load_model_preset("tiny");
+  preset.llm.tie_embeddings = true;
+  ScratchDir dir("hf_tied_head");
+  const auto source = named(build(preset, 7));
+  REQUIRE_FALSE(source.count("llm_head.output.weight"));  // one process: the head shares the embedding
+  const auto trained = ckpt::HfTrainingSettings{}.with_tiles(2, 9).with_pad_token_id(5);
+  ckpt::export_hf(source, preset, dir.str(), ckpt::HfExportOptions{}.with_style(style).with_trained(trained));
+  const ckpt::HfCheckpointDir exported(dir.str());
+  const auto head = ckpt::hf_lm_head_name(style);
+  REQUIRE(exported.contains(head));
+  CHECK(torch::equal(exported.tensor(head), source.at("llm_embed.tok_embeddings.weight")));
+  const auto config = nlohmann::json::parse(std::ifstream(dir.file("config.json")));
+  // InternVLChatConfig forces tie_word_embeddings = False, so the head must be a tensor.
+  CHECK(config["tie_word_embeddings"] == false);
+  CHECK(config["llm_config"]["tie_word_embeddings"] == false);
+  CHECK(config["omnibal"]["tie_embeddings"] == true);
+  CHECK(config["llm_config"]["pad_token_id"] == 5);
+  CHECK(config["dynamic_image_size"] == true);
+  CHECK(config["use_thumbnail"] == true);
+  CHECK(config["min_dynamic_patch"] == 2);
+  CHECK(config["max_dynamic_patch"] == 9);
+  CHECK(config["template"] == "internlm2-chat");  // the <|im_start|> format in every style
+  CHECK(config["system_message"] == "");
+
+  // It imports again (the head copy is known), under any split of the head and the embedding.
+  auto target = build(preset, 99);
+  const auto loaded = ckpt::load_pretrained(target, preset, dir.str(), {});
+  CHECK(loaded.unexpected.empty());
+  CHECK(torch::equal(named(target).at("llm_embed.tok_embeddings.weight"), source.at("llm_embed.tok_embeddings.weight")));
+  const auto names = models::unit_names(preset);
+  auto head_stage = build(preset, 98, static_cast<int64_t>(names.size()) - 1);
+  ckpt::load_pretrained(head_stage, preset, dir.str(), {});
+  CHECK(torch::equal(named(head_stage).at("llm_head.output.weight"), source.at("llm_embed.tok_embeddings.weight")));
+
+  // A head that differs from the embedding would be lost in a tied preset: refused unless allowed.
+  std::map<std::string, torch::Tensor> hf;
+  for (const auto& name : exported.names()) hf[name] = exported.tensor(name).clone();
+  hf[head] = hf[head] + 1;
+  ScratchDir other("hf_tied_head_differs");
+  ckpt::write_safetensors(other.file("model.safetensors"), hf);
+  fs::copy_file(dir.file("config.json"), other.file("config.json"));
+  auto units = build(preset, 97);
+  CHECK_THROWS_WITH(ckpt::load_pretrained(units, preset, other.str(), {}),
+                    Catch::Contains(head + ": differs from " + ckpt::hf_embedding_name(style)));
+  CHECK(ckpt::load_pretrained(units, preset, other.str(), {head}).unexpected.size() == 1);
+}
+
+TEST_CASE("config.json refuses a pad id outside the vocabulary, bad tiles and unknown templates", "[hf]") {
+  const auto preset = omnibal::load_model_preset("tiny");
+  const auto style = ckpt::HfLlmStyle::kLlamaFused;
+  CHECK(ckpt::hf_config_json(preset, style, "float32")["llm_config"]["pad_token_id"] == 0);
+  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32", ckpt::HfTrainingSettings{}.with_pad_token_id(1024)),
+                    Catch::Contains("pad_token_id 1024 is not a token of preset tiny (vocab_size 1024)"));
+  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32", ckpt::HfTrainingSettings{}.with_tiles(3, 2)),
+                    Catch::Contains("min_dynamic_patch <= max_dynamic_patch") && Catch::Contains("got 3 and 2"));
+  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32", ckpt::HfTrainingSettings{}.with_chat_template("vicuna")),
+                    Catch::Contains("data.template \"vicuna\""));
+  // Nothing is written when a setting is bad.
+  ScratchDir dir("hf_bad_settings");
+  CHECK_THROWS(ckpt::export_hf(named(build(preset, 7)), preset, dir.file("out"),
+                               ckpt::HfExportOptions{}.with_trained(ckpt::HfTrainingSettings{}.with_pad_token_id(-1))));
+  CHECK_FALSE(fs::exists(dir.file("out")));
+}
