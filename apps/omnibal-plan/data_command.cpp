@@ -10,6 +10,8 @@
 // candidate table printed) when --search is given or when a method needs budgets that were not
 // given; multi-source searches per dataset. --json writes {"results": [...]}; --plan writes the
 // plan of the first method listed (isf for --method all) in plan_json.h's format.
+// A meta file's repeat_time is expanded with --seed, the trainer's balance.seed, so with the
+// same seed both plan the same samples.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -123,7 +125,7 @@ Json result_json(const MethodResult& r, const PlannerOptions& o) {
 
 int run_data(const DataArgs& a) {
   OMNIBAL_CHECK(a.lengths.empty() != a.meta.empty(), "give either --lengths F.json ... or --meta M.json");
-  SampleTable table = a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta);
+  SampleTable table = a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta, a.seed);
   if (a.resample > 0) table = resample(table, a.resample, a.seed);
   fmt::print("data: {} samples from {} datasets ({} failed-statistics records skipped), dp {}, "
              "m {}, target {} samples/pack, seed {}\n", table.size(), table.datasets.size(),

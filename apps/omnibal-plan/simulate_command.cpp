@@ -152,7 +152,7 @@ int run_simulate(const SimulateArgs& a) {
   const auto table = partition::read_unit_cost_table(a.cost_table);
   OMNIBAL_CHECK(table.model == cfg.model.preset, a.cost_table, ": cost table of model '",
                 table.model, "', the config's model.preset is '", cfg.model.preset, "'");
-  const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta);
+  const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta, cfg.balance.seed);
   balance::EpochPlanner plans(samples, balance::parse_method(cfg.balance.method, "balance.method"),
                               balance::planner_options(cfg.parallel, cfg.balance, cfg.data));
   const partition::ScaledTableCostModel model(table);

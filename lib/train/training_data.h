@@ -34,7 +34,10 @@ struct LoadedSet {
   std::unique_ptr<data::ConversationDataset> dataset;
   std::unique_ptr<data::SampleProcessor> processor;
   std::unique_ptr<data::PackBuilder> builder;
-  balance::SampleTable table;  ///< sample s is global sample global_id(s) of `dataset`
+  /// Sample s is global sample global_id(s) of `dataset`. repeat_time is expanded
+  /// (balance/repeat_time.h, seeded by balance.seed as in `omnibal-plan data`), so one global
+  /// sample may fill several rows.
+  balance::SampleTable table;
   std::vector<data::SampleLengths> lengths;  ///< by global sample id
   int64_t bad_samples = 0;                   ///< skipped by the scan (on_bad_sample: skip)
   int64_t global_id(uint32_t s) const {
@@ -43,7 +46,8 @@ struct LoadedSet {
 };
 
 /// Loads `meta_path` with the tokenizer and options of `config` (scan with `threads` when the
-/// meta has no token_lengths). Throws omnibal::Error / data::BadSampleError on bad input.
+/// meta has no token_lengths); the table repeats each dataset per its repeat_time with seed
+/// balance.seed. Throws omnibal::Error / data::BadSampleError on bad input.
 LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
                    const data::Tokenizer& tokenizer, int threads);
 
