@@ -56,6 +56,8 @@ LoadedSet load_set(const std::string& meta_path, const Config& config, const Mod
   for (const auto& l : set.lengths) set.bad_samples += l.vit_num < 0 ? 1 : 0;
   set.table = table_from_lengths(*set.dataset, set.lengths, config.balance.seed);
   set.builder->expect_lengths(set.lengths);
+  set.max_seq_len = preset.llm.max_seq_len;
+  set.preset_name = preset.name.empty() ? config.model.preset : preset.name;
   return set;
 }
 
@@ -65,6 +67,8 @@ TrainingData::TrainingData(LoadedSet set, const Config& config) : set_(std::move
       balance::planner_options(config.parallel, config.balance, config.data);
   options.dp = config.parallel.dp;
   options.micro_batches = config.parallel.micro_batches;
+  options.max_seq_len = set_.max_seq_len;
+  options.max_seq_len_origin = "preset " + set_.preset_name;
   planner_ = std::make_unique<balance::EpochPlanner>(
       set_.table, balance::parse_method(config.balance.method, "balance.method"), options);
 }

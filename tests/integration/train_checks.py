@@ -6,7 +6,7 @@ directories (metrics.jsonl, summary.json, checkpoints/).
   train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
        sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
-       init_from | bad_sample | repeat_time
+       init_from | bad_sample | repeat_time | token_cap
        (init_from and repeat_time also need --plan omnibal-plan)
 """
 import argparse
@@ -691,7 +691,7 @@ def data_line(text):
 def check_repeat_time(r):
     """48 samples at repeat_time 1, 2 and 0.5: the trainer plans 48, 96 and 24 samples, as many
     as `omnibal-plan data` reads from the scanned meta, with the same plan hash (the planner run
-    as the trainer plans: dp 1 x m 2, balance.seed); the hash
+    as the trainer plans: dp 1 x m 2, balance.seed, the tiny preset's max_seq_len); the hash
     changes with repeat_time."""
     n = 48
     src = os.path.join(r.a.data, "train", "catalog.jsonl")
@@ -714,7 +714,7 @@ def check_repeat_time(r):
                         "--threads", "1", "--out", scan_dir], check=True, capture_output=True)
         plan = subprocess.run([r.a.plan, "data", "--meta", os.path.join(scan_dir, "meta.json"),
                                "--dp", "1", "--micro-batches", "2", "--samples-per-pack", "6",
-                               "--seed", "1024", "--method", "isf",
+                               "--seed", "1024", "--preset", "tiny", "--method", "isf",
                                "--plan", os.path.join(r.a.work, f"plan_rt{rt}.json")],
                               capture_output=True, text=True)
         if plan.returncode != 0:
@@ -733,6 +733,27 @@ def check_repeat_time(r):
         hashes[rt] = train_hash
     if len(set(hashes.values())) != 3:
         fail(f"the plan hash does not change with repeat_time: {hashes}")
+
+
+def check_token_cap(r):
+    """The tiny preset runs packs of at most llm.max_seq_len = 1024 tokens: a balance.q_tok over
+    it is refused at start-up naming both keys; random packs of 24 samples and a searched ISF
+    with 16 samples per pack train (uncapped, both build packs over 1024 tokens on this split:
+    random 24-sample packs, and ISF's searched Q_t 1280 with packs of up to 1078 tokens)."""
+    args, _ = r.cmd(1, "cap-bad", 1, 1, 1)
+    p = subprocess.run(args + ["--set", "balance.q_vit=40", "--set", "balance.q_tok=2048"],
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    needle = "balance.q_tok 2048 is over the model's llm.max_seq_len 1024 (preset tiny)"
+    print(f"balance.q_tok=2048: refused ({refusal(p, needle, 'balance.q_tok=2048')[:160]})")
+    for name, extra in [("cap-random24", ["--set", "balance.method=random",
+                                          "--set", "balance.samples_per_pack=24"]),
+                        ("cap-isf16", ["--set", "balance.samples_per_pack=16"])]:
+        p, rd = r.run(1, name, 1, 1, 1, steps=3, extra=extra)
+        data_line(p.stdout + p.stderr)  # the start-up plan line is there
+        if len(metrics(rd)) != 3:
+            fail(f"{name}: {len(metrics(rd))} steps in metrics.jsonl, expected 3")
+        line = next(l for l in (p.stdout + p.stderr).splitlines() if "plan hash" in l)
+        print(f"{' '.join(extra[1::2])}: 3 steps trained ({line.strip()[:200]})")
 
 
 def main():
