@@ -4,12 +4,15 @@
 //       --method isf|random|length-group|best-fit|multi-source|isf-random-placement|all
 //       [--search] [--q-vit N --q-tok N [--q-tok-thresh N]] [--micro-batches m] [--iterations T]
 //       [--seed S] [--on-bad-sample error|skip] [--search-samples N] [--resample N]
-//       [--json OUT.json] [--plan OUT]
+//       [--max-seq-len N | --preset NAME] [--json OUT.json] [--plan OUT]
 //
 // Prints one table row per method (spec §1.8 metrics). Budgets are searched once (with the
 // candidate table printed) when --search is given or when a method needs budgets that were not
 // given; multi-source searches per dataset. --json writes {"results": [...]}; --plan writes the
 // plan of the first method listed (isf for --method all) in plan_json.h's format.
+// --max-seq-len (or a preset's llm.max_seq_len) caps the tokens of every pack as the trainer
+// does; without it there is no cap. A meta file's repeat_time is expanded with --seed, the
+// trainer's balance.seed, so with the same seed both plan the same samples.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +27,7 @@
 #include "balance/plan_json.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/model_preset.h"
 
 namespace omnibal::plan {
 namespace {
@@ -46,6 +50,8 @@ struct DataArgs {
   std::string json_out, plan_out;
   size_t resample = 0;
   size_t search_samples = SearchOptions{}.max_scored_samples;
+  int64_t max_seq_len = 0;  ///< token cap of a pack; 0 = none
+  std::string preset;       ///< take max_seq_len from this model preset
 };
 
 std::vector<Method> methods_of(const std::string& name) {
@@ -70,6 +76,16 @@ PlannerOptions planner_options(const DataArgs& a) {
     o.budgets = {a.q_vit, a.q_tok, a.q_tok_thresh ? a.q_tok_thresh : a.q_tok - 128};
     o.budgets.validate();
   }
+  OMNIBAL_CHECK(a.max_seq_len >= 0, "--max-seq-len: expected tokens >= 0, got ", a.max_seq_len);
+  o.max_seq_len = a.max_seq_len;
+  o.max_seq_len_origin = "--max-seq-len";
+  if (!a.preset.empty()) {
+    o.max_seq_len = load_model_preset(a.preset).llm.max_seq_len;
+    o.max_seq_len_origin = "--preset " + a.preset;
+  }
+  OMNIBAL_CHECK(o.max_seq_len == 0 || a.q_tok <= o.max_seq_len, "--q-tok ", a.q_tok,
+                " is over the model's llm.max_seq_len ", o.max_seq_len, " (",
+                o.max_seq_len_origin, "): a pack cannot hold more tokens than the model runs");
   return o;
 }
 
@@ -123,12 +139,14 @@ Json result_json(const MethodResult& r, const PlannerOptions& o) {
 
 int run_data(const DataArgs& a) {
   OMNIBAL_CHECK(a.lengths.empty() != a.meta.empty(), "give either --lengths F.json ... or --meta M.json");
-  SampleTable table = a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta);
+  SampleTable table = a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta, a.seed);
   if (a.resample > 0) table = resample(table, a.resample, a.seed);
-  fmt::print("data: {} samples from {} datasets ({} failed-statistics records skipped), dp {}, "
-             "m {}, target {} samples/pack, seed {}\n", table.size(), table.datasets.size(),
-             table.failed_stats(), a.dp, a.micro_batches, a.samples_per_pack, a.seed);
   PlannerOptions o = planner_options(a);
+  fmt::print("data: {} samples from {} datasets ({} failed-statistics records skipped), dp {}, "
+             "m {}, target {} samples/pack, seed {}, {}\n", table.size(), table.datasets.size(),
+             table.failed_stats(), a.dp, a.micro_batches, a.samples_per_pack, a.seed,
+             o.max_seq_len ? fmt::format("at most {} tokens per pack", o.max_seq_len)
+                           : std::string("no token cap"));
   const auto methods = methods_of(a.method);
   const bool searched = budgets_unset(o.budgets);
   double search_seconds = 0;
@@ -139,8 +157,9 @@ int run_data(const DataArgs& a) {
   if (searched && needs_budgets) {
     const auto t0 = std::chrono::steady_clock::now();
     const size_t scored = a.search_samples ? a.search_samples : table.size();
-    search = search_budgets(table, SearchOptions{o.dp, o.micro_batches, o.samples_per_pack,
-                                                 o.iterations, o.seed, scored});
+    SearchOptions so{o.dp, o.micro_batches, o.samples_per_pack, o.iterations, o.seed, scored};
+    so.max_pack_tokens = o.max_seq_len;
+    search = search_budgets(table, so);
     search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("{}search: {:.3f} s\n\n", format_search_table(*search), search_seconds);
     o.budgets = search->budgets();
@@ -201,6 +220,10 @@ void register_data_command(CLI::App& app, Actions& actions) {
                   "score search candidates on at most N samples (0 = all)")->capture_default_str();
   cmd->add_option("--resample", args->resample,
                   "draw N samples with replacement from the inputs (benchmarks at mixture scale)");
+  auto* cap = cmd->add_option("--max-seq-len", args->max_seq_len,
+                              "cap of a pack's tokens, the model's llm.max_seq_len (0 = no cap)");
+  cmd->add_option("--preset", args->preset, "take --max-seq-len from this model preset")
+      ->excludes(cap);
   cmd->add_option("--json", args->json_out, "write {\"results\": [...]} here");
   cmd->add_option("--plan", args->plan_out, "write the plan (steps x DP ranks x packs) here");
   cmd->callback([args, &actions] { actions.push_back([args] { return run_data(*args); }); });

@@ -25,6 +25,7 @@
 #include "commands.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/model_preset.h"
 #include "partition/cost_model.h"
 #include "partition/training_simulator.h"
 
@@ -152,9 +153,13 @@ int run_simulate(const SimulateArgs& a) {
   const auto table = partition::read_unit_cost_table(a.cost_table);
   OMNIBAL_CHECK(table.model == cfg.model.preset, a.cost_table, ": cost table of model '",
                 table.model, "', the config's model.preset is '", cfg.model.preset, "'");
-  const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta);
+  const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta, cfg.balance.seed);
+  // The trainer's plan: the same seed for repeat_time, the preset's max_seq_len as token cap.
+  balance::PlannerOptions options = balance::planner_options(cfg.parallel, cfg.balance, cfg.data);
+  options.max_seq_len = load_model_preset(cfg.model.preset).llm.max_seq_len;
+  options.max_seq_len_origin = "preset " + cfg.model.preset;
   balance::EpochPlanner plans(samples, balance::parse_method(cfg.balance.method, "balance.method"),
-                              balance::planner_options(cfg.parallel, cfg.balance, cfg.data));
+                              options);
   const partition::ScaledTableCostModel model(table);
   const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
   const std::string split = setup.partition.to_string();

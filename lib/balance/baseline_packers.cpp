@@ -43,24 +43,66 @@ void sort_by_tokens_desc(std::vector<uint32_t>& ids, const SampleTable& table) {
   });
 }
 
+// Moves the samples over `cap` tokens (0: no cap) out of `ids` into `skipped`; under kError the
+// first one throws, naming it.
+void drop_over_cap(std::vector<uint32_t>& ids, const SampleTable& table, int64_t cap,
+                   OnBadSample on_bad_sample, std::vector<uint32_t>& skipped) {
+  if (cap <= 0) return;
+  auto kept = ids.begin();
+  for (uint32_t id : ids) {
+    const int64_t t = table.load[id].tokens();
+    if (t <= cap) {
+      *kept++ = id;
+      continue;
+    }
+    OMNIBAL_CHECK(on_bad_sample == OnBadSample::kSkip, table.describe(id), " has ", t,
+                  " tokens, over the model's llm.max_seq_len ", cap,
+                  " (no pack can hold it); shorten it or set data.on_bad_sample: skip");
+    skipped.push_back(id);
+  }
+  ids.erase(kept, ids.end());
+}
+
+// Pushes ids[0, n) as consecutive packs of at most `batch` samples and `cap` tokens (0: no cap):
+// a pack closes before a sample would take it over the cap (every sample fits by itself).
+void push_capped(const uint32_t* ids, size_t n, size_t batch, int64_t cap,
+                 const SampleTable& table, PackList& packs) {
+  size_t start = 0;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t t = table.load[ids[i]].tokens();
+    if (i > start && (i - start == batch || (cap > 0 && tokens + t > cap))) {
+      packs.push(ids + start, i - start, table);
+      start = i;
+      tokens = 0;
+    }
+    tokens += t;
+  }
+  if (n > start) packs.push(ids + start, n - start, table);
+}
+
 }  // namespace
 
-PackResult random_micro_batches(const SampleTable& table, int batch, uint64_t seed) {
+PackResult random_micro_batches(const SampleTable& table, int batch, uint64_t seed,
+                                int64_t max_tokens, OnBadSample on_bad_sample) {
   OMNIBAL_CHECK(batch >= 1, "balance.samples_per_pack: expected >= 1, got ", batch);
-  const auto ids = shuffled_ids(table.size(), seed);
+  auto ids = shuffled_ids(table.size(), seed);
   PackResult r{PackList(PackLayout::kPadded), {}, 0, 0};
-  for (size_t b = 0; b < ids.size(); b += batch)
-    r.packs.push(ids.data() + b, std::min<size_t>(batch, ids.size() - b), table);
+  drop_over_cap(ids, table, max_tokens, on_bad_sample, r.skipped);
+  push_capped(ids.data(), ids.size(), static_cast<size_t>(batch), max_tokens, table, r.packs);
   return r;
 }
 
 PackResult length_grouped_micro_batches(const SampleTable& table, int batch, int dp, int m,
-                                        uint64_t seed) {
+                                        uint64_t seed, int64_t max_tokens,
+                                        OnBadSample on_bad_sample) {
   OMNIBAL_CHECK(batch >= 1 && dp >= 1 && m >= 1, "length_grouped_micro_batches: expected ",
                 "batch, dp, m >= 1, got ", batch, ", ", dp, ", ", m);
-  const auto ids = shuffled_ids(table.size(), seed);
+  auto ids = shuffled_ids(table.size(), seed);
   const size_t mega = static_cast<size_t>(dp) * batch, per_step = mega * m;
   PackResult r{PackList(PackLayout::kPadded), {}, 0, 0};
+  drop_over_cap(ids, table, max_tokens, on_bad_sample, r.skipped);
+  const auto per_pack = static_cast<size_t>(batch);
   size_t b = 0;
   for (; b + per_step <= ids.size(); b += per_step) {
     std::vector<std::vector<std::vector<uint32_t>>> micro(m);  // [micro][rank] chunk
@@ -71,12 +113,13 @@ PackResult length_grouped_micro_batches(const SampleTable& table, int batch, int
       micro[k] = split_to_even_chunks(mb, table, dp);
     }
     for (int rank = 0; rank < dp; ++rank)
-      for (int k = 0; k < m; ++k) r.packs.push(micro[k][rank].data(), micro[k][rank].size(), table);
+      for (int k = 0; k < m; ++k)
+        push_capped(micro[k][rank].data(), micro[k][rank].size(), per_pack, max_tokens, table,
+                    r.packs);
   }
   std::vector<uint32_t> tail(ids.begin() + static_cast<std::ptrdiff_t>(b), ids.end());
   sort_by_tokens_desc(tail, table);
-  for (size_t t = 0; t < tail.size(); t += batch)
-    r.packs.push(tail.data() + t, std::min<size_t>(batch, tail.size() - t), table);
+  push_capped(tail.data(), tail.size(), per_pack, max_tokens, table, r.packs);
   return r;
 }
 

@@ -79,7 +79,7 @@ size_t pick_best(const std::vector<SearchCandidate>& cs, int target, bool& found
 }  // namespace
 
 std::vector<IsfBudgets> search_grid(const SampleTable& table, const std::vector<uint32_t>& ids,
-                                    int samples_per_pack) {
+                                    int samples_per_pack, int64_t max_pack_tokens) {
   OMNIBAL_CHECK(!ids.empty(), "search_budgets: no samples to search budgets for");
   OMNIBAL_CHECK(samples_per_pack >= 1, "balance.samples_per_pack: expected >= 1, got ",
                 samples_per_pack);
@@ -102,7 +102,8 @@ std::vector<IsfBudgets> search_grid(const SampleTable& table, const std::vector<
   for (int64_t qv = lo; qv <= hi; qv += step) {
     int64_t prev = -1;
     for (double f : kTokenFactors) {
-      const int64_t qt = std::max(round_up(static_cast<double>(qv) * tokens_per_tile * f, 256), max_t);
+      int64_t qt = std::max(round_up(static_cast<double>(qv) * tokens_per_tile * f, 256), max_t);
+      if (max_pack_tokens > 0) qt = std::min(qt, max_pack_tokens);
       if (qt == prev) continue;
       prev = qt;
       grid.push_back(IsfBudgets{qv, qt, std::max<int64_t>(1, qt - 128)});
@@ -121,7 +122,7 @@ SearchResult search_budgets(const SampleTable& table, const std::vector<uint32_t
                             const SearchOptions& options) {
   OMNIBAL_CHECK(options.dp >= 1 && options.micro_batches >= 1 && options.iterations >= 1,
                 "search_budgets: expected dp, micro_batches, iterations >= 1");
-  const auto grid = search_grid(table, ids, options.samples_per_pack);
+  const auto grid = search_grid(table, ids, options.samples_per_pack, options.max_pack_tokens);
   const auto scored = scoring_ids(ids, options);
   SearchResult result;
   result.scored_samples = scored.size();

@@ -8,7 +8,11 @@
 // Candidates (ours; the reference walks a 1-D line): Q_v from max(max tiles, floor(s * mean
 // tiles)) to ceil((s + 1) * mean tiles) + 1, and for each Q_v the token budgets
 // Q_t = round_up_256(Q_v * tokens-per-tile * f), f in {0.9, 1.0, 1.1, 1.2, 1.3, 1.45, 1.6}, never
-// below the longest sample; Q'_t = Q_t - 128 as in the reference. Each candidate runs full-T
+// below the longest sample; Q'_t = Q_t - 128 as in the reference. Given a token cap (the
+// model's llm.max_seq_len: the trainer concatenates a pack into one sequence), every Q_t is
+// clamped to it (duplicates dropped), so no candidate, hence no chosen budget, exceeds it; a
+// sample longer than the cap is then over every budget and follows on_bad_sample in the final
+// ISF run. Each candidate runs full-T
 // ISF; candidates whose samples per pack fall outside the range stop there (no placement).
 // On inputs larger than max_scored_samples, candidates are scored on a fixed uniform subsample
 // of that size (Dist Ratios of a smaller plan are slightly higher, the ranking is what counts);
@@ -33,6 +37,7 @@ struct SearchOptions {
   int iterations = 50;         ///< ISF rounds T per candidate
   uint64_t seed = 1024;        ///< ISF / placement / subsample seed
   size_t max_scored_samples = size_t{1} << 17;  ///< subsample size above which scoring samples
+  int64_t max_pack_tokens = 0;  ///< cap on Q_t in tokens (the model's llm.max_seq_len); 0: none
 };
 
 /// One scored candidate (a row of the printed table).
@@ -61,9 +66,11 @@ SearchResult search_budgets(const SampleTable& table, const SearchOptions& optio
 SearchResult search_budgets(const SampleTable& table, const std::vector<uint32_t>& ids,
                             const SearchOptions& options);
 
-/// The candidate grid the search evaluates for `ids` of `table` (exposed for tests).
+/// The candidate grid the search evaluates for `ids` of `table` (exposed for tests); every
+/// Q_t is at most `max_pack_tokens` when that is > 0. Throws omnibal::Error on empty `ids` or
+/// samples_per_pack < 1.
 std::vector<IsfBudgets> search_grid(const SampleTable& table, const std::vector<uint32_t>& ids,
-                                    int samples_per_pack);
+                                    int samples_per_pack, int64_t max_pack_tokens = 0);
 
 /// The candidate table as fixed-width text, the chosen row marked with '*'.
 std::string format_search_table(const SearchResult& result);

@@ -28,6 +28,7 @@ SearchOptions search_options(const PlannerOptions& o) {
   s.samples_per_pack = o.samples_per_pack;
   s.iterations = o.iterations;
   s.seed = o.seed;
+  s.max_pack_tokens = o.max_seq_len;
   return s;
 }
 
@@ -78,15 +79,18 @@ void pack(const SampleTable& table, Method method, const PlannerOptions& o, Meth
     case Method::kMultiSource:
       return pack_multi_source(table, o, out, pack_source);
     case Method::kRandom:
-      out.packing = random_micro_batches(table, o.samples_per_pack, o.seed);
+      out.packing = random_micro_batches(table, o.samples_per_pack, o.seed, o.max_seq_len,
+                                         o.on_bad_sample);
       return;
     case Method::kLengthGroup:
       out.packing = length_grouped_micro_batches(table, o.samples_per_pack, o.dp,
-                                                 o.micro_batches, o.seed);
+                                                 o.micro_batches, o.seed, o.max_seq_len,
+                                                 o.on_bad_sample);
       return;
     case Method::kBestFit:
       out.budgets.q_tok = budgets_unset(o.budgets) ? best_fit_budget(table, o.samples_per_pack)
                                                    : o.budgets.q_tok;
+      if (o.max_seq_len > 0) out.budgets.q_tok = std::min(out.budgets.q_tok, o.max_seq_len);
       out.packing = best_fit_packing(table, out.budgets.q_tok, o.on_bad_sample, o.seed);
       return;
   }
@@ -172,6 +176,15 @@ PlannerOptions planner_options(const ParallelConfig& parallel, const BalanceConf
   return o;
 }
 
+void check_token_cap(const PlannerOptions& o) {
+  OMNIBAL_CHECK(o.max_seq_len >= 0, "planner: negative token cap ", o.max_seq_len);
+  if (o.max_seq_len == 0 || o.budgets.q_tok <= o.max_seq_len) return;
+  OMNIBAL_FAIL("balance.q_tok ", o.budgets.q_tok, " is over the model's llm.max_seq_len ",
+               o.max_seq_len, o.max_seq_len_origin.empty() ? "" : " (" + o.max_seq_len_origin + ")",
+               ": a pack is one sequence of at most llm.max_seq_len tokens; lower balance.q_tok ",
+               "(and balance.q_tok_thresh) or leave them at 0 to search within the cap");
+}
+
 bool budgets_unset(const IsfBudgets& b) {
   return b.q_vit == 0 && b.q_tok == 0 && b.q_tok_thresh == 0;
 }
@@ -189,6 +202,7 @@ MethodResult plan_method(const SampleTable& table, Method method, const PlannerO
                          const PackList* carry_in) {
   OMNIBAL_CHECK(table.size() > 0, "plan_method: no samples to plan (all records failed or empty)");
   if (!budgets_unset(o.budgets)) o.budgets.validate();
+  check_token_cap(o);
   MethodResult out;
   out.method = method;
   const auto t0 = std::chrono::steady_clock::now();

@@ -12,6 +12,10 @@
 //   best-fit              best-fit decreasing on tokens (budget Q_t), random order
 // Budgets left at 0 are searched (budget_search.h) for the ISF methods; best-fit then uses
 // best_fit_budget() so that it, too, lands near the samples-per-pack target.
+// Token cap (PlannerOptions::max_seq_len, the model's llm.max_seq_len; 0 = none): the trainer
+// runs every pack as one sequence, so no method may build a pack over it. The search clamps
+// Q_t to it, an explicit Q_t over it is refused, best-fit's budget is clamped to it and the
+// random / length-grouped packers close a pack before it would exceed it.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +52,13 @@ struct PlannerOptions {
   int iterations = 50;
   uint64_t seed = 1024;
   OnBadSample on_bad_sample = OnBadSample::kError;
+  int64_t max_seq_len = 0;         ///< tokens: cap of every pack (llm.max_seq_len); 0 = no cap
+  std::string max_seq_len_origin;  ///< where the cap came from, for messages ("preset tiny")
 };
+
+/// Throws omnibal::Error when explicit budgets exceed the token cap:
+/// "balance.q_tok 2048 is over the model's llm.max_seq_len 1024 (preset tiny)".
+void check_token_cap(const PlannerOptions& options);
 
 /// One method's packs, placement and metrics.
 struct MethodResult {
@@ -66,7 +76,8 @@ struct MethodResult {
 };
 
 /// Planner options from the run configuration (parallel.dp, parallel.micro_batches,
-/// balance.*, data.on_bad_sample); Q'_t defaults to Q_t - 128 when only Q_t is set.
+/// balance.*, data.on_bad_sample); Q'_t defaults to Q_t - 128 when only Q_t is set. The token
+/// cap is not in the config: callers that know the model set max_seq_len.
 PlannerOptions planner_options(const ParallelConfig& parallel, const BalanceConfig& balance,
                                const DataConfig& data);
 
@@ -81,7 +92,8 @@ bool budgets_unset(const IsfBudgets& b);
 /// `carry_in` (optional) holds the previous epoch's tail (carried_packs of its result, same
 /// table and method): those packs are placed with this epoch's packs (first, for the
 /// in-order baselines), so over epochs nothing is dropped. Use seed + epoch per epoch.
-/// Throws omnibal::Error on invalid options or (on_bad_sample = error) an over-budget sample.
+/// Throws omnibal::Error on invalid options, budgets over the token cap (check_token_cap) or
+/// (on_bad_sample = error) a sample over a budget or the cap.
 MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& options,
                          const PackList* carry_in = nullptr);
 

@@ -10,6 +10,7 @@ EpochPlanner::EpochPlanner(const SampleTable& table, Method method, const Planne
       micro_batches_(options.micro_batches) {
   OMNIBAL_CHECK(dp_ >= 1 && micro_batches_ >= 1, "EpochPlanner: dp and m must be >= 1, got dp ",
                 dp_, " and m ", micro_batches_);
+  check_token_cap(options);  // refuse at start-up, before any epoch is planned
   options_.dp = 1;
   options_.micro_batches = dp_ * micro_batches_;
 }

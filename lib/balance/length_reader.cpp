@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "balance/repeat_time.h"
 #include "core/error.h"
 
 namespace omnibal::balance {
@@ -44,29 +45,19 @@ int32_t int_field(const Json& element, const char* key, int64_t lo, const std::s
   return static_cast<int32_t>(v);
 }
 
-// Number of records kept and the number of copies, per InternVL's repeat_time rule.
-std::pair<size_t, int> apply_repeat(size_t n, double r, const std::string& path) {
-  OMNIBAL_CHECK(std::isfinite(r) && r > 0, path, ": repeat_time must be > 0, got ", r);
-  if (r < 1) return {static_cast<size_t>(std::floor(static_cast<double>(n) * r)), 1};
-  OMNIBAL_CHECK(r == std::floor(r), path, ": repeat_time above 1 must be an integer, got ", r);
-  return {n, static_cast<int>(r)};
-}
-
 }  // namespace
 
 void read_length_file(const std::string& path, const std::string& name, double repeat_time,
-                      SampleTable& table) {
+                      uint64_t seed, SampleTable& table) {
   const Json doc = parse_json_file(path, "length file");
   OMNIBAL_CHECK(doc.is_array(), path, ": expected a JSON array of {vit_num, token_num, ",
                 "image_flags} records, got a JSON ", doc.type_name());
-  const auto [keep, copies] = apply_repeat(doc.size(), repeat_time, path);
   OMNIBAL_CHECK(doc.size() <= std::numeric_limits<uint32_t>::max(), path, ": too many records");
-  DatasetInfo info{name, path, static_cast<int64_t>(doc.size()), 0, repeat_time};
-  const uint32_t ds = table.add_dataset(info);
-  std::vector<std::pair<uint32_t, Load>> rows;
-  std::vector<int32_t> flags;
-  rows.reserve(keep);
-  flags.reserve(keep);
+  const auto ds_index = static_cast<uint32_t>(table.datasets.size());
+  const std::vector<uint32_t> rows = repeat_records(static_cast<int64_t>(doc.size()), repeat_time,
+                                                    seed, ds_index, path + " (dataset '" + name + "')");
+  std::vector<Load> loads(doc.size());
+  std::vector<int32_t> flags(doc.size());
   for (size_t i = 0; i < doc.size(); ++i) {
     const Json& e = doc[i];
     OMNIBAL_CHECK(e.is_object(), path, ": element ", i, ": expected an object, got ",
@@ -74,18 +65,20 @@ void read_length_file(const std::string& path, const std::string& name, double r
     const int32_t vit = int_field(e, "vit_num", -1, path, i);
     const int32_t tok = int_field(e, "token_num", 0, path, i);
     const int32_t fl = int_field(e, "image_flags", 0, path, i, false, std::max(vit, 0));
-    if (i >= keep) continue;  // validated but cut by repeat_time < 1
-    if (vit == -1) {          // failed statistics: skipped like the reference, but counted
-      table.datasets[ds].failed_stats += copies;
+    OMNIBAL_CHECK(vit == -1 || fl <= vit, path, ": element ", i, ": image_flags ", fl,
+                  " exceeds vit_num ", vit, " (image_flags counts the real tiles among vit_num)");
+    loads[i] = Load{{vit, tok}};
+    flags[i] = fl;
+  }
+  DatasetInfo info{name, path, static_cast<int64_t>(doc.size()), 0, repeat_time};
+  const uint32_t ds = table.add_dataset(info);
+  for (const uint32_t i : rows) {
+    if (loads[i].tiles() == -1) {  // failed statistics: skipped like the reference, but counted
+      ++table.datasets[ds].failed_stats;
       continue;
     }
-    OMNIBAL_CHECK(fl <= vit, path, ": element ", i, ": image_flags ", fl, " exceeds vit_num ",
-                  vit, " (image_flags counts the real tiles among vit_num)");
-    rows.push_back({static_cast<uint32_t>(i), Load{{vit, tok}}});
-    flags.push_back(fl);
+    table.add(ds, i, loads[i], flags[i]);
   }
-  for (int c = 0; c < copies; ++c)
-    for (size_t r = 0; r < rows.size(); ++r) table.add(ds, rows[r].first, rows[r].second, flags[r]);
 }
 
 std::string dataset_name_from_path(const std::string& path) {
@@ -103,11 +96,11 @@ std::string dataset_name_from_path(const std::string& path) {
 SampleTable read_length_files(const std::vector<std::string>& paths) {
   OMNIBAL_CHECK(!paths.empty(), "read_length_files: no length files given");
   SampleTable table;
-  for (const auto& p : paths) read_length_file(p, dataset_name_from_path(p), 1.0, table);
+  for (const auto& p : paths) read_length_file(p, dataset_name_from_path(p), 1.0, 0, table);
   return table;
 }
 
-SampleTable read_meta_file(const std::string& meta_path) {
+SampleTable read_meta_file(const std::string& meta_path, uint64_t seed) {
   std::ifstream in(meta_path, std::ios::binary);
   OMNIBAL_CHECK(in.good(), meta_path, ": cannot open meta file");
   nlohmann::ordered_json meta;
@@ -130,10 +123,12 @@ SampleTable read_meta_file(const std::string& meta_path) {
     if (const auto r = entry.find("repeat_time"); r != entry.end()) {
       OMNIBAL_CHECK(r->is_number(), where, ": \"repeat_time\" must be a number, got ", r->dump());
       repeat = r->get<double>();
+      OMNIBAL_CHECK(std::isfinite(repeat) && repeat > 0, where,
+                    ": \"repeat_time\" must be > 0, got ", r->dump());
     }
     std::filesystem::path file(tl->get<std::string>());
     if (file.is_relative()) file = dir / file;
-    read_length_file(file.string(), name, repeat, table);
+    read_length_file(file.string(), name, repeat, seed, table);
   }
   return table;
 }

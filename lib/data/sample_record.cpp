@@ -1,8 +1,11 @@
 #include "data/sample_record.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "data/utf8_check.h"
 
 namespace omnibal::data {
 namespace {
@@ -184,6 +187,11 @@ std::vector<AnnotationEntry> read_annotation_file(const std::string& path) {
     try {
       array = json::parse(text);
     } catch (const json::parse_error& e) {
+      if (const auto bad = find_invalid_utf8(text)) {
+        const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad->offset), '\n');
+        OMNIBAL_FAIL(path, ":", line, ": invalid UTF-8 at byte offset ", bad->offset,
+                     " of the file ", bad->hex(), "; a JSON array of records must be UTF-8");
+      }
       OMNIBAL_FAIL(path, ": not a valid JSON array of records: ", e.what());
     }
     OMNIBAL_CHECK(array.is_array(), path, ": expected a JSON array of records");
@@ -197,11 +205,19 @@ std::vector<AnnotationEntry> read_annotation_file(const std::string& path) {
   for (int64_t number = 1; std::getline(lines, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const SampleOrigin origin{path, number, false};
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // JSON text is UTF-8; say so precisely rather than "not valid JSON" (a Latin-1 file, a
+    // truncated character). Checked first, because the JSON parser stops at the same bytes.
+    const auto bad_utf8 = find_invalid_utf8(line);
+    json j = bad_utf8 ? json(json::value_t::discarded)
+                      : json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
       AnnotationEntry e;
       e.origin = origin;
-      e.error = BadSampleError(BadSampleReason::kMalformedJson, origin, "the line is not valid JSON");
+      e.error = BadSampleError(BadSampleReason::kMalformedJson, origin,
+                               bad_utf8 ? "invalid UTF-8 at byte offset " +
+                                              std::to_string(bad_utf8->offset) + " of the line " +
+                                              bad_utf8->hex()
+                                        : std::string("the line is not valid JSON"));
       entries.push_back(std::move(e));
     } else {
       entries.push_back(make_entry(j, origin));

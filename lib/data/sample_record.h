@@ -57,8 +57,10 @@ SampleRecord parse_sample_record(const std::string& json_text, const SampleOrigi
 
 /// Reads every entry of an annotation file: JSONL (blank lines ignored, 1-based line numbers) or,
 /// when the first non-blank character is '[', a JSON array (0-based element indices). Bad entries
-/// are returned with their error, in file order, so entry i is the i-th sample of the file.
-/// Throws omnibal::Error when the file is missing or a JSON array does not parse as a whole.
+/// are returned with their error, in file order, so entry i is the i-th sample of the file; a
+/// JSONL line that is not UTF-8 is a malformed_json entry "invalid UTF-8 at byte offset N of
+/// the line (0xC3 0x28)" (utf8_check.h). Throws omnibal::Error when the file is missing or a
+/// JSON array does not parse as a whole (naming line and byte offset when it is not UTF-8).
 std::vector<AnnotationEntry> read_annotation_file(const std::string& path);
 
 /// Number of `<image>` placeholders in `text`.

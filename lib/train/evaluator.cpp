@@ -23,7 +23,12 @@ std::string answer_text(const data::AnnotationEntry& entry) {
 Evaluator::Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens) : set_(std::move(set)) {
   std::vector<int64_t> current;
   int64_t tokens = 0;
+  // The table repeats samples per the eval meta's repeat_time; evaluation scores each sample
+  // once (the majority rates below count each once too).
+  std::vector<bool> seen(static_cast<size_t>(set_.dataset->size()), false);
   for (uint32_t s = 0; s < set_.table.size(); ++s) {
+    if (seen[set_.global_id(s)]) continue;
+    seen[set_.global_id(s)] = true;
     const int64_t t = set_.table.load[s].tokens();
     if (!current.empty() && (static_cast<int>(current.size()) >= samples_per_pack || tokens + t > max_tokens)) {
       packs_.push_back(std::move(current));

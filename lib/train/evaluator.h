@@ -4,7 +4,8 @@
 // file) and overall, with each task's majority-class rate (share of its samples whose whole
 // answer equals the most frequent answer) as the floor to beat. Eval packs hold consecutive
 // samples (up to samples_per_pack, within the preset's max_seq_len); pack i runs on DP replica
-// i % dp through the same pipeline stages, forward only.
+// i % dp through the same pipeline stages, forward only. Each sample is scored once: an eval
+// meta file's repeat_time does not weight the score.
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
 #include "train/training_data.h"
 
-#include "balance/length_reader.h"
+#include "balance/repeat_time.h"
 #include "core/error.h"
 #include "data/length_scanner.h"
 
@@ -8,18 +8,23 @@ namespace omnibal::train {
 
 namespace {
 
+// One row per (dataset, record) occurrence after repeat_time (balance/repeat_time.h, the rule
+// omnibal-plan's length reader applies with the same seed), bad records left out.
 balance::SampleTable table_from_lengths(const data::ConversationDataset& ds,
-                                        const std::vector<data::SampleLengths>& lengths) {
+                                        const std::vector<data::SampleLengths>& lengths,
+                                        uint64_t seed) {
   balance::SampleTable table;
   for (int d = 0; d < ds.num_datasets(); ++d) {
     const auto& meta = ds.meta(d);
-    balance::DatasetInfo info{meta.name, meta.annotation, 0, 0, 1.0};
+    balance::DatasetInfo info{meta.name, meta.annotation, 0, 0, meta.repeat_time};
     info.records = static_cast<int64_t>(ds.entries(d).size());
     const uint32_t id = table.add_dataset(info);
-    for (int64_t e = 0; e < info.records; ++e) {
+    const auto rows = balance::repeat_records(info.records, meta.repeat_time, seed, id,
+                                              "dataset '" + meta.name + "' (" + meta.annotation + ")");
+    for (const uint32_t e : rows) {
       const auto& l = lengths[ds.offset(d) + e];
       if (l.vit_num < 0) continue;  // skipped as bad
-      table.add(id, static_cast<uint32_t>(e),
+      table.add(id, e,
                 balance::Load{{static_cast<int32_t>(l.vit_num), static_cast<int32_t>(l.token_num)}},
                 static_cast<int32_t>(l.image_flags));
     }
@@ -49,8 +54,10 @@ LoadedSet load_set(const std::string& meta_path, const Config& config, const Mod
       set.lengths.insert(set.lengths.end(), per_dataset.begin(), per_dataset.end());
   }
   for (const auto& l : set.lengths) set.bad_samples += l.vit_num < 0 ? 1 : 0;
-  set.table = table_from_lengths(*set.dataset, set.lengths);
+  set.table = table_from_lengths(*set.dataset, set.lengths, config.balance.seed);
   set.builder->expect_lengths(set.lengths);
+  set.max_seq_len = preset.llm.max_seq_len;
+  set.preset_name = preset.name.empty() ? config.model.preset : preset.name;
   return set;
 }
 
@@ -60,6 +67,8 @@ TrainingData::TrainingData(LoadedSet set, const Config& config) : set_(std::move
       balance::planner_options(config.parallel, config.balance, config.data);
   options.dp = config.parallel.dp;
   options.micro_batches = config.parallel.micro_batches;
+  options.max_seq_len = set_.max_seq_len;
+  options.max_seq_len_origin = "preset " + set_.preset_name;
   planner_ = std::make_unique<balance::EpochPlanner>(
       set_.table, balance::parse_method(config.balance.method, "balance.method"), options);
 }

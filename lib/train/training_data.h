@@ -34,22 +34,30 @@ struct LoadedSet {
   std::unique_ptr<data::ConversationDataset> dataset;
   std::unique_ptr<data::SampleProcessor> processor;
   std::unique_ptr<data::PackBuilder> builder;
-  balance::SampleTable table;  ///< sample s is global sample global_id(s) of `dataset`
+  /// Sample s is global sample global_id(s) of `dataset`. repeat_time is expanded
+  /// (balance/repeat_time.h, seeded by balance.seed as in `omnibal-plan data`), so one global
+  /// sample may fill several rows.
+  balance::SampleTable table;
   std::vector<data::SampleLengths> lengths;  ///< by global sample id
   int64_t bad_samples = 0;                   ///< skipped by the scan (on_bad_sample: skip)
+  int64_t max_seq_len = 0;    ///< the preset's llm.max_seq_len: no pack may hold more tokens
+  std::string preset_name;    ///< model.preset, for messages about max_seq_len
   int64_t global_id(uint32_t s) const {
     return dataset->offset(static_cast<int>(table.dataset[s])) + table.index[s];
   }
 };
 
 /// Loads `meta_path` with the tokenizer and options of `config` (scan with `threads` when the
-/// meta has no token_lengths). Throws omnibal::Error / data::BadSampleError on bad input.
+/// meta has no token_lengths); the table repeats each dataset per its repeat_time with seed
+/// balance.seed. Throws omnibal::Error / data::BadSampleError on bad input.
 LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
                    const data::Tokenizer& tokenizer, int threads);
 
 /// The epoch plans of a training set (balance::EpochPlanner over the set's table).
 class TrainingData {
  public:
+  /// Plans with balance.*, parallel.dp/m and the set's max_seq_len as token cap. Throws
+  /// omnibal::Error when the set is empty or balance.q_tok exceeds the preset's llm.max_seq_len.
   TrainingData(LoadedSet set, const Config& config);
   TrainingData(const TrainingData&) = delete;  // the planner refers to set_.table
   TrainingData& operator=(const TrainingData&) = delete;

@@ -83,3 +83,68 @@ TEST_CASE("best-fit: budget kept, over-budget policy", "[balance][baseline]") {
                     Catch::Contains("sample 1 of dataset 'd'") && Catch::Contains("Q_t = 4096"));
   CHECK(best_fit_packing(big, 4096, OnBadSample::kSkip, 1).skipped == std::vector<uint32_t>{1});
 }
+
+TEST_CASE("random micro-batches close a pack before the token cap", "[balance][baseline][cap]") {
+  // 24 samples per pack of ~1,300 tokens each would be ~31K tokens: a 4,096 cap closes early.
+  const int64_t cap = GENERATE(1500, 4096, 10000);
+  const int batch = GENERATE(1, 4, 24);
+  const SampleTable t = synthetic_table(1000, 5);  // tokens 276 .. 2,099
+  const PackResult r = random_micro_batches(t, batch, 3, cap, OnBadSample::kSkip);
+  require_partition(r, t.size());
+  for (size_t p = 0; p < r.packs.size(); ++p) {
+    REQUIRE(r.packs.load(p).sum[kTokens] <= cap);
+    REQUIRE(r.packs.load(p).count <= batch);
+  }
+  for (uint32_t id : r.skipped) CHECK(t.load[id].tokens() > cap);
+  CHECK((cap >= 2100) == r.skipped.empty());
+}
+
+TEST_CASE("random micro-batches under a cap, by hand", "[balance][baseline][cap]") {
+  // batch 3, cap 100: in shuffled order a pack closes at 3 samples or before going over 100.
+  const SampleTable t = tokens_table({60, 30, 50, 10, 40, 20});
+  const PackResult r = random_micro_batches(t, 3, 9, 100);
+  require_partition(r, t.size());
+  const auto& order = r.packs.members();  // the shuffled order, cut into packs
+  size_t k = 0;
+  for (size_t p = 0; p < r.packs.size(); ++p) {
+    int64_t sum = 0;
+    for (const uint32_t* it = r.packs.begin(p); it != r.packs.end(p); ++it, ++k) sum += t.load[*it].tokens();
+    CHECK(sum <= 100);
+    // The pack closed because it was full, or because the next sample would not fit.
+    if (k < order.size()) CHECK((r.packs.load(p).count == 3 || sum + t.load[order[k]].tokens() > 100));
+  }
+}
+
+TEST_CASE("length-grouped micro-batches keep the token cap", "[balance][baseline][cap]") {
+  const int dp = GENERATE(1, 4);
+  const int m = GENERATE(1, 3);
+  const SampleTable t = synthetic_table(997, 2);
+  const PackResult r = length_grouped_micro_batches(t, 8, dp, m, 5, 4096, OnBadSample::kError);
+  require_partition(r, t.size());
+  for (size_t p = 0; p < r.packs.size(); ++p) {
+    REQUIRE(r.packs.load(p).sum[kTokens] <= 4096);
+    REQUIRE(r.packs.load(p).count <= 8);
+  }
+  // Without the cap the same call builds packs over it (so the cap did the work).
+  const PackResult free = length_grouped_micro_batches(t, 8, dp, m, 5);
+  bool over = false;
+  for (size_t p = 0; p < free.packs.size(); ++p) over |= free.packs.load(p).sum[kTokens] > 4096;
+  CHECK(over);
+}
+
+TEST_CASE("a sample over the cap: an error naming it, or a counted skip", "[balance][baseline][cap]") {
+  const SampleTable t = tokens_table({100, 1500, 200});
+  for (int method = 0; method < 2; ++method) {
+    auto run = [&](OnBadSample policy) {
+      return method == 0 ? random_micro_batches(t, 4, 1, 1024, policy)
+                         : length_grouped_micro_batches(t, 4, 1, 1, 1, 1024, policy);
+    };
+    INFO((method == 0 ? "random" : "length-group"));
+    CHECK_THROWS_WITH(run(OnBadSample::kError),
+                      Catch::Contains("sample 1 of dataset 'd'") && Catch::Contains("1500 tokens") &&
+                          Catch::Contains("llm.max_seq_len 1024"));
+    const PackResult r = run(OnBadSample::kSkip);
+    CHECK(r.skipped == std::vector<uint32_t>{1});
+    require_partition(r, t.size());
+  }
+}

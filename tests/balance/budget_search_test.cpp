@@ -73,3 +73,24 @@ TEST_CASE("search without an in-range candidate reports it", "[balance][search]"
   CHECK(format_search_table(r).find("none in range") != std::string::npos);
   CHECK_THROWS_AS(search_budgets(SampleTable{}, o), omnibal::Error);
 }
+
+TEST_CASE("search stays within the token cap (the model's llm.max_seq_len)", "[balance][search]") {
+  // 8 samples of ~1,000 tokens per pack want Q_t near 8K: a 4,096-token model must clamp every
+  // candidate, and the chosen budgets, to 4,096.
+  const int64_t cap = GENERATE(1024, 4096);
+  const SampleTable t = synthetic_table(3000, 9);
+  std::vector<uint32_t> ids(t.size());
+  std::iota(ids.begin(), ids.end(), 0u);
+  const auto uncapped = search_grid(t, ids, 8);
+  REQUIRE(std::any_of(uncapped.begin(), uncapped.end(), [&](const IsfBudgets& b) { return b.q_tok > cap; }));
+  for (const auto& b : search_grid(t, ids, 8, cap)) {
+    CHECK(b.q_tok <= cap);
+    CHECK(b.q_tok_thresh == b.q_tok - 128);
+  }
+  SearchOptions o;
+  o.samples_per_pack = 8;
+  o.max_pack_tokens = cap;
+  const SearchResult r = search_budgets(t, o);
+  for (const auto& c : r.candidates) CHECK(c.budgets.q_tok <= cap);
+  CHECK(r.budgets().q_tok <= cap);
+}

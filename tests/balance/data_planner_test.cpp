@@ -111,3 +111,57 @@ TEST_CASE("the epoch tail is carried into the next epoch, never dropped", "[bala
   CHECK(e1.metrics.packs == e1.metrics.steps * 16 + e1.metrics.carried_packs);
   CHECK(e1.plan.carried.size() < 16 * (method == Method::kMultiSource ? 2 : 1));
 }
+
+TEST_CASE("no method builds a pack over the token cap", "[balance][planner][cap]") {
+  // Eight ~1,300-token samples per pack: uncapped, every method would build ~10K-token packs.
+  const Method method = GENERATE(Method::kIsf, Method::kIsfRandomPlacement, Method::kMultiSource,
+                                 Method::kRandom, Method::kLengthGroup, Method::kBestFit);
+  const SampleTable t = synthetic_table(3000, 21, 2);
+  PlannerOptions o;
+  o.dp = 4;
+  o.samples_per_pack = 8;
+  o.max_seq_len = 4096;
+  o.max_seq_len_origin = "preset base-100m";
+  const MethodResult r = plan_method(t, method, o);
+  INFO(method_name(method));
+  CHECK(r.packing.skipped.empty());  // every sample fits the cap by itself
+  int64_t most = 0;
+  for (size_t p = 0; p < r.packing.packs.size(); ++p)
+    most = std::max(most, r.packing.packs.load(p).sum[kTokens]);
+  CHECK(most <= 4096);
+  CHECK(r.budgets.q_tok <= 4096);
+  for (const auto& b : r.source_budgets) CHECK(b.q_tok <= 4096);
+}
+
+TEST_CASE("explicit budgets over the token cap are refused naming both keys",
+          "[balance][planner][cap]") {
+  const SampleTable t = synthetic_table(200, 3);
+  PlannerOptions o;
+  o.budgets = {20, 2048, 1920};
+  o.max_seq_len = 1024;
+  o.max_seq_len_origin = "preset tiny";
+  const Method method = GENERATE(Method::kIsf, Method::kBestFit, Method::kRandom);
+  CHECK_THROWS_WITH(plan_method(t, method, o),
+                    Catch::Contains("balance.q_tok 2048 is over the model's llm.max_seq_len 1024 (preset tiny)"));
+  o.budgets = {20, 1024, 896};  // at the cap: fine
+  CHECK_NOTHROW(check_token_cap(o));
+  o.max_seq_len = 0;  // no cap
+  o.budgets = {20, 1 << 20, (1 << 20) - 128};
+  CHECK_NOTHROW(check_token_cap(o));
+}
+
+TEST_CASE("a sample over the token cap follows on_bad_sample in every method",
+          "[balance][planner][cap]") {
+  const Method method = GENERATE(Method::kIsf, Method::kMultiSource, Method::kRandom,
+                                 Method::kLengthGroup, Method::kBestFit);
+  SampleTable t = synthetic_table(400, 8);
+  t.add(0, 999, Load{{1, 5000}}, 1);  // one 5,000-token text sample, over a 4,096 cap
+  PlannerOptions o;
+  o.max_seq_len = 4096;
+  INFO(method_name(method));
+  CHECK_THROWS_WITH(plan_method(t, method, o), Catch::Contains("sample 999 of dataset 'ds0'"));
+  o.on_bad_sample = OnBadSample::kSkip;
+  const MethodResult r = plan_method(t, method, o);
+  CHECK(r.packing.skipped == std::vector<uint32_t>{static_cast<uint32_t>(t.size() - 1)});
+  CHECK(r.metrics.skipped == 1);
+}

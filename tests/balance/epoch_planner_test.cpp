@@ -104,3 +104,14 @@ TEST_CASE("EpochPlanner rejects bad sizes and steps", "[balance][epoch_planner]"
   EpochPlanner big(t, Method::kRandom, options(8, 8));  // 64 packs of 4 > 100 samples
   CHECK_THROWS_WITH(big.position(0), Catch::Contains("no full step"));
 }
+
+TEST_CASE("EpochPlanner refuses budgets over the token cap before planning",
+          "[balance][epoch_planner][cap]") {
+  const SampleTable t = omnibal::balance::testing::synthetic_table(100, 1);
+  PlannerOptions o;
+  o.budgets = {20, 2048, 1920};
+  o.max_seq_len = 1024;
+  o.max_seq_len_origin = "preset tiny";
+  CHECK_THROWS_WITH(EpochPlanner(t, Method::kIsf, o),
+                    Catch::Contains("balance.q_tok 2048 is over the model's llm.max_seq_len 1024"));
+}

@@ -19,7 +19,7 @@ const char* kGood = R"([{"vit_num": 5, "token_num": 1341, "image_flags": 5},
 TEST_CASE("length file: loads, provenance and failed statistics", "[balance][reader]") {
   TempFile f("ai2d_token_lengths.json", kGood);
   SampleTable t;
-  read_length_file(f.path, "ai2d", 1.0, t);
+  read_length_file(f.path, "ai2d", 1.0, 1024, t);
   REQUIRE(t.size() == 3);  // the vit_num = -1 record is skipped ...
   CHECK(t.failed_stats() == 1);  // ... and counted
   CHECK(t.load[0].tiles() == 5);
@@ -32,16 +32,38 @@ TEST_CASE("length file: loads, provenance and failed statistics", "[balance][rea
   CHECK(t.describe(1) == "sample 2 of dataset 'ai2d' (" + f.path + ")");
 }
 
-TEST_CASE("length file: repeat_time below 1 keeps a prefix, integer repeats", "[balance][reader]") {
+TEST_CASE("length file: repeat_time copies and seeded subsets", "[balance][reader]") {
   TempFile f("x.json", kGood);
-  SampleTable half, twice;
-  read_length_file(f.path, "x", 0.5, half);  // floor(4 * 0.5) = 2 records: 1 ok + 1 failed
-  CHECK(half.size() == 1);
-  CHECK(half.failed_stats() == 1);
-  read_length_file(f.path, "x", 2, twice);
-  CHECK(twice.size() == 6);
-  CHECK(twice.failed_stats() == 2);
-  CHECK(twice.index[3] == 0);
+  SampleTable twice, half, one_half;
+  read_length_file(f.path, "x", 2, 1024, twice);
+  CHECK(twice.size() == 6);  // 2 x (3 usable records) ...
+  CHECK(twice.failed_stats() == 2);  // ... and the failed one counted per copy
+  CHECK(twice.index[3] == 0);  // the second copy starts again at element 0
+  read_length_file(f.path, "x", 0.5, 1024, half);  // floor(4 * 0.5) = 2 seeded records
+  CHECK(static_cast<int64_t>(half.size()) + half.failed_stats() == 2);
+  read_length_file(f.path, "x", 1.5, 1024, one_half);  // non-integer above 1: 4 + 2 records
+  CHECK(static_cast<int64_t>(one_half.size()) + one_half.failed_stats() == 6);
+  CHECK(one_half.datasets[0].repeat_time == 1.5);
+  CHECK(one_half.datasets[0].records == 4);  // the file's records, before repeat_time
+}
+
+TEST_CASE("length file: 48 records at repeat_time 2 and 0.5 give 96 and 24 samples",
+          "[balance][reader]") {
+  std::string doc = "[";
+  for (int i = 0; i < 48; ++i)
+    doc += std::string(i ? "," : "") + R"({"vit_num": 1, "token_num": )" + std::to_string(100 + i) + "}";
+  TempFile f("48.json", doc + "]");
+  for (const auto& [r, n] : {std::pair{2.0, 96}, {0.5, 24}, {1.0, 48}}) {
+    SampleTable t;
+    read_length_file(f.path, "x", r, 1024, t);
+    CHECK(static_cast<int>(t.size()) == n);
+  }
+  SampleTable a, b, c;
+  read_length_file(f.path, "x", 0.5, 1024, a);
+  read_length_file(f.path, "x", 0.5, 1024, b);
+  read_length_file(f.path, "x", 0.5, 7, c);
+  CHECK(a.index == b.index);  // same seed, same records
+  CHECK(a.index != c.index);  // another seed draws others
 }
 
 TEST_CASE("length file: malformed input names file and element", "[balance][reader]") {
@@ -64,16 +86,16 @@ TEST_CASE("length file: malformed input names file and element", "[balance][read
     TempFile f("bad.json", c.content);
     SampleTable t;
     INFO(c.content);
-    REQUIRE_THROWS_AS(read_length_file(f.path, "bad", 1.0, t), omnibal::Error);
+    REQUIRE_THROWS_AS(read_length_file(f.path, "bad", 1.0, 1024, t), omnibal::Error);
     SampleTable t2;
-    REQUIRE_THROWS_WITH(read_length_file(f.path, "bad", 1.0, t2), Contains(f.path) && Contains(c.message));
+    REQUIRE_THROWS_WITH(read_length_file(f.path, "bad", 1.0, 1024, t2), Contains(f.path) && Contains(c.message));
   }
   SampleTable t;
-  CHECK_THROWS_WITH(read_length_file("/nonexistent/l.json", "x", 1.0, t),
+  CHECK_THROWS_WITH(read_length_file("/nonexistent/l.json", "x", 1.0, 1024, t),
                     Contains("/nonexistent/l.json: cannot open"));
   TempFile ok("ok.json", kGood);
-  CHECK_THROWS_WITH(read_length_file(ok.path, "x", 1.5, t), Contains("repeat_time above 1 must be an integer"));
-  CHECK_THROWS_WITH(read_length_file(ok.path, "x", 0, t), Contains("repeat_time must be > 0"));
+  CHECK_THROWS_WITH(read_length_file(ok.path, "x", 0, 1024, t),
+                    Contains(ok.path) && Contains("repeat_time must be a number > 0, got 0"));
 }
 
 TEST_CASE("meta file: datasets in file order, relative paths, repeat_time", "[balance][reader]") {
@@ -83,7 +105,7 @@ TEST_CASE("meta file: datasets in file order, relative paths, repeat_time", "[ba
   TempFile meta("meta.json", R"({"zeta": {"root": "r", "annotation": "x.jsonl", "token_lengths": ")" +
                                      a.path + R"(", "repeat_time": 3},
                                  "alpha": {"token_lengths": ")" + b_name + R"("}})");
-  const SampleTable t = read_meta_file(meta.path);
+  const SampleTable t = read_meta_file(meta.path, 1024);
   REQUIRE(t.datasets.size() == 2);
   CHECK(t.datasets[0].name == "zeta");  // file order, not sorted
   CHECK(t.datasets[1].name == "alpha");
@@ -94,13 +116,16 @@ TEST_CASE("meta file: datasets in file order, relative paths, repeat_time", "[ba
 
 TEST_CASE("meta file: malformed entries name the key", "[balance][reader]") {
   TempFile m1("m1.json", R"({"ds": {"annotation": "a"}})");
-  CHECK_THROWS_WITH(read_meta_file(m1.path), Contains("dataset \"ds\": missing string key \"token_lengths\""));
+  CHECK_THROWS_WITH(read_meta_file(m1.path, 1024), Contains("dataset \"ds\": missing string key \"token_lengths\""));
   TempFile m2("m2.json", R"({"ds": {"token_lengths": "x.json", "repeat_time": "2"}})");
-  CHECK_THROWS_WITH(read_meta_file(m2.path), Contains("\"repeat_time\" must be a number"));
+  CHECK_THROWS_WITH(read_meta_file(m2.path, 1024), Contains("\"repeat_time\" must be a number"));
   TempFile m3("m3.json", R"([1, 2])");
-  CHECK_THROWS_WITH(read_meta_file(m3.path), Contains(m3.path) && Contains("expected a non-empty JSON object"));
+  CHECK_THROWS_WITH(read_meta_file(m3.path, 1024), Contains(m3.path) && Contains("expected a non-empty JSON object"));
   TempFile m4("m4.json", R"({"ds": {"token_lengths": "does_not_exist.json"}})");
-  CHECK_THROWS_WITH(read_meta_file(m4.path), Contains("does_not_exist.json: cannot open length file"));
+  CHECK_THROWS_WITH(read_meta_file(m4.path, 1024), Contains("does_not_exist.json: cannot open length file"));
+  TempFile m5("m5.json", R"({"ds": {"token_lengths": "x.json", "repeat_time": -0.5}})");
+  CHECK_THROWS_WITH(read_meta_file(m5.path, 1024),
+                    Contains(m5.path) && Contains("dataset \"ds\": \"repeat_time\" must be > 0, got -0.5"));
 }
 
 TEST_CASE("dataset names come from the file stem", "[balance][reader]") {

@@ -36,6 +36,23 @@ packed += sum(len(p) for p in plan["carried"])
 assert packed == 40941, packed
 assert len(plan["steps"]) == isf["steps"] and all(len(s) == 8 for s in plan["steps"])
 PY
+# The token cap: searched budgets (5888 above) and every pack stay within --preset base-100m's
+# llm.max_seq_len (4096); an explicit --q-tok over --max-seq-len is refused naming both.
+"$BIN" data --lengths "${FILES[@]}" --dp 8 --samples-per-pack 4 --method all --search \
+  --preset base-100m --json "$OUT/cap.json" > "$OUT/cap.stdout"
+grep -q "at most 4096 tokens per pack" "$OUT/cap.stdout"
+python3 - "$OUT/cap.json" "$OUT/r.json" <<'PY'
+import json, sys
+res = json.load(open(sys.argv[1]))["results"]
+assert json.load(open(sys.argv[2]))["results"][0]["q_tok"] > 4096  # uncapped: over the cap
+for r in res:  # max_tokens of padded methods is max * count; the cap is on the summed tokens
+    if r["method"] not in ("random", "length-group"):
+        assert r["max_tokens"] <= 4096, (r["method"], r["max_tokens"])
+    assert r.get("q_tok", 0) <= 4096, r
+    assert r["samples"] + r["skipped"] == 40941, r
+PY
+if "$BIN" data --lengths "${FILES[0]}" --q-vit 20 --q-tok 6656 --max-seq-len 4096 2> "$OUT/err"; then exit 1; fi
+grep -q -- "--q-tok 6656 is over the model's llm.max_seq_len 4096 (--max-seq-len)" "$OUT/err"
 # Argument errors name the flag.
 if "$BIN" data --lengths "${FILES[0]}" --search --q-vit 9 --q-tok 4096 2> "$OUT/err"; then exit 1; fi
 grep -q -- "--search searches the budgets" "$OUT/err"

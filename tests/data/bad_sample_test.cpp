@@ -5,6 +5,7 @@
 #include "core/model_preset.h"
 #include "data/length_scanner.h"
 #include "data/pack_builder.h"
+#include "data/utf8_check.h"
 #include "data_fixtures.h"
 
 using namespace omnibal::data;
@@ -25,6 +26,10 @@ std::vector<BadCase> bad_cases() {
   return {
       {"malformed json", R"({"id": "x", "conversations": [)", BadSampleReason::kMalformedJson,
        "not valid JSON"},
+      {"invalid utf-8",  // Latin-1 'é' then '(' : 0xC3 must start a 2-byte sequence
+       std::string(R"({"id": ")") + "\xC3\x28" +
+           R"(", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yes."}]})",
+       BadSampleReason::kMalformedJson, "invalid UTF-8 at byte offset 8 of the line (0xC3 0x28)"},
       {"missing image",
        R"({"image": "nope.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})",
        BadSampleReason::kMissingImage, "nope.png"},
@@ -150,4 +155,41 @@ TEST_CASE("bad samples: decoded size must match the record's width/height", "[da
                     Catch::Contains("is 56x56 but the record says 100x50"));
   // Later stages do not decode, so they trust width/height as the scan did.
   CHECK_NOTHROW(builder.build({1}, PackParts::for_stage(1, 2)));
+}
+
+TEST_CASE("utf-8: well-formed text passes, each kind of ill-formed sequence is located",
+          "[data][bad][utf8]") {
+  CHECK_FALSE(find_invalid_utf8("plain ascii"));
+  CHECK_FALSE(find_invalid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF"));  // é € 😀 U+10FFFF
+  struct Case {
+    std::string text;
+    size_t offset;
+    const char* hex;
+  };
+  const Case cases[] = {
+      {"ab\xC3\x28", 2, "(0xC3 0x28)"},            // lead byte, then no continuation
+      {"\x80", 0, "(0x80)"},                       // continuation without a lead byte
+      {"x\xFF", 1, "(0xFF)"},                      // never valid
+      {"\xC0\xAF", 0, "(0xC0)"},                   // overlong '/'
+      {"\xE0\x80\xAF", 0, "(0xE0 0x80)"},          // overlong 3-byte form
+      {"\xED\xA0\x80", 0, "(0xED 0xA0)"},          // UTF-16 surrogate U+D800
+      {"\xF4\x90\x80\x80", 0, "(0xF4 0x90)"},      // above U+10FFFF
+      {"ok \xE2\x82", 3, "(0xE2 0x82)"},           // truncated at the end
+      {"\xE2\x82\xACz\xE2\x82(", 4, "(0xE2 0x82 0x28)"},  // the second character is cut
+  };
+  for (const auto& c : cases) {
+    INFO(c.hex);
+    const auto bad = find_invalid_utf8(c.text);
+    REQUIRE(bad);
+    CHECK(bad->offset == c.offset);
+    CHECK(bad->hex() == c.hex);
+  }
+}
+
+TEST_CASE("utf-8: a JSON-array annotation file names the line and byte", "[data][bad][utf8]") {
+  testing::TempDir dir;
+  testing::write_text(dir.file("a.json"), "[\n" + std::string(kGood) + ",\n{\"id\": \"\xE9\"}\n]\n");
+  const std::string want = dir.file("a.json") + ":3: invalid UTF-8 at byte offset " +
+                           std::to_string(2 + std::string(kGood).size() + 2 + 8) + " of the file (0xE9 0x22)";
+  CHECK_THROWS_WITH(read_annotation_file(dir.file("a.json")), Catch::Contains(want));
 }

@@ -6,8 +6,8 @@ directories (metrics.jsonl, summary.json, checkpoints/).
   train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
        sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
-       init_from | bad_sample | empty_pack | packer_skip | exit_after
-       (init_from and packer_skip also need --plan omnibal-plan)
+       init_from | bad_sample | empty_pack | packer_skip | exit_after | repeat_time | token_cap
+       (init_from, packer_skip and repeat_time also need --plan omnibal-plan)
 """
 import argparse
 import json
@@ -833,6 +833,83 @@ def check_exit_after(r):
           f"hash bitwise ({summary(run)['param_hash']}); exit_duration_min: 1 step, checkpoint")
 
 
+def data_line(text):
+    """The trainer's start-up 'data: N samples, ... plan hash H' line as (N, H)."""
+    line = next((l for l in text.splitlines() if "data: " in l and "plan hash" in l), None)
+    if line is None:
+        fail("the trainer log has no 'data: N samples ... plan hash' line")
+    return (int(line.split("data: ")[1].split()[0].rstrip(",")),
+            line.split("plan hash ")[1].split()[0])
+
+
+def check_repeat_time(r):
+    """48 samples at repeat_time 1, 2 and 0.5: the trainer plans 48, 96 and 24 samples, as many
+    as `omnibal-plan data` reads from the scanned meta, with the same plan hash (the planner run
+    as the trainer plans: dp 1 x m 2, balance.seed, the tiny preset's max_seq_len); the hash
+    changes with repeat_time."""
+    n = 48
+    src = os.path.join(r.a.data, "train", "catalog.jsonl")
+    with open(src) as f:
+        lines = f.readlines()[:n]
+    if len(lines) < n:
+        fail(f"{src} holds {len(lines)} records, fewer than {n}")
+    ann = os.path.join(r.a.work, f"catalog_{n}.jsonl")
+    with open(ann, "w") as g:
+        g.writelines(lines)
+    hashes = {}
+    for rt, want in [(1, 48), (2, 96), (0.5, 24)]:
+        meta = os.path.join(r.a.work, f"meta_rt{rt}.json")
+        with open(meta, "w") as f:
+            json.dump({"catalog48": {"root": os.path.join(r.a.data, "train"), "annotation": ann,
+                                    "repeat_time": rt}}, f)
+        scan_dir = os.path.join(r.a.work, f"scan_rt{rt}")
+        subprocess.run([r.a.plan, "scan", "--meta", meta, "--preset", "tiny", "--tokenizer",
+                        os.path.join(r.a.data, "tokenizer.model"), "--set", "data.max_tiles=12",
+                        "--threads", "1", "--out", scan_dir], check=True, capture_output=True)
+        plan = subprocess.run([r.a.plan, "data", "--meta", os.path.join(scan_dir, "meta.json"),
+                               "--dp", "1", "--micro-batches", "2", "--samples-per-pack", "6",
+                               "--seed", "1024", "--preset", "tiny", "--method", "isf",
+                               "--plan", os.path.join(r.a.work, f"plan_rt{rt}.json")],
+                              capture_output=True, text=True)
+        if plan.returncode != 0:
+            print(plan.stdout[-2000:], plan.stderr[-2000:])
+            fail(f"omnibal-plan data at repeat_time {rt}: exit {plan.returncode}")
+        plan_n = int(plan.stdout.split("data: ")[1].split()[0])
+        plan_hash = plan.stdout.split("hash ")[-1].split(")")[0].strip()
+        p, _ = r.run(1, f"rt{rt}", 1, 1, 2, steps=1, extra=["--set", f"data.meta={meta}"])
+        train_n, train_hash = data_line(p.stdout + p.stderr)
+        print(f"repeat_time {rt}: trainer {train_n} samples, hash {train_hash}; "
+              f"omnibal-plan data {plan_n} samples, hash {plan_hash}")
+        if train_n != want or plan_n != want:
+            fail(f"repeat_time {rt}: expected {want} samples, trainer {train_n}, planner {plan_n}")
+        if train_hash != plan_hash:
+            fail(f"repeat_time {rt}: trainer plan hash {train_hash} != omnibal-plan's {plan_hash}")
+        hashes[rt] = train_hash
+    if len(set(hashes.values())) != 3:
+        fail(f"the plan hash does not change with repeat_time: {hashes}")
+
+
+def check_token_cap(r):
+    """The tiny preset runs packs of at most llm.max_seq_len = 1024 tokens: a balance.q_tok over
+    it is refused at start-up naming both keys; random packs of 24 samples and a searched ISF
+    with 16 samples per pack train (uncapped, both build packs over 1024 tokens on this split:
+    random 24-sample packs, and ISF's searched Q_t 1280 with packs of up to 1078 tokens)."""
+    args, _ = r.cmd(1, "cap-bad", 1, 1, 1)
+    p = subprocess.run(args + ["--set", "balance.q_vit=40", "--set", "balance.q_tok=2048"],
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    needle = "balance.q_tok 2048 is over the model's llm.max_seq_len 1024 (preset tiny)"
+    print(f"balance.q_tok=2048: refused ({refusal(p, needle, 'balance.q_tok=2048')[:160]})")
+    for name, extra in [("cap-random24", ["--set", "balance.method=random",
+                                          "--set", "balance.samples_per_pack=24"]),
+                        ("cap-isf16", ["--set", "balance.samples_per_pack=16"])]:
+        p, rd = r.run(1, name, 1, 1, 1, steps=3, extra=extra)
+        data_line(p.stdout + p.stderr)  # the start-up plan line is there
+        if len(metrics(rd)) != 3:
+            fail(f"{name}: {len(metrics(rd))} steps in metrics.jsonl, expected 3")
+        line = next(l for l in (p.stdout + p.stderr).splitlines() if "plan hash" in l)
+        print(f"{' '.join(extra[1::2])}: 3 steps trained ({line.strip()[:200]})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("check")
@@ -840,7 +917,7 @@ def main():
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--plan", help="omnibal-plan (init_from)")
+    ap.add_argument("--plan", help="omnibal-plan (init_from, repeat_time)")
     a = ap.parse_args()
     r = Runner(a)
     globals()["check_" + a.check](r)
