@@ -57,6 +57,30 @@ models::PackBatch make_pack(int samples, int tiles, uint64_t seed) {
   return b;
 }
 
+// One process's step over `packs` with every unit: loss sum, label tokens, and the gradients of
+// sum(loss) / labels by "<unit>.<param>".
+struct Reference {
+  double loss = 0;
+  int64_t labels = 0;
+  std::map<std::string, torch::Tensor> grads;
+};
+Reference reference_step(const std::vector<models::UnitPtr>& all,
+                         const std::vector<models::PackBatch>& packs) {
+  Reference ref;
+  std::vector<models::UnitState> outs;
+  for (const auto& p : packs) {
+    outs.push_back(models::run_units(all, models::UnitState::from_pack(p)));
+    ref.labels += outs.back().label_count;
+  }
+  for (auto& o : outs) {
+    ref.loss += o.loss_sum.item<double>();
+    (o.loss_sum / static_cast<double>(ref.labels)).backward();
+  }
+  for (const auto& u : all)
+    for (const auto& np : u->named_parameters()) ref.grads[u->unit_name() + "." + np.key()] = np.value().grad();
+  return ref;
+}
+
 // A pack whose every sample was skipped (data.on_bad_sample: skip): n = 0, T = 0, no tiles.
 models::PackBatch empty_pack() {
   models::PackBatch b;
@@ -88,20 +112,10 @@ TEST_CASE("an empty micro-batch runs through 2 stages: same messages, no loss, n
   const std::vector<models::PackBatch> packs = {full[0], empty_pack(), full[1]};
   // Reference: the two non-empty packs in one process.
   auto all = models::make_units(preset, opt, 0, static_cast<int64_t>(names.size()));
-  int64_t labels = 0;
-  std::vector<models::UnitState> outs;
-  for (const auto& p : full) {
-    outs.push_back(models::run_units(all, models::UnitState::from_pack(p)));
-    labels += outs.back().label_count;
-  }
-  double ref_loss = 0;
-  for (auto& o : outs) {
-    ref_loss += o.loss_sum.item<double>();
-    (o.loss_sum / static_cast<double>(labels)).backward();
-  }
-  std::map<std::string, torch::Tensor> ref_grads;
-  for (const auto& u : all)
-    for (const auto& np : u->named_parameters()) ref_grads[u->unit_name() + "." + np.key()] = np.value().grad();
+  const Reference ref = reference_step(all, full);
+  const int64_t labels = ref.labels;
+  const double ref_loss = ref.loss;
+  const auto& ref_grads = ref.grads;
   // The empty pack alone through the whole model: the head's empty output.
   const models::UnitState alone = models::run_units(all, models::UnitState::from_pack(packs[1]));
   CHECK(alone.phase == models::Phase::kLoss);
@@ -153,20 +167,10 @@ TEST_CASE("1F1B executor on 2 stages equals the whole model (>= 8 MiB activation
                                                 make_pack(61, 5, 3)};
   // Reference: every unit in one process, loss normalised by all label tokens.
   auto all = models::make_units(preset, opt, 0, static_cast<int64_t>(names.size()));
-  int64_t labels = 0;
-  std::vector<models::UnitState> outs;
-  for (const auto& p : packs) {
-    outs.push_back(models::run_units(all, models::UnitState::from_pack(p)));
-    labels += outs.back().label_count;
-  }
-  double ref_loss = 0;
-  for (auto& o : outs) {
-    ref_loss += o.loss_sum.item<double>();
-    (o.loss_sum / static_cast<double>(labels)).backward();
-  }
-  std::map<std::string, torch::Tensor> ref_grads;
-  for (const auto& u : all)
-    for (const auto& np : u->named_parameters()) ref_grads[u->unit_name() + "." + np.key()] = np.value().grad();
+  const Reference ref = reference_step(all, packs);
+  const int64_t labels = ref.labels;
+  const double ref_loss = ref.loss;
+  const auto& ref_grads = ref.grads;
 
   comm::ParallelComms comms(comm::ProcessGrid({1, 2, 1}, 2), comm::WaitPolicy{120, nullptr});
   const int s = comms.coord().pp;
