@@ -63,7 +63,8 @@ void read_length_file(const std::string& path, const std::string& name, double r
     OMNIBAL_CHECK(e.is_object(), path, ": element ", i, ": expected an object, got ",
                   e.type_name());
     const int32_t vit = int_field(e, "vit_num", -1, path, i);
-    const int32_t tok = int_field(e, "token_num", 0, path, i);
+    // Failed statistics (vit_num -1) may carry token_num -1 too (omnibal-plan scan writes both).
+    const int32_t tok = int_field(e, "token_num", vit == -1 ? -1 : 0, path, i);
     const int32_t fl = int_field(e, "image_flags", 0, path, i, false, std::max(vit, 0));
     OMNIBAL_CHECK(vit == -1 || fl <= vit, path, ": element ", i, ": image_flags ", fl,
                   " exceeds vit_num ", vit, " (image_flags counts the real tiles among vit_num)");

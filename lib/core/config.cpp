@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "core/error.h"
@@ -95,21 +96,33 @@ std::string to_yaml(const Config& config) { return yaml_struct::write_section(co
 std::vector<std::string> config_differences(const Config& a, const Config& b,
                                             const std::vector<std::string>& keys) {
   const YAML::Node ya = YAML::Load(to_yaml(a)), yb = YAML::Load(to_yaml(b));
-  const auto value = [](YAML::Node node, const std::string& key) {
+  const auto find = [](YAML::Node node, const std::string& key) {
     std::stringstream path(key);
     for (std::string part; std::getline(path, part, '.');) {
       OMNIBAL_CHECK(node.IsMap() && node[part], "config_differences: no key '", key, "'");
       node.reset(node[part]);  // operator= would assign into the tree
     }
+    return node;
+  };
+  const auto text = [](const YAML::Node& node) {
     YAML::Emitter out;
     out << YAML::Flow << node;
     return std::string(out.c_str());
   };
   std::vector<std::string> changed;
-  for (const auto& key : keys) {
-    const std::string va = value(ya, key), vb = value(yb, key);
-    if (va != vb) changed.push_back(key + ": " + va + " -> " + vb);
-  }
+  // A section is compared key by key (both configs have the same keys), a value as a whole.
+  std::function<void(const std::string&, const YAML::Node&, const YAML::Node&)> compare =
+      [&](const std::string& key, const YAML::Node& na, const YAML::Node& nb) {
+        if (na.IsMap() && nb.IsMap()) {
+          for (const auto& child : na) {
+            const std::string name = child.first.as<std::string>();
+            compare(key + "." + name, child.second, nb[name]);
+          }
+          return;
+        }
+        if (text(na) != text(nb)) changed.push_back(key + ": " + text(na) + " -> " + text(nb));
+      };
+  for (const auto& key : keys) compare(key, find(ya, key), find(yb, key));
   return changed;
 }
 

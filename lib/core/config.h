@@ -220,8 +220,9 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 std::string to_yaml(const Config& config);
 
 /// "key: <a's value> -> <b's value>" for each dotted key of `keys` ("parallel.dp",
-/// "balance.q_tok", a whole section "balance") whose YAML value differs between `a` and `b`,
-/// in the order of `keys`. Throws omnibal::Error naming a key that is not in the config.
+/// "balance.q_tok") whose YAML value differs between `a` and `b`, in the order of `keys`; a
+/// section ("balance") contributes each of its keys that differs ("balance.seed: 1024 -> 7").
+/// Throws omnibal::Error naming a key that is not in the config.
 std::vector<std::string> config_differences(const Config& a, const Config& b,
                                             const std::vector<std::string>& keys);
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "data/pack_loader.h"
 
 namespace omnibal::train {
@@ -99,6 +100,9 @@ EvalResult Evaluator::run(pipeline::StageExecutor& stage, comm::ParallelComms& c
         row[3] += m.labels[k];
       }
     }
+    // Samples left out under data.on_bad_sample: skip, per DP replica (stage 0 counts them).
+    if (s == 0 && loader.bad_samples().total() > 0)
+      log_info_every_rank("eval: DP rank {}: {} (not scored)", my_dp, loader.bad_samples().report());
   } else {
     for (int i = 0; i < static_cast<int>(mine.size()); ++i) stage.forward_only(i, nullptr);
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -13,15 +14,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Keeps the lines of `path` whose "step" is < first_step (resume), drops the rest.
-void truncate_after(const std::string& path, int64_t first_step) {
+// Keeps the lines of `path` whose "step" is < keep_below (resume), drops the rest.
+void truncate_after(const std::string& path, int64_t keep_below) {
   std::ifstream in(path);
   if (!in) return;
   std::vector<std::string> keep;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", int64_t{0}) < first_step) keep.push_back(line);
+    if (!j.is_discarded() && j.value("step", int64_t{0}) < keep_below) keep.push_back(line);
   }
   in.close();
   std::ofstream out(path, std::ios::trunc);
@@ -54,9 +55,13 @@ RunLog::RunLog(std::string dir, bool active, const std::string& config_yaml, int
   if (!active_) return;
   fs::create_directories(dir_);
   std::ofstream(dir_ + "/config.yaml") << config_yaml;
-  for (const char* name : {"/metrics.jsonl", "/eval.jsonl"}) {
+  // metrics.jsonl's "step" is the 0-based step index (steps 0 .. first_step - 1 are done),
+  // eval.jsonl's the number of steps done when it ran (an evaluation at first_step ran before
+  // the checkpoint the run resumes from).
+  for (const auto& [name, keep_below] : {std::pair<const char*, int64_t>{"/metrics.jsonl", first_step},
+                                         std::pair<const char*, int64_t>{"/eval.jsonl", first_step + 1}}) {
     if (first_step == 0) std::ofstream(dir_ + name, std::ios::trunc);
-    else truncate_after(dir_ + name, first_step);
+    else truncate_after(dir_ + name, keep_below);
   }
   metrics_.open(dir_ + "/metrics.jsonl", std::ios::app);
   eval_.open(dir_ + "/eval.jsonl", std::ios::app);
@@ -88,6 +93,11 @@ void RunLog::eval(int64_t step, const EvalResult& r) {
   fmt::print("eval @ step {}: {:<28} {:>7} {:>8} {:>8} {:>9}\n", step, "task", "samples",
              "loss", "exact", "majority");
   auto row = [](const TaskScore& t) {
+    if (t.samples == 0) {  // every sample skipped (data.on_bad_sample: skip): nothing scored
+      fmt::print("               {:<28} {:>7} {:>8} {:>8} {:>8.1f}%\n", t.task, 0, "n/a", "n/a",
+                 100 * t.majority_rate);
+      return;
+    }
     fmt::print("               {:<28} {:>7} {:>8.4f} {:>7.1f}% {:>8.1f}%\n", t.task, t.samples,
                t.loss(), 100 * t.accuracy(), 100 * t.majority_rate);
   };

@@ -66,7 +66,8 @@ int64_t param_digest(const std::string& name, const torch::Tensor& p) {
 /// A fresh start (no --resume) in a run directory that holds checkpoints of an earlier run would
 /// prune them by step number, possibly the new checkpoint first, and truncate metrics.jsonl:
 /// refuse, naming the checkpoints and the two ways on.
-static void refuse_earlier_checkpoints(const std::string& run_dir) {
+/// `after_auto`: --resume auto found none of them usable (the log says why each was skipped).
+static void refuse_earlier_checkpoints(const std::string& run_dir, bool after_auto = false) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(run_dir) / "checkpoints";
   std::error_code ec;
@@ -80,6 +81,11 @@ static void refuse_earlier_checkpoints(const std::string& run_dir) {
   std::sort(steps.begin(), steps.end());
   std::string names;
   for (const int64_t step : steps) names += (names.empty() ? "step-" : ", step-") + std::to_string(step);
+  if (after_auto)
+    OMNIBAL_FAIL("--resume auto: none of the checkpoints in ", root.string(), " (", names,
+                 ") verifies (the lines above say why each was skipped); rather than restart from ",
+                 "step 0 over them: repair or remove them, resume from one with --resume PATH, or ",
+                 "set another runtime.run_dir to start afresh");
   OMNIBAL_FAIL("runtime.run_dir ", run_dir, " already holds checkpoints of an earlier run (", names,
                 " in ", root.string(),
                 "): pass --resume auto to continue it, or set another runtime.run_dir (or delete ",
@@ -89,7 +95,8 @@ static void refuse_earlier_checkpoints(const std::string& run_dir) {
 /// Resuming on another data plan (other data, balance.*, or dp * m) would continue the
 /// checkpoint's epoch on a different sample stream: some samples trained twice, others never.
 /// Refuse, naming the keys that changed and the two ways on. Same dp * m keeps the plan (steps
-/// are planned as dp * m packs whatever the DP size), so it resumes bitwise.
+/// are planned as dp * m packs whatever the DP size): the same sample stream, bitwise at the
+/// same dp and m, within float reordering (about 1e-7) at another DP size or m.
 static void refuse_data_plan_change(const std::string& dir, const TrainCounters& at,
                                     uint64_t plan_hash, const Config& saved, const Config& now) {
   if (at.plan_hash == plan_hash) return;
@@ -419,6 +426,9 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
                                                     config.train.keep_checkpoints, comms.world());
   const std::string dir = s.checkpoints->resolve(resume);
+  // --resume auto with checkpoints none of which verifies must not restart from step 0 over
+  // them (pruning them and truncating metrics.jsonl): refuse like a fresh start would.
+  if (resume == "auto" && dir.empty()) refuse_earlier_checkpoints(config.runtime.run_dir, true);
   std::optional<Config> saved;  // the checkpoint's config, checked before any start-up work
   if (!dir.empty()) {
     saved = parse_config(s.checkpoints->config_text(dir), dir + "/config");
@@ -439,7 +449,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.build_stage();
   if (!config.data.eval_meta.empty())
     s.evaluator = std::make_unique<Evaluator>(
-        load_set(config.data.eval_meta, config, s.preset, *s.tokenizer, 1),
+        load_set(config.data.eval_meta, config, s.preset, *s.tokenizer, 1, /*repeat=*/false),
         config.balance.samples_per_pack, s.preset.llm.max_seq_len);
   if (!dir.empty()) {
     const uint64_t hash = s.counters.plan_hash;
@@ -494,6 +504,13 @@ TrainOutcome Trainer::run() {
   const auto t_start = Clock::now();
   const int64_t first = s.counters.step;
   int64_t last_ckpt = first;
+  if (first >= cfg.train.steps) {  // a finished run relaunched: leave its files as they are
+    if (s.comms.rank() == 0)
+      log_info("resumed at step {} = train.steps: nothing to train (raise train.steps to "
+               "continue); summary.json and eval.jsonl left as they are", first);
+    out.steps_done = first;
+    return out;
+  }
   for (int64_t step = first; step < cfg.train.steps; ++step) {
     if (comm::should_stop(s.comms.world())) {
       out.stopped = true;
@@ -555,7 +572,7 @@ TrainOutcome Trainer::run() {
     log_info("data: on_bad_sample skip left out {} samples at the start-up scan, {} in the "
              "packer over the epochs of this run and {} of the packs trained in this run",
              s.data->set().bad_samples, s.packer_skipped, skipped);
-  if (s.counters.step != last_ckpt || s.counters.step == 0 || out.stopped) s.save_checkpoint();
+  if (s.counters.step != last_ckpt || s.counters.step == 0) s.save_checkpoint();
   if (!out.stopped && s.evaluator) {
     s.last_eval = s.evaluator->run(*s.stage, s.comms);
     s.log->eval(s.counters.step, *s.last_eval);

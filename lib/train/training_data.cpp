@@ -12,14 +12,14 @@ namespace {
 // omnibal-plan's length reader applies with the same seed), bad records left out.
 balance::SampleTable table_from_lengths(const data::ConversationDataset& ds,
                                         const std::vector<data::SampleLengths>& lengths,
-                                        uint64_t seed) {
+                                        uint64_t seed, bool repeat) {
   balance::SampleTable table;
   for (int d = 0; d < ds.num_datasets(); ++d) {
     const auto& meta = ds.meta(d);
     balance::DatasetInfo info{meta.name, meta.annotation, 0, 0, meta.repeat_time};
     info.records = static_cast<int64_t>(ds.entries(d).size());
     const uint32_t id = table.add_dataset(info);
-    const auto rows = balance::repeat_records(info.records, meta.repeat_time, seed, id,
+    const auto rows = balance::repeat_records(info.records, repeat ? meta.repeat_time : 1.0, seed, id,
                                               "dataset '" + meta.name + "' (" + meta.annotation + ")");
     for (const uint32_t e : rows) {
       const auto& l = lengths[ds.offset(d) + e];
@@ -35,7 +35,7 @@ balance::SampleTable table_from_lengths(const data::ConversationDataset& ds,
 }  // namespace
 
 LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
-                   const data::Tokenizer& tokenizer, int threads) {
+                   const data::Tokenizer& tokenizer, int threads, bool repeat) {
   LoadedSet set;
   const auto policy = data::parse_bad_sample_policy(config.data.on_bad_sample, "data.on_bad_sample");
   set.dataset = std::make_unique<data::ConversationDataset>(
@@ -54,7 +54,7 @@ LoadedSet load_set(const std::string& meta_path, const Config& config, const Mod
       set.lengths.insert(set.lengths.end(), per_dataset.begin(), per_dataset.end());
   }
   for (const auto& l : set.lengths) set.bad_samples += l.vit_num < 0 ? 1 : 0;
-  set.table = table_from_lengths(*set.dataset, set.lengths, config.balance.seed);
+  set.table = table_from_lengths(*set.dataset, set.lengths, config.balance.seed, repeat);
   set.builder->expect_lengths(set.lengths);
   set.max_seq_len = preset.llm.max_seq_len;
   set.preset_name = preset.name.empty() ? config.model.preset : preset.name;

@@ -50,8 +50,9 @@ struct LoadedSet {
 /// Loads `meta_path` with the tokenizer and options of `config` (scan with `threads` when the
 /// meta has no token_lengths); the table repeats each dataset per its repeat_time with seed
 /// balance.seed. Throws omnibal::Error / data::BadSampleError on bad input.
+/// `repeat` false reads every sample once whatever the meta's repeat_time (evaluation sets).
 LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
-                   const data::Tokenizer& tokenizer, int threads);
+                   const data::Tokenizer& tokenizer, int threads, bool repeat = true);
 
 /// The epoch plans of a training set (balance::EpochPlanner over the set's table).
 class TrainingData {

@@ -32,6 +32,19 @@ TEST_CASE("length file: loads, provenance and failed statistics", "[balance][rea
   CHECK(t.describe(1) == "sample 2 of dataset 'ai2d' (" + f.path + ")");
 }
 
+TEST_CASE("length file: a failed-statistics record as omnibal-plan scan writes it (-1, -1)",
+          "[balance][reader]") {
+  TempFile f("scan.json", R"([{"vit_num": 2, "token_num": 300, "image_flags": 1},
+                              {"vit_num": -1, "token_num": -1, "image_flags": 0}])");
+  SampleTable t;
+  read_length_file(f.path, "scan", 1.0, 1024, t);
+  CHECK(t.size() == 1);
+  CHECK(t.failed_stats() == 1);
+  TempFile bad("bad.json", R"([{"vit_num": 2, "token_num": -1}])");
+  CHECK_THROWS_WITH(read_length_file(bad.path, "bad", 1.0, 1024, t),
+                    Contains("field \"token_num\" = -1 out of range"));
+}
+
 TEST_CASE("length file: repeat_time copies and seeded subsets", "[balance][reader]") {
   TempFile f("x.json", kGood);
   SampleTable twice, half, one_half;

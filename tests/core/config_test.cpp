@@ -112,8 +112,9 @@ TEST_CASE("config_differences lists the changed keys with both values", "[core][
   CHECK(omnibal::config_differences(a, b, keys) ==
         std::vector<std::string>{"parallel.dp: 2 -> 1", "balance.q_tok: 2048 -> 1024"});
   CHECK(omnibal::config_differences(a, a, keys).empty());
-  // A whole section compares as one value; the trees are not changed by the walk.
-  CHECK(omnibal::config_differences(a, b, {"balance"}).size() == 1);
+  // A section lists each changed key; the trees are not changed by the walk.
+  CHECK(omnibal::config_differences(a, b, {"balance"}) ==
+        std::vector<std::string>{"balance.q_tok: 2048 -> 1024"});
   CHECK(omnibal::config_differences(a, b, {"parallel.dp", "parallel.dp"}).size() == 2);
   CHECK_THROWS_WITH(omnibal::config_differences(a, b, {"parallel.nope"}), Catch::Contains("no key 'parallel.nope'"));
   CHECK(omnibal::config_differences(a, b, {"train.exit_after_steps"}).empty());

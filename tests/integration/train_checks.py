@@ -221,6 +221,9 @@ def check_resume_split(r):
             fail(f"the refusal does not say '{needle}'")
     if len(metrics(half)) != before:
         fail("the refused resume wrote metrics")
+    p, _ = r.run(4, "rs-split", 2, 2, 2, steps=6, fresh=False, expect_ok=False,
+                 extra=DROPOUT + ["--resume", ckpt, "--set", "balance.seed=7"])
+    refusal(p, "balance.seed: 1024 -> 7", "a resume with another balance.seed")
     print("resume at dp 1 x m 2 of a dp 2 x m 2 checkpoint is refused: " + line[:200])
     # The same checkpoint under another PP split (manual 3 + 7 units instead of uniform 5 + 5)
     # and another DP size with the same dp x m.
@@ -351,6 +354,22 @@ def check_truncated(r):
         fail("--resume auto did not fall back to step-2")
     print(f"truncated {os.path.basename(victim)} of step-4 ({size} -> {size // 2} bytes): "
           "--resume auto took step-2")
+    # Every checkpoint damaged: --resume auto refuses rather than restart from step 0 over them.
+    before = len(metrics(d))
+    for step in os.listdir(os.path.join(d, "checkpoints")):
+        manifest = os.path.join(d, "checkpoints", step, "manifest.json")
+        if os.path.exists(manifest):
+            with open(manifest) as f:
+                m = json.load(f)
+            m["step"] += 100  # an edit the manifest's own checksum catches
+            with open(manifest, "w") as f:
+                json.dump(m, f)
+    p, _ = r.run(2, "trunc", 1, 2, 2, steps=6, fresh=False, expect_ok=False,
+                 extra=["--resume", "auto"])
+    line = refusal(p, "--resume auto: none of the checkpoints", "--resume auto over damaged checkpoints")
+    if len(metrics(d)) != before:
+        fail("the refused --resume auto changed metrics.jsonl")
+    print("every checkpoint damaged: --resume auto refuses, metrics untouched: " + line[:160])
 
 
 def check_sigterm(r):
@@ -678,6 +697,9 @@ def check_bad_sample(r):
         fail(f"skipped samples: PP=1 {s1['skipped_samples']}, PP=2 {s2['skipped_samples']}")
     if "bad samples" not in log2 and "skipped" not in log2:
         fail("the PP=2 log does not report the skipped sample")
+    if "eval: DP rank 0: skipped 1" not in log2:
+        print(log2[-3000:])
+        fail("the PP=2 log does not report the skipped evaluation sample")
     for a, b in zip(m2, m1):
         if a["label_tokens"] != b["label_tokens"] or a["samples"] != b["samples"]:
             fail(f"step {a['step']}: PP=2 trained {a['samples']} samples / {a['label_tokens']} "
@@ -808,9 +830,14 @@ def check_exit_after(r):
     _, straight = r.run(2, "ex-straight", 1, 2, 2, steps=6, extra=DROPOUT)
     run = os.path.join(r.a.work, "ex-slots")
     shutil.rmtree(run, ignore_errors=True)
+    evals = ["--set", f"data.eval_meta={r.a.data}/eval_meta.json", "--set", "train.eval_every=2",
+             "--set", "train.checkpoint_every=2"]
     for k in range(3):
         p, _ = r.run(2, "ex-slots", 1, 2, 2, steps=6, fresh=False,
-                     extra=DROPOUT + ["--resume", "auto", "--set", "train.exit_after_steps=2"])
+                     extra=DROPOUT + evals + ["--resume", "auto", "--set", "train.exit_after_steps=2"])
+        saves = [l for l in (p.stdout + p.stderr).splitlines() if "checkpoint: saved step" in l]
+        if len(saves) != 1:
+            fail(f"launch {k + 1}: {len(saves)} checkpoint writes, expected 1: {saves}")
         s = summary(run)
         if s["steps"] != 2 * (k + 1) or s["steps_this_run"] != 2:
             fail(f"launch {k + 1}: {s['steps']} steps, {s['steps_this_run']} this run")
@@ -822,6 +849,16 @@ def check_exit_after(r):
             fail(f"step {a['step']}: loss {a['loss']!r} over 3 slots vs {b['loss']!r} straight")
     if summary(run)["param_hash"] != summary(straight)["param_hash"]:
         fail("parameter hash after 3 slots differs from the straight run")
+    with open(os.path.join(run, "eval.jsonl")) as f:
+        eval_steps = [json.loads(l)["step"] for l in f if l.strip()]
+    if eval_steps != [2, 4, 6]:
+        fail(f"eval.jsonl steps after 3 slots: {eval_steps}, expected [2, 4, 6]")
+    # Relaunching the finished run trains nothing and leaves its summary as it is.
+    done = summary(run)
+    p, _ = r.run(2, "ex-slots", 1, 2, 2, steps=6, fresh=False,
+                 extra=DROPOUT + evals + ["--resume", "auto"])
+    if summary(run) != done or "nothing to train" not in p.stdout + p.stderr:
+        fail("relaunching a finished run changed summary.json or did not say so")
     p, rd = r.run(1, "ex-duration", 1, 1, 4, steps=6,
                   extra=["--set", "train.exit_duration_min=0.0001"])
     s = summary(rd)

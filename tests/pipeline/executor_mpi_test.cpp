@@ -81,6 +81,23 @@ Reference reference_step(const std::vector<models::UnitPtr>& all,
   return ref;
 }
 
+// Checks every parameter gradient of this stage's `units` against the whole-model reference;
+// returns how many were checked.
+int check_stage_grads(const std::vector<models::UnitPtr>& units,
+                      const std::map<std::string, torch::Tensor>& ref_grads) {
+  int checked = 0;
+  for (const auto& u : units) {
+    for (const auto& np : u->named_parameters()) {
+      const std::string name = u->unit_name() + "." + np.key();
+      INFO(name);
+      REQUIRE(np.value().grad().defined());
+      CHECK(torch::allclose(np.value().grad(), ref_grads.at(name), 1e-4, 1e-6));
+      ++checked;
+    }
+  }
+  return checked;
+}
+
 // A pack whose every sample was skipped (data.on_bad_sample: skip): n = 0, T = 0, no tiles.
 models::PackBatch empty_pack() {
   models::PackBatch b;
@@ -138,14 +155,7 @@ TEST_CASE("an empty micro-batch runs through 2 stages: same messages, no loss, n
     CHECK(r.micro_batches[1].first == 0.0);
     CHECK(r.micro_batches[1].second == 0);
   }
-  for (const auto& u : units) {
-    for (const auto& np : u->named_parameters()) {
-      const std::string name = u->unit_name() + "." + np.key();
-      INFO(name);
-      REQUIRE(np.value().grad().defined());
-      CHECK(torch::allclose(np.value().grad(), ref_grads.at(name), 1e-4, 1e-6));
-    }
-  }
+  CHECK(check_stage_grads(units, ref_grads) > 0);
   // Evaluation's forward-only path takes the empty micro-batch as well.
   const auto out = stage.forward_only(0, &packs[1]);
   if (s == 1) {
@@ -187,15 +197,5 @@ TEST_CASE("1F1B executor on 2 stages equals the whole model (>= 8 MiB activation
     // The first micro-batch's boundary activation: [1936 tiles, 17, 64] float32.
     CHECK(1936LL * 17 * 64 * 4 >= 8LL << 20);
   }
-  int checked = 0;
-  for (const auto& u : units) {
-    for (const auto& np : u->named_parameters()) {
-      const std::string name = u->unit_name() + "." + np.key();
-      INFO(name);
-      REQUIRE(np.value().grad().defined());
-      CHECK(torch::allclose(np.value().grad(), ref_grads.at(name), 1e-4, 1e-6));
-      ++checked;
-    }
-  }
-  CHECK(checked > 0);
+  CHECK(check_stage_grads(units, ref_grads) > 0);
 }
