@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "core/model_preset.h"
