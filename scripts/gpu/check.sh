@@ -30,6 +30,10 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 PY=${PYTHON:-python3}
+# A python3 on PATH without torch (pyenv) next to Debian's python3-torch: use the one with torch.
+if ! "$PY" -c 'import torch' 2>/dev/null && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  PY=/usr/bin/python3
+fi
 
 if [ "${1:-}" = "--syntax-check" ]; then
   bash -n "$HERE/check.sh" && bash -n "$HERE/bundle.sh" &&
@@ -177,6 +181,8 @@ while pos < len(data):
   done
   return $bad
 }
+MPIEXEC=$PREFIX/usr/bin/orterun
+export DEBS PREFIX ML PY REPO BUILD MODE TORCH_PREFIX NCCL_INCLUDE NCCL_LIB MPIEXEC JOBS
 step deps "$DEPS_LOG" 120 unpack_bundle
 # Relocated OpenMPI (Debian's paths under $PREFIX/usr): OPAL_PREFIX moves its libdir, MCA
 # components and help files; one rank over shared memory, no ssh (plm_rsh_agent is never run).
@@ -186,8 +192,6 @@ export PKG_CONFIG_LIBDIR=$ML/pkgconfig:$PREFIX/usr/share/pkgconfig PKG_CONFIG_SY
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=/bin/false
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
 export CCACHE_DISABLE=$([ "$MODE" = gpu ] && echo 1 || echo 0)
-MPIEXEC=$PREFIX/usr/bin/orterun
-export DEBS PREFIX ML PY REPO BUILD MODE TORCH_PREFIX NCCL_INCLUDE NCCL_LIB MPIEXEC JOBS
 mpi_smoke() {
   "$MPIEXEC" --version | head -1 &&
     "$MPIEXEC" -n 1 bash -c 'echo "rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE"; grep -o "/[^ ]*libopen-pal[^ ]*" /proc/$PPID/maps | sort -u' &&
