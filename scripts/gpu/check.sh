@@ -191,7 +191,8 @@ export LD_LIBRARY_PATH=$ML:$ML/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PKG_CONFIG_LIBDIR=$ML/pkgconfig:$PREFIX/usr/share/pkgconfig PKG_CONFIG_SYSROOT_DIR=$PREFIX
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=/bin/false
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
-export CCACHE_DISABLE=$([ "$MODE" = gpu ] && echo 1 || echo 0)
+# ccache off on the GPU machine (a fresh machine: nothing to hit); on in the dry run.
+if [ "$MODE" = gpu ]; then export CCACHE_DISABLE=1; else unset CCACHE_DISABLE; fi
 mpi_smoke() {
   "$MPIEXEC" --version | head -1 &&
     "$MPIEXEC" -n 1 bash -c 'echo "rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE"; grep -o "/[^ ]*libopen-pal[^ ]*" /proc/$PPID/maps | sort -u' &&
