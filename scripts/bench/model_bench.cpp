@@ -1,9 +1,14 @@
-// Forward + backward throughput of a VLM preset on the CPU, against a plain LibTorch matmul.
+// Forward + backward throughput of a VLM preset on the CPU or one CUDA device, against a plain
+// LibTorch matmul.
 //
-// For each of --reps interleaved repetitions: one forward+backward of a realistic pack (several
-// samples, most LLM tokens from images), then a block of matmuls of the LLM's MLP shape. Prints
-// median and min-max of tokens/s, achieved model GFLOP/s, matmul GFLOP/s and their ratio, then a
-// table of the top operations by self CPU time from the autograd profiler (one extra iteration).
+// After --warmup untimed steps, for each of --reps interleaved repetitions: one forward+backward
+// of a realistic pack (several samples, most LLM tokens from images), then a block of matmuls of
+// the LLM's MLP shape. Prints median and min-max of tokens/s, achieved model GFLOP/s, matmul
+// GFLOP/s and their ratio, a line "TIMING_JSON {...}" with the medians (for
+// scripts/gpu/check.sh), then on the CPU a table of the top operations by self CPU time from the
+// autograd profiler (one extra iteration). On CUDA (--device cuda) parameters are in the device's
+// default dtype (bf16, VlmOptions), the reference matmul runs in bf16, and every timed region
+// ends with a device synchronize.
 //
 // Model FLOPs (no recomputation) count every parameter with the tokens it actually processes:
 //   6 * (vit params * ViT tokens + projector params * tiles' shuffled tokens
@@ -11,6 +16,7 @@
 //   + attention: 12 * N^2 * d per ViT layer and tile (bidirectional),
 //                6 * L (L + 1) * d per LLM layer and sample (causal, per sample, not per pack).
 // Embedding lookups count 0. Usage: omnibal_model_bench --preset base-100m --threads 2 --reps 5
+//   [--warmup 1] [--device cpu|cuda] [--samples 6 --tiles 2-6 --text 20-60]
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
@@ -91,6 +97,11 @@ void add_parameter_flops(const ModelPreset& p, PackStats& st) {
   }
 }
 
+/// Waits for queued device work, so wall-clock times cover it (a no-op on the CPU).
+void sync(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? -1 : device.index());
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -138,22 +149,35 @@ void print_profile(Vlm& model, const PackBatch& pack, int top) {
 
 int main(int argc, char** argv) {
   std::string preset_name = "base-100m";
-  int threads = 2, reps = 5, samples = 6, min_tiles = 2, max_tiles = 6, min_text = 20, max_text = 60;
+  std::string device_name = "cpu";
+  int threads = 2, reps = 5, warmup = 1, samples = 6, min_tiles = 2, max_tiles = 6, min_text = 20, max_text = 60;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const char* v = argv[i + 1];
     if (key == "--preset") preset_name = v;
     else if (key == "--threads") threads = std::stoi(v);
     else if (key == "--reps") reps = std::stoi(v);
+    else if (key == "--warmup") warmup = std::stoi(v);
+    else if (key == "--device") device_name = v;
     else if (key == "--samples") samples = std::stoi(v);
     else if (key == "--tiles") { std::sscanf(v, "%d-%d", &min_tiles, &max_tiles); }
     else if (key == "--text") { std::sscanf(v, "%d-%d", &min_text, &max_text); }
     else { std::fprintf(stderr, "unknown option %s\n", key.c_str()); return 2; }
   }
+  if (device_name != "cpu" && device_name != "cuda") {
+    std::fprintf(stderr, "--device must be cpu or cuda, got '%s'\n", device_name.c_str());
+    return 2;
+  }
+  if (device_name == "cuda" && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "--device cuda: no CUDA device (LibTorch %s)\n", compat::torch_version());
+    return 3;
+  }
+  const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   torch::set_num_threads(threads);
   torch::manual_seed(0);
   const ModelPreset preset = load_model_preset(preset_name);
-  Vlm model(preset, VlmOptions{}.with_img_context_id(kImgContextId).with_seed(1));
+  Vlm model(preset, VlmOptions{}.with_img_context_id(kImgContextId).with_seed(1).with_device(device));
+  const torch::Dtype dtype = compat::default_dtype(device);
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
   PackStats st;
@@ -162,7 +186,8 @@ int main(int argc, char** argv) {
 
   // Reference matmul: the LLM MLP's up-projection at the pack's token count, fp32.
   const int64_t m = st.tokens, k = preset.llm.width, n = preset.llm.mlp_dim;
-  const torch::Tensor a = torch::randn({m, k}), b = torch::randn({k, n});
+  const auto mm_options = torch::TensorOptions().device(device).dtype(dtype);
+  const torch::Tensor a = torch::randn({m, k}, mm_options), b = torch::randn({k, n}, mm_options);
   const double mm_flops = 2.0 * m * k * n;
   int mm_iters = 1;
   {  // calibrate the matmul block to last about as long as 1/4 of a model step
@@ -171,16 +196,22 @@ int main(int argc, char** argv) {
     mm_iters = std::max(3, static_cast<int>(st.flops / mm_flops / 4));
     (void)seconds_since(t0);
   }
-  model->zero_grad(true);
-  model->forward(pack).loss_sum.backward();  // warm-up
+  for (int w = 0; w < warmup; ++w) {
+    model->zero_grad(true);
+    model->forward(pack).loss_sum.backward();
+  }
+  sync(device);
   std::vector<double> step_s, mm_gflops;
   for (int r = 0; r < reps; ++r) {
     model->zero_grad(/*set_to_none=*/true);  // one micro-batch: gradients are assigned, not added
+    sync(device);
     auto t0 = std::chrono::steady_clock::now();
     model->forward(pack).loss_sum.backward();
+    sync(device);
     step_s.push_back(seconds_since(t0));
     t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < mm_iters; ++i) torch::matmul(a, b);
+    sync(device);
     mm_gflops.push_back(mm_flops * mm_iters / seconds_since(t0) / 1e9);
   }
   std::vector<double> tok_s, gflops, ratio;
@@ -191,8 +222,9 @@ int main(int argc, char** argv) {
   }
   const auto ts = summarise(step_s), tk = summarise(tok_s), gf = summarise(gflops),
              mg = summarise(mm_gflops), ra = summarise(ratio);
-  std::printf("preset %s: %.1fM parameters, LibTorch %s, %d threads, %d reps\n", preset_name.c_str(),
-              params / 1e6, compat::torch_version(), threads, reps);
+  std::printf("preset %s: %.1fM parameters, LibTorch %s, %s %s, %d threads, %d reps after %d warm-up\n",
+              preset_name.c_str(), params / 1e6, compat::torch_version(), device.str().c_str(),
+              c10::toString(dtype), threads, reps, warmup);
   std::printf("pack: %lld samples, %lld tiles, %lld LLM tokens (%lld from images, %.0f%%), %lld labels, %.1f GFLOP per fwd+bwd\n",
               static_cast<long long>(st.samples), static_cast<long long>(st.tiles),
               static_cast<long long>(st.tokens), static_cast<long long>(st.image_tokens),
@@ -205,6 +237,13 @@ int main(int argc, char** argv) {
               static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(k),
               static_cast<long long>(n), mg.median, mg.min, mg.max);
   std::printf("| ratio model / matmul | %.3f | %.3f | %.3f |\n", ra.median, ra.min, ra.max);
-  print_profile(model, pack, 15);
+  std::printf("TIMING_JSON {\"preset\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
+              "\"reps\": %d, \"warmup\": %d, \"tokens\": %lld, \"tiles\": %lld, "
+              "\"model_flops\": %.6g, \"step_s_median\": %.6g, \"step_s_min\": %.6g, "
+              "\"step_s_max\": %.6g, \"model_tflops\": %.6g, \"matmul_tflops\": %.6g}\n",
+              preset_name.c_str(), device.str().c_str(), c10::toString(dtype), reps, warmup,
+              static_cast<long long>(st.tokens), static_cast<long long>(st.tiles), st.flops,
+              ts.median, ts.min, ts.max, st.flops / ts.median / 1e12, mg.median / 1e3);
+  if (device.is_cpu()) print_profile(model, pack, 15);
   return 0;
 }
