@@ -181,7 +181,10 @@ std::vector<AnnotationEntry> read_annotation_file(const std::string& path) {
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   std::vector<AnnotationEntry> entries;
-  const auto first = text.find_first_not_of(" \t\r\n");
+  // A UTF-8 byte-order mark (editors on Windows write one) is not part of the format test;
+  // the JSON parser skips it itself.
+  const size_t bom = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  const auto first = text.find_first_not_of(" \t\r\n", bom);
   if (first != std::string::npos && text[first] == '[') {
     json array;
     try {

@@ -193,3 +193,18 @@ TEST_CASE("utf-8: a JSON-array annotation file names the line and byte", "[data]
                            std::to_string(2 + std::string(kGood).size() + 2 + 8) + " of the file (0xE9 0x22)";
   CHECK_THROWS_WITH(read_annotation_file(dir.file("a.json")), Catch::Contains(want));
 }
+
+TEST_CASE("annotations: a UTF-8 byte-order mark does not turn a JSON array into JSONL",
+          "[data][bad][utf8]") {
+  testing::TempDir dir;
+  const std::string bom = "\xEF\xBB\xBF";
+  testing::write_text(dir.file("a.json"), bom + "[\n" + std::string(kGood) + ",\n" + std::string(kGood) + "\n]\n");
+  const auto array = read_annotation_file(dir.file("a.json"));
+  REQUIRE(array.size() == 2);
+  CHECK_FALSE(array[0].error.has_value());
+  CHECK(array[1].origin.is_element);
+  testing::write_text(dir.file("b.jsonl"), bom + std::string(kGood) + "\n" + std::string(kGood) + "\n");
+  const auto lines = read_annotation_file(dir.file("b.jsonl"));
+  REQUIRE(lines.size() == 2);
+  CHECK_FALSE(lines[0].error.has_value());
+}
