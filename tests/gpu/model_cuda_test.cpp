@@ -3,40 +3,17 @@
 // values of tests/models/fixtures/tiny_golden.pt (the CPU test checks 1e-5 there).
 #include <catch2/catch.hpp>
 
-#include <fstream>
-#include <iterator>
-
-#include "core/paths.h"
 #include "models/model_test_util.h"
 
 using namespace omnibal::models;
 using namespace omnibal::models::testing;
 
-namespace {
-
-c10::Dict<c10::IValue, c10::IValue> load_fixture() {
-  const std::string path = omnibal::source_dir() + "/tests/models/fixtures/tiny_golden.pt";
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return torch::pickle_load(bytes).toGenericDict();
-}
-
-}  // namespace
-
 TEST_CASE("tiny VLM: CUDA fp32 equals CPU fp32 and the golden values within 1e-3", "[gpu][golden]") {
-  auto fx = load_fixture();
-  auto get = [&](const std::string& key) { return fx.at(key).toTensor(); };
+  const GoldenFixture fx;
+  const auto get = [&](const std::string& key) { return fx.get(key); };
   const auto& preset = tiny_preset();
-  const int64_t img_id = get("img_context_id").item<int64_t>();
-  PackBatch pack;
-  pack.input_ids = get("input_ids");
-  pack.labels = get("labels");
-  pack.position_ids = get("position_ids");
-  pack.cu_seqlens = get("cu_seqlens");
-  pack.image_flags = get("image_flags");
-  const int64_t tiles = pack.image_flags.size(0), side = preset.vit.tile_size;
-  pack.pixel_values = golden_values("pixel_values", {tiles, 3, side, side});
+  const int64_t img_id = fx.img_context_id();
+  const PackBatch pack = fx.pack(preset);
 
   Vlm cpu(preset, VlmOptions{}.with_img_context_id(img_id));
   Vlm cuda(preset, VlmOptions{}.with_img_context_id(img_id).with_device(torch::kCUDA)

@@ -6,11 +6,15 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/model_preset.h"
+#include "core/paths.h"
 #include "core/rng.h"
 #include "models/pack_batch.h"
 #include "models/unit_state.h"
@@ -70,6 +74,39 @@ inline void fill_golden(Vlm& model) {
     p.copy_(golden_values(item.key(), p.sizes().vec()));
   }
 }
+
+/// tests/models/fixtures/tiny_golden.pt (scripts/golden/make_tiny_golden.py): the Python
+/// reference's pack, logits, losses and gradients of the tiny preset.
+struct GoldenFixture {
+  /// Loads the fixture; throws std::runtime_error when the file cannot be read.
+  GoldenFixture() : values(load()) {}
+  c10::Dict<c10::IValue, c10::IValue> values;
+  static c10::Dict<c10::IValue, c10::IValue> load() {
+    const std::string path = omnibal::source_dir() + "/tests/models/fixtures/tiny_golden.pt";
+    std::ifstream in(path, std::ios::binary);
+    if (!in.good()) throw std::runtime_error("cannot read " + path);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return torch::pickle_load(bytes).toGenericDict();
+  }
+  /// Whether the fixture stores `key`.
+  bool contains(const std::string& key) const { return values.contains(key); }
+  /// The tensor stored under `key`.
+  torch::Tensor get(const std::string& key) const { return values.at(key).toTensor(); }
+  /// The fixture's <IMG_CONTEXT> id.
+  int64_t img_context_id() const { return get("img_context_id").item<int64_t>(); }
+  /// The fixture's pack for `preset`, pixels from golden_values("pixel_values").
+  PackBatch pack(const ModelPreset& preset) const {
+    PackBatch pack;
+    pack.input_ids = get("input_ids");
+    pack.labels = get("labels");
+    pack.position_ids = get("position_ids");
+    pack.cu_seqlens = get("cu_seqlens");
+    pack.image_flags = get("image_flags");
+    const int64_t tiles = pack.image_flags.size(0), side = preset.vit.tile_size;
+    pack.pixel_values = golden_values("pixel_values", {tiles, 3, side, side});
+    return pack;
+  }
+};
 
 /// Builds a pack of `specs` for `preset` with random text ids (never kImgContextId) and
 /// random pixels, all from Rng(seed).
