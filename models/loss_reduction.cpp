@@ -6,22 +6,6 @@
 
 namespace omnibal::models {
 
-LossReduction parse_loss_reduction(const std::string& name, const std::string& key) {
-  if (name == "token") return LossReduction::kToken;
-  if (name == "sample") return LossReduction::kSample;
-  if (name == "square") return LossReduction::kSquare;
-  OMNIBAL_FAIL(key, ": expected token, sample or square, got \"", name, "\"");
-}
-
-std::string loss_reduction_name(LossReduction reduction) {
-  switch (reduction) {
-    case LossReduction::kToken: return "token";
-    case LossReduction::kSample: return "sample";
-    case LossReduction::kSquare: return "square";
-  }
-  return "?";
-}
-
 torch::Tensor token_weights(const torch::Tensor& label_positions, const torch::Tensor& cu_seqlens,
                             LossReduction reduction) {
   const torch::Tensor cu = cu_seqlens.to(torch::kCPU, torch::kLong).contiguous();

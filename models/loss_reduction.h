@@ -18,14 +18,19 @@
 
 #include <string>
 
+#include "core/choices.h"
+
 namespace omnibal::models {
 
-/// loss.reduction.
-enum class LossReduction { kToken, kSample, kSquare };
+/// loss.reduction (core/choices.h).
+using ::omnibal::LossReduction;
 
 /// "token" | "sample" | "square"; throws omnibal::Error naming `key` otherwise.
-LossReduction parse_loss_reduction(const std::string& name, const std::string& key = "loss.reduction");
-std::string loss_reduction_name(LossReduction reduction);
+inline LossReduction parse_loss_reduction(const std::string& name,
+                                          const std::string& key = "loss.reduction") {
+  return parse_choice<LossReduction>(name, key);
+}
+inline std::string loss_reduction_name(LossReduction reduction) { return choice_name(reduction); }
 
 /// Per-label-token weights w_t [K] float32 for label positions `label_positions` [K] int64
 /// (ascending pack positions, as label_targets() / UnitState::label_positions give them) of a

@@ -63,8 +63,8 @@ int run_export(const ExportArgs& a) {
   const Config saved = load_config(dir + "/config.yaml");
   const ModelPreset preset = load_model_preset(a.preset.empty() ? saved.model.preset : a.preset);
   checkpoint::HfExportOptions options;
-  const std::string style = a.style.empty() ? saved.model.hf_style : a.style;
-  options.style = style == "auto" ? checkpoint::HfLlmStyle::kInternLm2 : checkpoint::parse_hf_llm_style(style);
+  options.style = a.style.empty() ? checkpoint::resolve_hf_style(saved.model.hf_style, "")
+                                  : checkpoint::parse_hf_llm_style(a.style);
   options.max_shard_bytes = static_cast<uint64_t>(a.max_shard_gb * 1e9);
   options.trained = trained_settings(saved, preset, a.tokenizer);
   if (a.dtype == "bf16") options.dtype = torch::kBFloat16;

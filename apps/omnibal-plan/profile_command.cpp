@@ -20,6 +20,7 @@ namespace {
 struct ProfileArgs {
   std::string preset = "tiny", out, device = "cpu";
   profile::ProfileOptions options;
+  std::vector<std::string> freeze;  ///< --freeze group names
   int threads = 0;
   bool cpu_clock = false;
 };
@@ -47,6 +48,7 @@ void print_table(const profile::ProfileResult& r) {
 int run_profile(ProfileArgs& a) {
   if (a.threads > 0) torch::set_num_threads(a.threads);
   a.options.device = torch::Device(a.device);
+  for (const auto& g : a.freeze) a.options.freeze.push_back(parse_choice<UnitGroup>(g, "--freeze"));
   if (a.cpu_clock) {
     OMNIBAL_CHECK(torch::get_num_threads() == 1,
                   "profile: --cpu-clock times the calling thread only; use it with --threads 1");
@@ -73,7 +75,7 @@ void register_profile_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--samples-per-pack", a->options.pack.samples, "samples in the pack (default 4)");
   cmd->add_option("--repeats", a->options.repeats, "timed runs per unit, median (default 5)");
   cmd->add_option("--warmup", a->options.warmup, "untimed runs per unit (default 1)");
-  cmd->add_option("--freeze", a->options.freeze, "train.freeze groups: vit, projector, llm");
+  cmd->add_option("--freeze", a->freeze, "train.freeze groups: vit, projector, llm");
   cmd->add_option("--seed", a->options.pack.seed, "seed of the pack's lengths and values");
   cmd->add_option("--threads", a->threads, "intra-op threads (default: LibTorch's)");
   cmd->add_flag("--cpu-clock", a->cpu_clock,

@@ -31,7 +31,7 @@ int run_scan(const ScanArgs& a) {
   OMNIBAL_CHECK(!config.data.tokenizer.empty(),
                 "scan: no tokenizer; pass --tokenizer M.model or set data.tokenizer");
   const ModelPreset preset = load_model_preset(config.model.preset);
-  const auto policy = data::parse_bad_sample_policy(config.data.on_bad_sample, "data.on_bad_sample");
+  const auto policy = config.data.on_bad_sample;
   const data::Tokenizer tokenizer(config.data.tokenizer);
   OMNIBAL_CHECK(tokenizer.vocab_size() <= preset.llm.vocab_size, "tokenizer '",
                 config.data.tokenizer, "' has ", tokenizer.vocab_size(),

@@ -55,14 +55,14 @@ std::vector<double> per_stage(const std::vector<double>& v, int stages, const ch
 /// The trainer's split rules (pipeline/stage_layout.cpp) on the cost table's units.
 partition::Partition resolve_split(const ParallelConfig& p, const partition::UnitCostTable& t) {
   const int units = static_cast<int>(t.units.size());
-  const std::string& method = p.partition.method;
-  if (method == "uniform") return partition::uniform_partition(units, p.pp);
-  if (method == "parameters") {
+  const PartitionMethod method = p.partition.method;
+  if (method == PartitionMethod::kUniform) return partition::uniform_partition(units, p.pp);
+  if (method == PartitionMethod::kParameters) {
     std::vector<double> bytes;
     for (const auto& u : t.units) bytes.push_back(u.parameter_bytes);
     return partition::min_max_partition(bytes, p.pp);
   }
-  OMNIBAL_CHECK(method == "manual", "simulate: parallel.partition '", method,
+  OMNIBAL_CHECK(method == PartitionMethod::kManual, "simulate: parallel.partition '", choice_name(method),
                 "' is not simulated; give the split as {manual: [...]} (omnibal-plan partition "
                 "prints the balanced one)");
   partition::Partition part{p.partition.manual};
@@ -76,14 +76,14 @@ partition::Partition resolve_split(const ParallelConfig& p, const partition::Uni
 std::vector<bool> resolve_recompute(const RecomputeSpec& spec, const partition::Partition& part,
                                     const partition::UnitCostTable& t) {
   std::vector<bool> flags(t.units.size(), false);
-  if (spec.mode == "none") return flags;
-  if (spec.mode == "full") {
+  if (spec.mode == RecomputeMode::kNone) return flags;
+  if (spec.mode == RecomputeMode::kFull) {
     for (size_t u = 0; u < t.units.size(); ++u) flags[u] = t.units[u].recomputable();
     return flags;
   }
-  OMNIBAL_CHECK(spec.mode == "per_stage" && static_cast<int>(spec.per_stage.size()) ==
+  OMNIBAL_CHECK(spec.mode == RecomputeMode::kPerStage && static_cast<int>(spec.per_stage.size()) ==
                     part.stages(), "simulate: memory.recompute must be none, full or one count ",
-                "per stage (", part.stages(), "), got '", spec.mode, "'");
+                "per stage (", part.stages(), "), got '", choice_name(spec.mode), "'");
   for (int s = 0; s < part.stages(); ++s) {
     int left = spec.per_stage[s];
     for (int u = part.begin(s); u < part.end(s) && left > 0; ++u)
@@ -158,14 +158,14 @@ int run_simulate(const SimulateArgs& a) {
   balance::PlannerOptions options = balance::planner_options(cfg.parallel, cfg.balance, cfg.data);
   options.max_seq_len = load_model_preset(cfg.model.preset).llm.max_seq_len;
   options.max_seq_len_origin = "preset " + cfg.model.preset;
-  balance::EpochPlanner plans(samples, balance::parse_method(cfg.balance.method, "balance.method"),
+  balance::EpochPlanner plans(samples, cfg.balance.method,
                               options);
   const partition::ScaledTableCostModel model(table);
   const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
   const std::string split = setup.partition.to_string();
   const std::string hash = fmt::format("{:016x}", plans.plan_hash());
   fmt::print("plan hash {}, partition {}, recompute {}, dp {} x pp {}, m {}\n", hash, split,
-             cfg.memory.recompute.mode, cfg.parallel.dp, cfg.parallel.pp,
+             choice_name(cfg.memory.recompute.mode), cfg.parallel.dp, cfg.parallel.pp,
              cfg.parallel.micro_batches);
   Json steps = Json::array();
   std::vector<double> times;

@@ -134,18 +134,6 @@ void place(Method method, const PlannerOptions& o, const std::vector<uint32_t>& 
 
 }  // namespace
 
-const char* method_name(Method method) {
-  switch (method) {
-    case Method::kIsf: return "isf";
-    case Method::kIsfRandomPlacement: return "isf-random-placement";
-    case Method::kMultiSource: return "multi-source";
-    case Method::kRandom: return "random";
-    case Method::kLengthGroup: return "length-group";
-    case Method::kBestFit: return "best-fit";
-  }
-  return "?";
-}
-
 std::vector<Method> all_methods() { return {std::begin(kAllMethods), std::end(kAllMethods)}; }
 
 Method parse_method(const std::string& name, const std::string& key) {
@@ -172,7 +160,7 @@ PlannerOptions planner_options(const ParallelConfig& parallel, const BalanceConf
                                     : (balance.q_tok > 0 ? balance.q_tok - 128 : 0)};
   o.iterations = balance.iterations;
   o.seed = balance.seed;
-  o.on_bad_sample = parse_on_bad_sample(data.on_bad_sample, "data.on_bad_sample");
+  o.on_bad_sample = data.on_bad_sample;
   return o;
 }
 

@@ -32,12 +32,13 @@
 
 namespace omnibal::balance {
 
-/// The data-balance methods.
-enum class Method { kIsf, kIsfRandomPlacement, kMultiSource, kRandom, kLengthGroup, kBestFit };
+/// The data-balance methods (`balance.method`; core/choices.h names them).
+using Method = BalanceMethod;
 
 /// "isf" | "isf-random-placement" | "multi-source" | "random" | "length-group" | "best-fit".
-const char* method_name(Method method);
-/// Inverse of method_name; throws omnibal::Error naming `key` and the choices otherwise.
+inline std::string method_name(Method method) { return choice_name(method); }
+/// Inverse of method_name, every method including the isf-random-placement ablation (which the
+/// training config refuses); throws omnibal::Error naming `key` and the choices otherwise.
 Method parse_method(const std::string& name, const std::string& key);
 /// Every method, in the order `omnibal-plan data --method all` reports them.
 std::vector<Method> all_methods();

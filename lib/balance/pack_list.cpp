@@ -38,12 +38,6 @@ void PackList::append(const PackList& other, const std::vector<uint32_t>& id_map
   }
 }
 
-OnBadSample parse_on_bad_sample(const std::string& value, const std::string& key) {
-  if (value == "error") return OnBadSample::kError;
-  if (value == "skip") return OnBadSample::kSkip;
-  OMNIBAL_FAIL(key, ": expected error | skip, got '", value, "'");
-}
-
 void PackList::append(const PackList& other) {
   OMNIBAL_CHECK(other.layout_ == layout_, "PackList::append: layouts differ");
   reserve(size() + other.size(), samples() + other.samples());

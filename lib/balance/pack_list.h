@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "balance/sample_table.h"
+#include "core/choices.h"
 
 namespace omnibal::balance {
 
@@ -79,11 +80,13 @@ class PackList {
   std::vector<PackLoad> load_;
 };
 
-/// What to do with a sample that cannot be packed (over a pack budget): `data.on_bad_sample`.
-enum class OnBadSample { kError, kSkip };
+using ::omnibal::OnBadSample;  ///< data.on_bad_sample (core/choices.h)
 
-/// Parses "error" | "skip"; throws omnibal::Error naming `key` otherwise.
-OnBadSample parse_on_bad_sample(const std::string& value, const std::string& key);
+/// Parses "error" | "skip" (`data.on_bad_sample`: what to do with a sample that cannot be
+/// packed, over a pack budget); throws omnibal::Error naming `key` otherwise.
+inline OnBadSample parse_on_bad_sample(const std::string& value, const std::string& key) {
+  return parse_choice<OnBadSample>(value, key);
+}
 
 /// Output of every packer: the packs, plus the samples it skipped (sample ids, counted in the
 /// metrics), plus ISF's bookkeeping.

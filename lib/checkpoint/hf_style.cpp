@@ -41,11 +41,27 @@ HfLlmStyle hf_style_of_dir(const std::string& dir) {
   return hf_style_from_config(config, path);
 }
 
+HfLlmStyle resolve_hf_style(HfStyle value, const std::string& init_from) {
+  switch (value) {
+    case HfStyle::kAuto: return init_from.empty() ? HfLlmStyle::kInternLm2 : hf_style_of_dir(init_from);
+    case HfStyle::kInternLm2: return HfLlmStyle::kInternLm2;
+    case HfStyle::kLlama: return HfLlmStyle::kLlama;
+    case HfStyle::kLlamaFused: return HfLlmStyle::kLlamaFused;
+  }
+  OMNIBAL_FAIL("model.hf_style: invalid value ", static_cast<int>(value));
+}
+
 HfLlmStyle resolve_hf_style(const std::string& value, const std::string& init_from) {
-  if (value == "auto") return init_from.empty() ? HfLlmStyle::kInternLm2 : hf_style_of_dir(init_from);
-  for (auto s : {HfLlmStyle::kInternLm2, HfLlmStyle::kLlama, HfLlmStyle::kLlamaFused})
-    if (hf_llm_style_name(s) == value) return s;
-  OMNIBAL_FAIL("model.hf_style: expected auto, internlm2, llama or llama-fused, got \"", value, "\"");
+  return resolve_hf_style(parse_choice<HfStyle>(value, "model.hf_style"), init_from);
+}
+
+HfStyle config_hf_style(HfLlmStyle style) {
+  switch (style) {
+    case HfLlmStyle::kInternLm2: return HfStyle::kInternLm2;
+    case HfLlmStyle::kLlama: return HfStyle::kLlama;
+    case HfLlmStyle::kLlamaFused: return HfStyle::kLlamaFused;
+  }
+  OMNIBAL_FAIL("HfLlmStyle: invalid value ", static_cast<int>(style));
 }
 
 }  // namespace omnibal::checkpoint

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "checkpoint/hf_name_map.h"
+#include "core/choices.h"
 
 #include <nlohmann/json.hpp>
 
@@ -31,8 +32,13 @@ HfLlmStyle hf_style_from_config(const nlohmann::json& config, const std::string&
 /// missing or not JSON.
 HfLlmStyle hf_style_of_dir(const std::string& dir);
 
-/// model.hf_style resolved: "auto" -> hf_style_of_dir(init_from), or internlm2 when init_from is
-/// empty; otherwise parse_hf_llm_style(value). Errors name the key.
+/// model.hf_style resolved: kAuto -> hf_style_of_dir(init_from), or internlm2 when init_from is
+/// empty; otherwise the named style.
+HfLlmStyle resolve_hf_style(HfStyle value, const std::string& init_from);
+/// The same from the key's text ("auto", "llama", ...); errors name model.hf_style and the choices.
 HfLlmStyle resolve_hf_style(const std::string& value, const std::string& init_from);
+
+/// The config value (model.hf_style) of a resolved style.
+HfStyle config_hf_style(HfLlmStyle style);
 
 }  // namespace omnibal::checkpoint

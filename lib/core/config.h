@@ -11,20 +11,22 @@
 #include <string>
 #include <vector>
 
+#include "core/choices.h"
+
 namespace omnibal {
 
 /// `parallel.partition`: a named method (balanced | uniform | parameters) or `{manual: [...]}`
 /// with the number of pipeline units in each stage.
 struct PartitionSpec {
-  std::string method = "balanced";
-  std::vector<int> manual;  ///< units per stage; only when method == "manual"
+  PartitionMethod method = PartitionMethod::kBalanced;
+  std::vector<int> manual;  ///< units per stage; only when method == kManual
 };
 
 /// `memory.recompute`: adaptive | full | none, or a list with the number of recomputed units
 /// of each pipeline stage.
 struct RecomputeSpec {
-  std::string mode = "adaptive";
-  std::vector<int> per_stage;  ///< only when mode == "per_stage"
+  RecomputeMode mode = RecomputeMode::kAdaptive;
+  std::vector<int> per_stage;  ///< only when mode == kPerStage
 };
 
 /// 3D-parallel layout and pipeline schedule.
@@ -51,7 +53,7 @@ struct ParallelConfig {
 
 /// Data balance (OmniBal §3.1, ISF). Budgets left at 0 are searched.
 struct BalanceConfig {
-  std::string method = "isf";  ///< isf | random | length-group | best-fit | multi-source
+  BalanceMethod method = BalanceMethod::kIsf;  ///< isf | random | length-group | best-fit | multi-source
   int samples_per_pack = 4;    ///< ISF target, stands in for the per-device batch size
   int64_t q_vit = 0;           ///< Q_v: tile budget of one pack (0 = search)
   int64_t q_tok = 0;           ///< Q_t: token budget of one pack (0 = search)
@@ -81,11 +83,11 @@ struct DataConfig {
   std::string meta;                    ///< InternVL-style meta file (datasets -> annotation, lengths)
   std::string eval_meta;               ///< held-out meta file; empty = no evaluation set
   std::string tokenizer;               ///< SentencePiece .model with the special tokens
-  std::string template_name = "internlm2-chat";  ///< key `template`: chat template
+  ChatTemplateName template_name = ChatTemplateName::kInternLm2Chat;  ///< key `template`: chat template
   int min_tiles = 1;                   ///< dynamic tiling: fewest tiles per sample (thumbnail aside)
   int max_tiles = 6;                   ///< dynamic tiling: most tiles per sample, split over images
   int workers = 2;                     ///< loader threads materialising packs ahead of training
-  std::string on_bad_sample = "error";  ///< error | skip (counted)
+  OnBadSample on_bad_sample = OnBadSample::kError;  ///< error | skip (counted)
   template <class V> void visit_fields(V& v) {
     v("meta", meta); v("eval_meta", eval_meta); v("tokenizer", tokenizer);
     v("template", template_name); v("min_tiles", min_tiles); v("max_tiles", max_tiles);
@@ -99,7 +101,7 @@ struct TrainConfig {
   int steps = 100;
   double lr = 1e-3;
   int warmup_steps = 10;
-  std::vector<std::string> freeze;  ///< unit groups to freeze: vit, projector, llm
+  std::vector<UnitGroup> freeze;    ///< unit groups to freeze: vit, projector, llm
   int checkpoint_every = 0;         ///< 0 = only at the end
   int keep_checkpoints = 2;
   int eval_every = 0;               ///< 0 = no periodic evaluation
@@ -149,7 +151,7 @@ struct CommConfig {
 struct FailAtConfig {
   int rank = -1;                  ///< world rank; -1 = never
   int step = 0;                   ///< 0-based training step
-  std::string where = "forward";  ///< forward | backward | loader | step
+  FailWhere where = FailWhere::kForward;  ///< forward | backward | loader | step
   template <class V> void visit_fields(V& v) { v("rank", rank); v("step", step); v("where", where); }
 };
 
@@ -170,7 +172,7 @@ struct ModelConfig {
   double dropout = 0.0;
   /// Hugging Face LLM naming: auto | internlm2 | llama | llama-fused (checkpoint/hf_style.h; auto
   /// = init_from's config.json; the trainer saves the resolved value, export uses it)
-  std::string hf_style = "auto";
+  HfStyle hf_style = HfStyle::kAuto;
   template <class V> void visit_fields(V& v) {
     v("preset", preset); v("init_from", init_from); v("allow_missing", allow_missing);
     v("dropout", dropout); v("hf_style", hf_style);
@@ -180,7 +182,7 @@ struct ModelConfig {
 
 /// How per-token losses are reduced (models/loss_reduction.h has the formulas).
 struct LossConfig {
-  std::string reduction = "token";  ///< token | sample | square (InternVL's len2weight)
+  LossReduction reduction = LossReduction::kToken;  ///< token | sample | square (InternVL's len2weight)
   template <class V> void visit_fields(V& v) { v("reduction", reduction); }
   void validate(const std::string& where) const;
 };

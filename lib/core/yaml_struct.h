@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/choices.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -87,9 +88,13 @@ class Reader {
     } else if constexpr (std::is_same_v<T, std::string>) {
       if (!n.IsScalar()) bad(n, key, "a string");
       out = n.Scalar();
+    } else if constexpr (HasChoices<T>::value) {
+      if (!n.IsScalar()) bad(n, key, choice_list<T>().c_str());
+      out = choice(n, key, n.Scalar(), out);
     } else if constexpr (std::is_same_v<T, std::vector<std::string>> ||
                          std::is_same_v<T, std::vector<int>> ||
-                         std::is_same_v<T, std::vector<double>>) {
+                         std::is_same_v<T, std::vector<double>> ||
+                         std::is_same_v<T, std::vector<UnitGroup>>) {
       if (!n.IsSequence()) bad(n, key, "a list");
       out.clear();
       for (size_t i = 0; i < n.size(); ++i) {
@@ -99,20 +104,20 @@ class Reader {
       }
     } else if constexpr (std::is_same_v<T, PartitionSpec>) {
       if (n.IsScalar()) {
-        out.method = n.Scalar();
+        out.method = choice(n, key, n.Scalar(), out.method, "{manual: [units per stage]}");
         out.manual.clear();
       } else if (n.IsMap() && n.size() == 1 && n["manual"].IsDefined()) {
-        out.method = "manual";
+        out.method = PartitionMethod::kManual;
         read(n["manual"], key + ".manual", out.manual);
       } else {
         bad(n, key, "balanced | uniform | parameters | {manual: [units per stage]}");
       }
     } else if constexpr (std::is_same_v<T, RecomputeSpec>) {
       if (n.IsScalar()) {
-        out.mode = n.Scalar();
+        out.mode = choice(n, key, n.Scalar(), out.mode, "[recomputed units per stage]");
         out.per_stage.clear();
       } else if (n.IsSequence()) {
-        out.mode = "per_stage";
+        out.mode = RecomputeMode::kPerStage;
         read(n, key, out.per_stage);
       } else {
         bad(n, key, "adaptive | full | none | [recomputed units per stage]");
@@ -120,6 +125,17 @@ class Reader {
     } else {
       static_assert(sizeof(T) == 0, "config field type without a reader");
     }
+  }
+
+  /// One of E's names, else "<file>:<line>: <key>: expected a | b | c, got 'x'" (`form`: the
+  /// other spelling the key accepts, appended to the choices).
+  template <class E>
+  E choice(const YAML::Node& n, const std::string& key, const std::string& text, E,
+           const char* form = nullptr) const {
+    for (std::size_t i = 0; i < Choices<E>::parsed; ++i)
+      if (Choices<E>::names[i].second == text) return Choices<E>::names[i].first;
+    const std::string expected = choice_list<E>() + (form ? std::string(" | ") + form : "");
+    bad(n, key, expected.c_str());
   }
 
   std::string origin_;
@@ -145,15 +161,21 @@ class Writer {
       const_cast<T&>(v).visit_fields(*this);
       out_ << YAML::EndMap;
     } else if constexpr (std::is_same_v<T, PartitionSpec>) {
-      if (v.method == "manual") {
+      if (v.method == PartitionMethod::kManual) {
         out_ << YAML::BeginMap << YAML::Key << "manual" << YAML::Value << YAML::Flow << v.manual
              << YAML::EndMap;
       } else {
-        out_ << v.method;
+        out_ << choice_name(v.method);
       }
     } else if constexpr (std::is_same_v<T, RecomputeSpec>) {
-      if (v.mode == "per_stage") out_ << YAML::Flow << v.per_stage;
-      else out_ << v.mode;
+      if (v.mode == RecomputeMode::kPerStage) out_ << YAML::Flow << v.per_stage;
+      else out_ << choice_name(v.mode);
+    } else if constexpr (HasChoices<T>::value) {
+      out_ << choice_name(v);
+    } else if constexpr (std::is_same_v<T, std::vector<UnitGroup>>) {
+      out_ << YAML::Flow << YAML::BeginSeq;
+      for (UnitGroup g : v) out_ << choice_name(g);
+      out_ << YAML::EndSeq;
     } else if constexpr (std::is_same_v<T, std::vector<std::string>> ||
                          std::is_same_v<T, std::vector<int>> ||
                          std::is_same_v<T, std::vector<double>>) {

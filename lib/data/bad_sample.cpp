@@ -39,12 +39,6 @@ BadSampleError::BadSampleError(BadSampleReason reason, const SampleOrigin& origi
                                const std::string& detail)
     : Error(bad_sample_message(reason, origin, detail)), reason_(reason), origin_(origin) {}
 
-BadSamplePolicy parse_bad_sample_policy(const std::string& text, const std::string& key) {
-  if (text == "error") return BadSamplePolicy::kError;
-  if (text == "skip") return BadSamplePolicy::kSkip;
-  OMNIBAL_FAIL(key, ": expected error | skip, got '", text, "'");
-}
-
 BadSampleCounts::BadSampleCounts(const BadSampleCounts& other) { *this = other; }
 
 BadSampleCounts& BadSampleCounts::operator=(const BadSampleCounts& other) {

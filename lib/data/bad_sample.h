@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/choices.h"
 #include "core/error.h"
 
 namespace omnibal::data {
@@ -53,12 +54,6 @@ class BadSampleError : public Error {
   BadSampleReason reason_;
   SampleOrigin origin_;
 };
-
-/// `data.on_bad_sample`: stop with the error, or skip the sample and count it.
-enum class BadSamplePolicy { kError, kSkip };
-
-/// Parses "error" | "skip"; throws omnibal::Error naming `key` otherwise.
-BadSamplePolicy parse_bad_sample_policy(const std::string& text, const std::string& key);
 
 /// Thread-safe per-reason counts of skipped samples, with the first example of each reason.
 class BadSampleCounts {

@@ -6,12 +6,12 @@
 
 namespace omnibal::data {
 
-ConversationDataset ConversationDataset::load(const std::string& meta_path, BadSamplePolicy policy) {
+ConversationDataset ConversationDataset::load(const std::string& meta_path, OnBadSample policy) {
   std::vector<DatasetMetaEntry> metas = load_dataset_meta(meta_path);
   std::vector<std::vector<AnnotationEntry>> entries;
   for (const auto& m : metas) {
     entries.push_back(read_annotation_file(m.annotation));
-    if (policy == BadSamplePolicy::kError) {
+    if (policy == OnBadSample::kError) {
       for (const auto& e : entries.back()) {
         if (e.error) throw *e.error;
       }

@@ -18,11 +18,11 @@ namespace omnibal::data {
 /// All annotation entries of the datasets of one meta file.
 class ConversationDataset {
  public:
-  /// Reads the meta file and every annotation file. Under BadSamplePolicy::kError the first bad
+  /// Reads the meta file and every annotation file. Under OnBadSample::kError the first bad
   /// entry (malformed JSON, bad conversation, placeholder mismatch) throws its BadSampleError;
   /// under kSkip bad entries stay in place (so indices match the files) and are counted where
   /// they are used. Throws omnibal::Error for a missing or unreadable file.
-  static ConversationDataset load(const std::string& meta_path, BadSamplePolicy policy);
+  static ConversationDataset load(const std::string& meta_path, OnBadSample policy);
 
   /// Builds a dataset from already read parts (tests).
   ConversationDataset(std::vector<DatasetMetaEntry> metas,

@@ -13,7 +13,7 @@
 namespace omnibal::data {
 
 ScanResult scan_lengths(const ConversationDataset& dataset, const SampleProcessor& processor,
-                        BadSamplePolicy policy, int threads) {
+                        OnBadSample policy, int threads) {
   OMNIBAL_CHECK(threads >= 1, "scan: threads must be >= 1, got ", threads);
   ScanResult result;
   std::vector<SampleLengths> flat(static_cast<size_t>(dataset.size()));
@@ -42,7 +42,7 @@ ScanResult scan_lengths(const ConversationDataset& dataset, const SampleProcesso
           flat[g] = processor.measure(*e.record, dataset.root_of(g));
         } catch (const BadSampleError& bad) {
           flat[g] = kSkippedLengths;
-          if (policy == BadSamplePolicy::kSkip) {
+          if (policy == OnBadSample::kSkip) {
             result.bad.add(bad);
           } else {
             keep_first_error(g);

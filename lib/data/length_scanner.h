@@ -25,7 +25,7 @@ struct ScanResult {
 /// Scans every sample of `dataset` with `threads` threads (>= 1). Under kError the bad sample
 /// of the lowest global index throws its BadSampleError once all samples are scanned.
 ScanResult scan_lengths(const ConversationDataset& dataset, const SampleProcessor& processor,
-                        BadSamplePolicy policy, int threads);
+                        OnBadSample policy, int threads);
 
 /// Writes one length file (JSON array of {vit_num, token_num, image_flags}).
 void write_length_file(const std::string& path, const std::vector<SampleLengths>& lengths);

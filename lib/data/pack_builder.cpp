@@ -8,7 +8,7 @@
 namespace omnibal::data {
 
 PackBuilder::PackBuilder(const ConversationDataset& dataset, const SampleProcessor& processor,
-                         BadSamplePolicy policy)
+                         OnBadSample policy)
     : dataset_(dataset), processor_(processor), policy_(policy) {}
 
 namespace {
@@ -59,12 +59,12 @@ std::vector<SampleLengths> load_meta_lengths(const ConversationDataset& dataset)
 
 models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, const PackParts& parts,
                                      BadSampleCounts* counts) const {
-  OMNIBAL_CHECK(policy_ == BadSamplePolicy::kError || counts != nullptr,
+  OMNIBAL_CHECK(policy_ == OnBadSample::kError || counts != nullptr,
                 "PackBuilder::build: a BadSampleCounts is required under on_bad_sample: skip");
   // Under kSkip every pack decodes its images, whichever parts it keeps: a pipeline stage that
   // does not keep pixels must still skip exactly the samples whose images the first stage
   // cannot decode, or its labels and loss normaliser would count a sample the model never saw.
-  const bool decode = parts.pixels || policy_ == BadSamplePolicy::kSkip;
+  const bool decode = parts.pixels || policy_ == OnBadSample::kSkip;
   const SampleParts sample_parts{decode, parts.input_ids || parts.labels};
   std::vector<ProcessedSample> samples;
   models::PackBatch batch;
@@ -76,7 +76,7 @@ models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, con
       check_lengths(id, samples.back());
       batch.sample_ids.push_back(id);
     } catch (const BadSampleError& e) {
-      if (policy_ == BadSamplePolicy::kError) throw;
+      if (policy_ == OnBadSample::kError) throw;
       counts->add(e);
       batch.skipped.push_back(e.what());
     }

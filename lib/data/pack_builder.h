@@ -35,10 +35,10 @@ class PackBuilder {
  public:
   /// `dataset` and `processor` must outlive the builder.
   PackBuilder(const ConversationDataset& dataset, const SampleProcessor& processor,
-              BadSamplePolicy policy);
+              OnBadSample policy);
 
   /// The pack of `sample_ids` (global indices, in pack order). A bad sample throws its
-  /// BadSampleError under BadSamplePolicy::kError; under kSkip it is left out of the pack,
+  /// BadSampleError under OnBadSample::kError; under kSkip it is left out of the pack,
   /// counted in `counts` (required then) and absent from PackBatch::sample_ids. Under kSkip
   /// images are decoded even when `parts.pixels` is false, so that every pipeline stage skips
   /// the same samples. Tensors:
@@ -61,7 +61,7 @@ class PackBuilder {
 
   const ConversationDataset& dataset_;
   const SampleProcessor& processor_;
-  BadSamplePolicy policy_;
+  OnBadSample policy_;
   std::vector<SampleLengths> expected_;  ///< empty = no check
 };
 

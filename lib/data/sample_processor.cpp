@@ -17,7 +17,7 @@ SampleOptions sample_options(const DataConfig& config, const ModelPreset& preset
   }
   o.tokens_per_tile = preset.tokens_per_tile();
   o.max_tokens = preset.llm.max_seq_len;
-  o.template_name = config.template_name;
+  o.template_name = choice_name(config.template_name);
   return o;
 }
 

@@ -27,10 +27,10 @@ RecomputeOptions recompute_options(const StagePlannerOptions& o) {
 RecomputePlan recompute_plan(const UnitCostTable& table, const Partition& p,
                              const RecomputeSpec& spec, const StagePlannerOptions& o) {
   const RecomputeOptions ro = recompute_options(o);
-  if (spec.mode == "none") return plan_no_recompute(table, p, ro);
-  if (spec.mode == "full") return plan_full_recompute(table, p, ro);
-  if (spec.mode == "per_stage") return plan_recompute_counts(table, p, spec.per_stage, ro);
-  OMNIBAL_CHECK(spec.mode == "adaptive", "memory.recompute: unknown mode '", spec.mode,
+  if (spec.mode == RecomputeMode::kNone) return plan_no_recompute(table, p, ro);
+  if (spec.mode == RecomputeMode::kFull) return plan_full_recompute(table, p, ro);
+  if (spec.mode == RecomputeMode::kPerStage) return plan_recompute_counts(table, p, spec.per_stage, ro);
+  OMNIBAL_CHECK(spec.mode == RecomputeMode::kAdaptive, "memory.recompute: unknown mode '", choice_name(spec.mode),
                 "', expected adaptive | full | none | [per-stage counts]");
   return o.budget_bytes > 0 ? plan_adaptive_recompute(table, p, ro) : plan_no_recompute(table, p, ro);
 }
@@ -44,20 +44,20 @@ std::vector<double> totals(const RecomputePlan& plan) {
 /// BMP over `table`; for adaptive recomputation the search repeats with the pick's flags.
 void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
                    const StagePlannerOptions& o, StagePlan& plan) {
-  const bool adaptive = spec.mode == "adaptive";
+  const bool adaptive = spec.mode == RecomputeMode::kAdaptive;
   // A split is admissible when the recompute mode can make it fit: adaptive can at most
   // recompute everything, so it fits when full recomputation fits.
   RecomputeSpec fit_spec = spec;
-  if (adaptive) fit_spec.mode = "full";
+  if (adaptive) fit_spec.mode = RecomputeMode::kFull;
   std::vector<bool> flags;  // round 0: no recomputation (full / counts: their own flags below)
-  if (spec.mode == "full")
+  if (spec.mode == RecomputeMode::kFull)
     for (const auto& u : table.units) flags.push_back(u.recomputable() && u.trainable);
   partition::PartitionSearchResult search;
   Partition pick;
   int rounds = 0;
   for (int round = 0; round < (adaptive ? 3 : 1); ++round) {
     auto in = search_input(table, flags, o);
-    if (o.budget_bytes > 0 || spec.mode == "per_stage")
+    if (o.budget_bytes > 0 || spec.mode == RecomputeMode::kPerStage)
       in.fits = [&](const Partition& p) {
         try {
           return recompute_plan(table, p, fit_spec, o).all_fit();
@@ -157,7 +157,7 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
   plan.predicted_bytes = totals(rp);
   plan.none_bytes = totals(plan_no_recompute(table, plan.partition, ro));
   plan.full_bytes = totals(plan_full_recompute(table, plan.partition, ro));
-  if (spec.mode == "adaptive") {
+  if (spec.mode == RecomputeMode::kAdaptive) {
     for (int s = 0; s < plan.partition.stages(); ++s)
       OMNIBAL_CHECK(rp.fits[s], "memory.budget_gb: ", o.budget_bytes / kGiB, " GiB is too small: ",
                     "stage ", s, " of split ", plan.partition.to_string(), " needs ",
@@ -171,8 +171,8 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
                           o.budget_bytes / kGiB, o.micro_batches, 1e3 * rp.recompute_s)
             : std::string("adaptive: no memory budget, nothing recomputed");
   } else {
-    plan.recompute_source = "config: " + (spec.mode == "per_stage" ? std::string("per-stage counts")
-                                                                   : spec.mode);
+    plan.recompute_source = "config: " + (spec.mode == RecomputeMode::kPerStage ? std::string("per-stage counts")
+                                                                   : choice_name(spec.mode));
   }
 }
 
@@ -188,23 +188,23 @@ StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
   plan.micro_batches = o.micro_batches;
   plan.unit_names = o.unit_names;
   plan.budget_bytes = o.budget_bytes;
-  if (part.method == "uniform") {
+  if (part.method == PartitionMethod::kUniform) {
     plan.partition = partition::uniform_partition(n, o.stages);
-  } else if (part.method == "parameters") {
+  } else if (part.method == PartitionMethod::kParameters) {
     std::vector<double> w;
     for (const auto& u : table.units) w.push_back(u.parameter_bytes);
     plan.partition = partition::min_max_partition(w, o.stages);
-  } else if (part.method == "manual") {
+  } else if (part.method == PartitionMethod::kManual) {
     plan.partition = Partition{part.manual};
     OMNIBAL_CHECK(plan.partition.units() == n, "parallel.partition.manual: the unit counts ",
                   plan.partition.to_string(), " sum to ", plan.partition.units(),
                   " but the model has ", n, " pipeline units");
   } else {
-    OMNIBAL_CHECK(part.method == "balanced", "parallel.partition: unknown method '", part.method,
+    OMNIBAL_CHECK(part.method == PartitionMethod::kBalanced, "parallel.partition: unknown method '", choice_name(part.method),
                   "', expected balanced | uniform | parameters | {manual: [...]}");
     plan_balanced(table, recompute, o, plan);
   }
-  if (plan.partition_source.empty()) plan.partition_source = "config: " + part.method;
+  if (plan.partition_source.empty()) plan.partition_source = "config: " + choice_name(part.method);
   plan_recompute_for(table, recompute, o, plan);
   return plan;
 }

@@ -31,33 +31,33 @@ partition::Partition resolve_fixed_partition(const ModelPreset& preset, const Pa
   const int units = static_cast<int>(models::unit_names(preset).size());
   OMNIBAL_CHECK(p.pp <= units, "parallel.pp: ", p.pp, " pipeline stages but the '", preset.name,
                 "' preset has only ", units, " pipeline units; use parallel.pp <= ", units);
-  const std::string& method = p.partition.method;
-  if (method == "uniform") return partition::uniform_partition(units, p.pp);
-  if (method == "parameters") {
+  const PartitionMethod method = p.partition.method;
+  if (method == PartitionMethod::kUniform) return partition::uniform_partition(units, p.pp);
+  if (method == PartitionMethod::kParameters) {
     std::vector<double> weights;
     for (int64_t n : models::unit_parameter_counts(preset)) weights.push_back(static_cast<double>(n));
     return partition::min_max_partition(weights, p.pp);
   }
-  if (method == "manual") {
+  if (method == PartitionMethod::kManual) {
     partition::Partition part{p.partition.manual};
     OMNIBAL_CHECK(part.units() == units, "parallel.partition.manual: the unit counts ",
                   part.to_string(), " sum to ", part.units(), " but the '", preset.name,
                   "' preset has ", units, " pipeline units");
     return part;
   }
-  OMNIBAL_FAIL("parallel.partition: '", method, "' needs a per-unit cost table; the trainer's ",
+  OMNIBAL_FAIL("parallel.partition: '", choice_name(method), "' needs a per-unit cost table; the trainer's ",
                "start-up planner (train/startup_planner.h) resolves it, not resolve_stage_layout");
 }
 
 std::vector<bool> resolve_fixed_recompute(const StageLayout& layout, const RecomputeSpec& spec) {
   const int units = static_cast<int>(layout.unit_names.size());
   std::vector<bool> flags(units, false);
-  if (spec.mode == "none") return flags;
-  if (spec.mode == "full") {
+  if (spec.mode == RecomputeMode::kNone) return flags;
+  if (spec.mode == RecomputeMode::kFull) {
     for (int u = 0; u < units; ++u) flags[u] = is_block_unit(layout.unit_names[u]);
     return flags;
   }
-  OMNIBAL_CHECK(spec.mode == "per_stage", "memory.recompute: '", spec.mode, "' needs a per-unit ",
+  OMNIBAL_CHECK(spec.mode == RecomputeMode::kPerStage, "memory.recompute: '", choice_name(spec.mode), "' needs a per-unit ",
                 "cost table; the trainer's start-up planner (train/startup_planner.h) resolves it, ",
                 "not resolve_stage_layout");
   OMNIBAL_CHECK(static_cast<int>(spec.per_stage.size()) == layout.stages(), "memory.recompute: ",

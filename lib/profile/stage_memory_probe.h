@@ -10,6 +10,8 @@
 // Not here: communication, the real multi-process pipeline (lib/pipeline).
 #pragma once
 
+#include "core/choices.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,7 +28,7 @@ struct StageProbe {
   models::VlmOptions options;       ///< device, seed, img_context_id
   int64_t begin = 0, end = 0;       ///< units [begin, end) of the chain
   std::vector<bool> recompute;      ///< per unit of the whole chain (size: all units)
-  std::vector<std::string> freeze;  ///< train.freeze groups
+  std::vector<UnitGroup> freeze;  ///< train.freeze groups
   /// Input state of the stage for each micro-batch (detached; the probe clones them inside the
   /// meter, as a received activation or a loaded pack would be allocated).
   std::vector<models::UnitState> inputs;

@@ -32,26 +32,25 @@ partition::UnitKind table_kind(UnitKind kind) {
 }
 
 /// train.freeze group of a unit kind.
-std::string group_of(UnitKind kind) {
-  if (kind == UnitKind::kVitEmbed || kind == UnitKind::kVitBlock) return "vit";
-  if (kind == UnitKind::kProjector) return "projector";
-  return "llm";
+UnitGroup group_of(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::kVitEmbed:
+    case UnitKind::kVitBlock: return UnitGroup::kVit;
+    case UnitKind::kProjector: return UnitGroup::kProjector;
+    case UnitKind::kLlmEmbed:
+    case UnitKind::kLlmBlock:
+    case UnitKind::kLlmHead: return UnitGroup::kLlm;
+  }
+  return UnitGroup::kLlm;
 }
 
-std::string group_of_name(const std::string& unit) {
-  if (unit.rfind("vit_", 0) == 0) return "vit";
-  if (unit == "projector") return "projector";
-  return "llm";
+UnitGroup group_of_name(const std::string& unit) {
+  if (unit.rfind("vit_", 0) == 0) return UnitGroup::kVit;
+  if (unit == "projector") return UnitGroup::kProjector;
+  return UnitGroup::kLlm;
 }
 
-void check_groups(const std::vector<std::string>& freeze) {
-  for (size_t i = 0; i < freeze.size(); ++i)
-    OMNIBAL_CHECK(freeze[i] == "vit" || freeze[i] == "projector" || freeze[i] == "llm",
-                  "train.freeze[", i, "]: unknown group '", freeze[i],
-                  "' (expected vit, projector or llm)");
-}
-
-bool frozen(const std::vector<std::string>& freeze, const std::string& group) {
+bool frozen(const std::vector<UnitGroup>& freeze, UnitGroup group) {
   return std::find(freeze.begin(), freeze.end(), group) != freeze.end();
 }
 
@@ -125,7 +124,6 @@ void check_options(const ProfileOptions& o) {
   OMNIBAL_CHECK(o.warmup >= 0, "profile: warmup must be >= 0, got ", o.warmup);
   OMNIBAL_CHECK(o.clock == ProfileClock::kWall || o.device.is_cpu(),
                 "profile: the thread CPU clock only times CPU work, not ", o.device.str());
-  check_groups(o.freeze);
 }
 
 }  // namespace
@@ -138,15 +136,13 @@ double clock_seconds(ProfileClock clock) {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<std::string>& freeze) {
-  check_groups(freeze);
+std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<UnitGroup>& freeze) {
   std::vector<bool> out;
   for (const auto& name : models::unit_names(preset)) out.push_back(!frozen(freeze, group_of_name(name)));
   return out;
 }
 
-void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<std::string>& freeze) {
-  check_groups(freeze);
+void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<UnitGroup>& freeze) {
   for (const auto& u : units)
     if (frozen(freeze, group_of(u->kind())))
       for (auto& p : u->parameters()) p.requires_grad_(false);

@@ -23,6 +23,8 @@
 // Not here: timed partition trials of whole stages (the trainer), communication costs.
 #pragma once
 
+#include "core/choices.h"
+
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -49,7 +51,7 @@ struct ProfileOptions {
   ProfilingPackOptions pack;        ///< the balanced pack (Q_v, Q_t, samples per pack, seed)
   int warmup = 1;                   ///< untimed runs per unit
   int repeats = 5;                  ///< timed runs per unit (median); runs interleave units
-  std::vector<std::string> freeze;  ///< train.freeze groups: vit, projector, llm
+  std::vector<UnitGroup> freeze;  ///< train.freeze groups: vit, projector, llm
   uint64_t init_seed = 0;           ///< parameter initialisation seed
   torch::Device device = torch::kCPU;
   ProfileClock clock = ProfileClock::kWall;
@@ -65,10 +67,10 @@ struct ProfileResult {
 
 /// Per unit of `preset` (model order): false for units in a frozen group. Throws
 /// omnibal::Error on an unknown group name.
-std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<std::string>& freeze);
+std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<UnitGroup>& freeze);
 
 /// Sets requires_grad = false on the parameters of units whose group is frozen.
-void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<std::string>& freeze);
+void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<UnitGroup>& freeze);
 
 /// Cost-table name of a model unit: "vit_block_3" -> "vit_block.3", "llm_head" -> "head" (the
 /// names of partition/analytic_cost_model.h, so profiled and analytic tables line up).

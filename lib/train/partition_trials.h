@@ -13,6 +13,8 @@
 // the lowest median wins. Not here: which candidates to try (memory/stage_plan.h).
 #pragma once
 
+#include "core/choices.h"
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,7 +31,7 @@ struct TrialSetup {
   ModelPreset preset;
   uint64_t init_seed = 0;            ///< train.seed
   int64_t img_context_id = 0;        ///< the tokenizer's <IMG_CONTEXT>
-  std::vector<std::string> freeze;   ///< train.freeze groups
+  std::vector<UnitGroup> freeze;   ///< train.freeze groups
   int micro_batches = 1;             ///< m
   models::PackBatch pack;            ///< the fixed profiling pack, used for every micro-batch
   int warmup = 1;                    ///< untimed steps per candidate

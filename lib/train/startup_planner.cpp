@@ -228,8 +228,8 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   const auto t0 = std::chrono::steady_clock::now();
   const Config& cfg = *c.config;
   const bool root = c.comms->rank() == 0;
-  const bool balanced = cfg.parallel.partition.method == "balanced";
-  const bool adaptive = cfg.memory.recompute.mode == "adaptive";
+  const bool balanced = cfg.parallel.partition.method == PartitionMethod::kBalanced;
+  const bool adaptive = cfg.memory.recompute.mode == RecomputeMode::kAdaptive;
   const auto names = models::unit_names(*c.preset);
   const memory::StagePlan* stored = c.stored ? &c.stored->plan : nullptr;
   const bool stored_fits = stored && stored->partition.stages() == cfg.parallel.pp &&
@@ -244,10 +244,10 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   bool search = false;
   if (!balanced) {
     plan.partition = pipeline::resolve_fixed_partition(*c.preset, cfg.parallel);
-    plan.partition_source = "config: " + cfg.parallel.partition.method;
+    plan.partition_source = "config: " + choice_name(cfg.parallel.partition.method);
     if (stored_fits && root && !(stored->partition == plan.partition))
       log_info("stage plan: parallel.partition: {} {} from the config wins over the checkpoint's "
-               "split {}", cfg.parallel.partition.method, plan.partition.to_string(),
+               "split {}", choice_name(cfg.parallel.partition.method), plan.partition.to_string(),
                stored->partition.to_string());
   } else if (cfg.parallel.pp == 1) {
     plan.partition = partition::Partition{{static_cast<int>(names.size())}};
@@ -276,7 +276,7 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
       plan.recompute_source = "checkpoint " + c.stored->checkpoint + " (" + stored->recompute_source + ")";
     } else {
       plan.recompute = pipeline::resolve_fixed_recompute(layout, cfg.memory.recompute);
-      plan.recompute_source = "config: " + cfg.memory.recompute.mode;
+      plan.recompute_source = "config: " + choice_name(cfg.memory.recompute.mode);
     }
   } else {
     const partition::TableLoad load = largest_pack_load(*c.data);

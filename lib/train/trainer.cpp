@@ -39,13 +39,16 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-const char* unit_group(models::UnitKind kind) {
+UnitGroup unit_group(models::UnitKind kind) {
   switch (kind) {
     case models::UnitKind::kVitEmbed:
-    case models::UnitKind::kVitBlock: return "vit";
-    case models::UnitKind::kProjector: return "projector";
-    default: return "llm";
+    case models::UnitKind::kVitBlock: return UnitGroup::kVit;
+    case models::UnitKind::kProjector: return UnitGroup::kProjector;
+    case models::UnitKind::kLlmEmbed:
+    case models::UnitKind::kLlmBlock:
+    case models::UnitKind::kLlmHead: return UnitGroup::kLlm;
   }
+  return UnitGroup::kLlm;
 }
 
 // A 32-bit FNV-1a of a parameter's name and bytes; summed over parameters it is independent of
@@ -174,7 +177,7 @@ struct Trainer::State {
   void build_stage();
   void check_plan_hash();
   std::vector<models::PackBatch> next_packs(int64_t step);
-  void maybe_fail(const std::string& where, int64_t step) const;
+  void maybe_fail(FailWhere where, int64_t step) const;
   nlohmann::json step_metrics(int64_t step, const pipeline::StageStepResult& r,
                               const std::vector<models::PackBatch>& packs,
                               const LossNormaliser& n, double lr, double norm, double seconds);
@@ -197,7 +200,7 @@ void Trainer::State::build_stage() {
   for (size_t i = 0; i < units.size(); ++i) {
     auto& u = units[i];
     u->set_recompute(layout.recompute[layout.begin(stage_index) + i]);
-    const std::string group = unit_group(u->kind());
+    const UnitGroup group = unit_group(u->kind());
     const bool frozen =
         std::find(cfg.train.freeze.begin(), cfg.train.freeze.end(), group) != cfg.train.freeze.end();
     for (auto& np : u->named_parameters()) {
@@ -242,10 +245,10 @@ std::optional<std::string> Trainer::State::exit_due(int64_t steps_this_run) {
   return fmt::format("train.exit_duration_min {}", t.exit_duration_min);
 }
 
-void Trainer::State::maybe_fail(const std::string& where, int64_t step) const {
+void Trainer::State::maybe_fail(FailWhere where, int64_t step) const {
   const auto& f = cfg.debug.fail_at;
   if (f.rank != comms.rank() || f.step != step || f.where != where) return;
-  if (where == "loader") {
+  if (where == FailWhere::kLoader) {
     // As a data-loader thread would: the error reaches the main thread at its next wait.
     std::thread t([&] {
       errors->run_guarded("data-loader", [&] {
@@ -255,7 +258,7 @@ void Trainer::State::maybe_fail(const std::string& where, int64_t step) const {
     t.join();
     return;
   }
-  OMNIBAL_FAIL("debug.fail_at: injected ", where, " failure at step ", step);
+  OMNIBAL_FAIL("debug.fail_at: injected ", choice_name(where), " failure at step ", step);
 }
 
 /// The samples the packer (ISF budgets, baselines' caps) left out of epoch `epoch` under
@@ -415,7 +418,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.config_yaml = to_yaml(config);
   s.preset = load_model_preset(config.model.preset);
   OMNIBAL_CHECK(!config.data.meta.empty(), "data.meta: expected the training meta file");
-  s.reduction = models::parse_loss_reduction(config.loss.reduction);
+  s.reduction = config.loss.reduction;
   OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
   s.tokenizer = std::make_unique<data::Tokenizer>(config.data.tokenizer);
   s.data = std::make_unique<TrainingData>(
@@ -459,8 +462,8 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
     if (comms.rank() == 0) log_info("resumed from {} at step {}", dir, s.counters.step);
     if (!config.model.init_from.empty() && comms.rank() == 0)
       log_info("model.init_from {} ignored: resuming from checkpoint {}", config.model.init_from, dir);
-    if (s.cfg.model.hf_style == "auto") s.cfg.model.hf_style = saved->model.hf_style;
-    if (s.cfg.model.hf_style == "auto") s.cfg.model.hf_style = "internlm2";  // checkpoints before the key
+    if (s.cfg.model.hf_style == HfStyle::kAuto) s.cfg.model.hf_style = saved->model.hf_style;
+    if (s.cfg.model.hf_style == HfStyle::kAuto) s.cfg.model.hf_style = HfStyle::kInternLm2;  // checkpoints before the key
   } else {
     if (resume == "auto" && comms.rank() == 0)
       log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh", config.runtime.run_dir);
@@ -469,7 +472,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
       const std::string hash = s.param_hash_text();
       if (comms.rank() == 0)
         log_info("model.init_from {}: {} layout, parameter hash {}", config.model.init_from,
-                 s.cfg.model.hf_style, hash);
+                 choice_name(s.cfg.model.hf_style), hash);
     }
   }
   s.config_yaml = to_yaml(s.cfg);  // with model.hf_style resolved (export reads it)
@@ -486,7 +489,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
              left_out ? fmt::format(" ({} planned; the packer leaves out {} over budget)",
                                     s.data->set().table.size() - left_out, left_out)
                       : std::string(),
-             config.balance.method, plan.packing.packs.size(),
+             choice_name(config.balance.method), plan.packing.packs.size(),
              plan.plan.steps(), s.dp, s.m, plan.budgets.q_vit, plan.budgets.q_tok,
              s.counters.plan_hash);
     if (s.data->set().bad_samples > 0)
@@ -524,8 +527,8 @@ TrainOutcome Trainer::run() {
       break;
     }
     const auto t0 = Clock::now();
-    s.maybe_fail("step", step);
-    s.maybe_fail("loader", step);
+    s.maybe_fail(FailWhere::kStep, step);
+    s.maybe_fail(FailWhere::kLoader, step);
     std::vector<models::PackBatch> packs = s.next_packs(step);
     for (size_t k = 0; k < packs.size(); ++k)  // dropout masks follow the pack, not the rank
       packs[k].dropout_key = models::dropout_key(cfg.train.seed, step,
@@ -536,7 +539,9 @@ TrainOutcome Trainer::run() {
         s.comms.world());
     s.adam->zero_grad();
     pipeline::StepHooks hooks;
-    hooks.before_op = [&](const char* where, int) { s.maybe_fail(where, step); };
+    hooks.before_op = [&](const char* where, int) {
+      s.maybe_fail(parse_choice<FailWhere>(where, "stage op"), step);
+    };
     hooks.reduce_grads = [&] {
       all_reduce_gradients(s.trainable, s.comms.dp_group());
       s.tied->sum_gradients(s.comms.pipeline());
@@ -587,7 +592,7 @@ TrainOutcome Trainer::run() {
       {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
       {"stop_reason", out.stop_reason},
       {"param_hash", s.param_hash_text()},
-      {"balance_method", cfg.balance.method}, {"partition", s.layout.partition.to_string()},
+      {"balance_method", choice_name(cfg.balance.method)}, {"partition", s.layout.partition.to_string()},
       {"recomputed_per_stage", s.plan.recomputed_per_stage()},
       {"skipped_samples",
        {{"scan", s.data->set().bad_samples}, {"packer", s.packer_skipped}, {"training", skipped}}}};

@@ -37,7 +37,7 @@ balance::SampleTable table_from_lengths(const data::ConversationDataset& ds,
 LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
                    const data::Tokenizer& tokenizer, int threads, bool repeat) {
   LoadedSet set;
-  const auto policy = data::parse_bad_sample_policy(config.data.on_bad_sample, "data.on_bad_sample");
+  const auto policy = config.data.on_bad_sample;
   set.dataset = std::make_unique<data::ConversationDataset>(
       data::ConversationDataset::load(meta_path, policy));
   set.processor = std::make_unique<data::SampleProcessor>(
@@ -70,7 +70,7 @@ TrainingData::TrainingData(LoadedSet set, const Config& config) : set_(std::move
   options.max_seq_len = set_.max_seq_len;
   options.max_seq_len_origin = "preset " + set_.preset_name;
   planner_ = std::make_unique<balance::EpochPlanner>(
-      set_.table, balance::parse_method(config.balance.method, "balance.method"), options);
+      set_.table, config.balance.method, options);
 }
 
 DataPosition TrainingData::position(int64_t step) { return planner_->position(step); }

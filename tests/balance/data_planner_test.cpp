@@ -64,7 +64,7 @@ TEST_CASE("planner options come from the config structs", "[balance][planner]") 
   balance.q_tok = 6656;
   balance.seed = 9;
   omnibal::DataConfig data;
-  data.on_bad_sample = "skip";
+  data.on_bad_sample = OnBadSample::kSkip;
   const PlannerOptions o = planner_options(parallel, balance, data);
   CHECK(o.dp == 8);
   CHECK(o.micro_batches == 4);

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-using omnibal::parse_config;
+using namespace omnibal;
 
 namespace {
 std::string error_of(const std::string& yaml, std::vector<std::string> overrides = {}) {
@@ -26,24 +26,24 @@ TEST_CASE("config parses sections and keeps defaults for missing keys", "[core][
   CHECK(c.parallel.dp == 4);
   CHECK(c.parallel.pp == 2);
   CHECK(c.parallel.micro_batches == 8);
-  CHECK(c.parallel.partition.method == "balanced");
-  CHECK(c.balance.method == "random");
+  CHECK(c.parallel.partition.method == PartitionMethod::kBalanced);
+  CHECK(c.balance.method == BalanceMethod::kRandom);
   CHECK(c.balance.q_tok == 6656);
   CHECK(c.balance.iterations == 50);
   REQUIRE(c.train.freeze.size() == 1);
-  CHECK(c.train.freeze[0] == "vit");
+  CHECK(c.train.freeze[0] == UnitGroup::kVit);
 }
 
 TEST_CASE("partition and recompute accept names and lists", "[core][config]") {
   auto c = parse_config("parallel:\n  pp: 2\n  partition: {manual: [3, 5]}\nmemory:\n  recompute: [1, 0]\n",
                         "test.yaml");
-  CHECK(c.parallel.partition.method == "manual");
+  CHECK(c.parallel.partition.method == PartitionMethod::kManual);
   CHECK(c.parallel.partition.manual == std::vector<int>{3, 5});
-  CHECK(c.memory.recompute.mode == "per_stage");
+  CHECK(c.memory.recompute.mode == RecomputeMode::kPerStage);
   CHECK(c.memory.recompute.per_stage == std::vector<int>{1, 0});
   c = parse_config("parallel:\n  partition: uniform\nmemory:\n  recompute: full\n", "t.yaml");
-  CHECK(c.parallel.partition.method == "uniform");
-  CHECK(c.memory.recompute.mode == "full");
+  CHECK(c.parallel.partition.method == PartitionMethod::kUniform);
+  CHECK(c.memory.recompute.mode == RecomputeMode::kFull);
 }
 
 TEST_CASE("set overrides (--set a.b=c) change any key, including nested lists", "[core][config]") {
@@ -101,7 +101,7 @@ TEST_CASE("to_yaml round-trips the resolved config", "[core][config]") {
   const auto b = parse_config(text, "resolved.yaml");
   CHECK(omnibal::to_yaml(b) == text);
   CHECK(b.parallel.partition.manual == std::vector<int>{4, 6});
-  CHECK(b.train.freeze == std::vector<std::string>{"vit", "projector"});
+  CHECK(b.train.freeze == std::vector<UnitGroup>{UnitGroup::kVit, UnitGroup::kProjector});
   CHECK(b.memory.recompute.per_stage == std::vector<int>{2, 1});
 }
 
@@ -136,8 +136,8 @@ TEST_CASE("model.init_from, model.allow_missing and loss.reduction", "[core][con
                               "test.yaml");
   CHECK(c.model.init_from == "/ckpt/InternVL-Chat-V1-5");
   CHECK(c.model.allow_missing == std::vector<std::string>{"projector.*"});
-  CHECK(c.loss.reduction == "square");
-  CHECK(parse_config("", "empty.yaml").loss.reduction == "token");
+  CHECK(c.loss.reduction == LossReduction::kSquare);
+  CHECK(parse_config("", "empty.yaml").loss.reduction == LossReduction::kToken);
   CHECK_THAT(error_of("loss:\n  reduction: mean\n"),
-             Catch::Contains("loss.reduction: expected token, sample or square, got \"mean\""));
+             Catch::Contains("test.yaml:2: loss.reduction: expected token | sample | square, got 'mean'"));
 }

@@ -100,12 +100,12 @@ TEST_CASE("bad samples: on_bad_sample error stops with file, line and reason", "
   };
   // Load (structural problems) or scan (images, budget) fails on line 2.
   expect([&] {
-    const auto ds = ConversationDataset::load(meta, BadSamplePolicy::kError);
-    scan_lengths(ds, proc, BadSamplePolicy::kError, 2);
+    const auto ds = ConversationDataset::load(meta, OnBadSample::kError);
+    scan_lengths(ds, proc, OnBadSample::kError, 2);
   });
   // Materialising a pack that holds the sample fails the same way.
-  const auto ds = ConversationDataset::load(meta, BadSamplePolicy::kSkip);
-  const PackBuilder builder(ds, proc, BadSamplePolicy::kError);
+  const auto ds = ConversationDataset::load(meta, OnBadSample::kSkip);
+  const PackBuilder builder(ds, proc, OnBadSample::kError);
   expect([&] { builder.build({0, 1}, PackParts::all()); });
 }
 
@@ -116,10 +116,10 @@ TEST_CASE("bad samples: on_bad_sample skip counts the reason and keeps the rest"
   const std::string meta = make_dataset(dir, c.line);
   const Tokenizer tok(testing::test_tokenizer());
   const SampleProcessor proc(tok, small_budget());
-  const auto ds = ConversationDataset::load(meta, BadSamplePolicy::kSkip);
+  const auto ds = ConversationDataset::load(meta, OnBadSample::kSkip);
   REQUIRE(ds.size() == 2);  // the bad line keeps its place: lengths stay aligned with lines
 
-  const auto scan = scan_lengths(ds, proc, BadSamplePolicy::kSkip, 2);
+  const auto scan = scan_lengths(ds, proc, OnBadSample::kSkip, 2);
   CHECK(scan.lengths[0][1] == kSkippedLengths);
   CHECK(scan.lengths[0][0].vit_num == 1);
   CHECK(scan.lengths[0][0].image_flags == 1);
@@ -128,7 +128,7 @@ TEST_CASE("bad samples: on_bad_sample skip counts the reason and keeps the rest"
   CHECK_THAT(scan.bad.report(), Catch::Contains(std::string(reason_name(c.reason)) + " 1") &&
                                     Catch::Contains(dir.file("a.jsonl") + ":2"));
 
-  const PackBuilder builder(ds, proc, BadSamplePolicy::kSkip);
+  const PackBuilder builder(ds, proc, OnBadSample::kSkip);
   BadSampleCounts counts;
   const auto pack = builder.build({0, 1}, PackParts::all(), &counts);
   CHECK(pack.sample_ids == std::vector<int64_t>{0});
@@ -149,8 +149,8 @@ TEST_CASE("bad samples: decoded size must match the record's width/height", "[da
       dir, R"({"image": "ok.png", "width": 100, "height": 50, "conversations": [{"from": "human", "value": "What item is shown?"}, {"from": "gpt", "value": "Bag"}]})");
   const Tokenizer tok(testing::test_tokenizer());
   const SampleProcessor proc(tok, small_budget());
-  const auto ds = ConversationDataset::load(meta, BadSamplePolicy::kError);
-  const PackBuilder builder(ds, proc, BadSamplePolicy::kError);
+  const auto ds = ConversationDataset::load(meta, OnBadSample::kError);
+  const PackBuilder builder(ds, proc, OnBadSample::kError);
   CHECK_THROWS_WITH(builder.build({1}, PackParts::all()),
                     Catch::Contains("is 56x56 but the record says 100x50"));
   // Later stages do not decode, so they trust width/height as the scan did.

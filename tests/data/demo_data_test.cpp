@@ -30,12 +30,12 @@ TEST_CASE("demo: scan lengths equal materialised packs, sample by sample", "[dat
   const Tokenizer tok(dir + "/tokenizer.model");
   REQUIRE(tok.vocab_size() <= preset.llm.vocab_size);
   const SampleProcessor proc(tok, sample_options(config, preset));
-  const auto ds = ConversationDataset::load(dir + "/train_meta.json", BadSamplePolicy::kError);
+  const auto ds = ConversationDataset::load(dir + "/train_meta.json", OnBadSample::kError);
   REQUIRE(ds.num_datasets() == 4);
-  const auto scan = scan_lengths(ds, proc, BadSamplePolicy::kError, 2);
+  const auto scan = scan_lengths(ds, proc, OnBadSample::kError, 2);
   CHECK(scan.bad.total() == 0);
 
-  const PackBuilder builder(ds, proc, BadSamplePolicy::kError);
+  const PackBuilder builder(ds, proc, OnBadSample::kError);
   std::set<int64_t> tile_counts;
   int64_t text_only = 0, multi_image = 0, total_tokens = 0;
   std::vector<int64_t> all_ids;
@@ -71,8 +71,8 @@ TEST_CASE("demo: scan output files round-trip", "[data][demo]") {
   const auto preset = omnibal::load_model_preset("tiny");
   const Tokenizer tok(dir + "/tokenizer.model");
   const SampleProcessor proc(tok, sample_options(config, preset));
-  const auto ds = ConversationDataset::load(dir + "/eval_meta.json", BadSamplePolicy::kError);
-  const auto scan = scan_lengths(ds, proc, BadSamplePolicy::kError, 3);
+  const auto ds = ConversationDataset::load(dir + "/eval_meta.json", OnBadSample::kError);
+  const auto scan = scan_lengths(ds, proc, OnBadSample::kError, 3);
   testing::TempDir out;
   const auto files = write_scan(out.path() + "/scan", ds, scan);
   REQUIRE(files.size() == static_cast<size_t>(ds.num_datasets()) + 1);
@@ -88,10 +88,10 @@ TEST_CASE("demo: scan output files round-trip", "[data][demo]") {
 
   // The scanned meta drives training: packs are checked against its lengths; a stale length
   // file (here: one token off) is caught when the pack is built.
-  const auto scanned = ConversationDataset::load(files.back(), BadSamplePolicy::kError);
+  const auto scanned = ConversationDataset::load(files.back(), OnBadSample::kError);
   auto lengths = load_meta_lengths(scanned);
   REQUIRE(lengths.size() == static_cast<size_t>(scanned.size()));
-  PackBuilder builder(scanned, proc, BadSamplePolicy::kError);
+  PackBuilder builder(scanned, proc, OnBadSample::kError);
   builder.expect_lengths(lengths);
   CHECK(builder.build({0, 1, 2}, PackParts::for_stage(1, 2)).num_samples() == 3);
   lengths[1].token_num += 1;

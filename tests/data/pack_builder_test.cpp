@@ -38,7 +38,7 @@ struct Fixture {
     o.norm.std = {0.5f, 0.5f, 0.5f};
     proc = std::make_unique<SampleProcessor>(*tok, o);
     ds = std::make_unique<ConversationDataset>(
-        ConversationDataset::load(dir.file("meta.json"), BadSamplePolicy::kSkip));
+        ConversationDataset::load(dir.file("meta.json"), OnBadSample::kSkip));
   }
 };
 
@@ -46,8 +46,8 @@ struct Fixture {
 
 TEST_CASE("pack: three samples concatenated with restarting positions", "[data][pack]") {
   Fixture f;
-  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kError);
-  const auto scan = scan_lengths(*f.ds, *f.proc, BadSamplePolicy::kError, 1);
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kError);
+  const auto scan = scan_lengths(*f.ds, *f.proc, OnBadSample::kError, 1);
   const auto& len = scan.lengths[0];
   CHECK(len[0] == SampleLengths{1, len[0].token_num, 1});
   CHECK(len[1] == SampleLengths{3, len[1].token_num, 3});
@@ -77,7 +77,7 @@ TEST_CASE("pack: three samples concatenated with restarting positions", "[data][
 
 TEST_CASE("pack: only the parts a pipeline stage needs are built", "[data][pack]") {
   Fixture f;
-  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kError);
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kError);
   const auto first = builder.build({0, 1}, PackParts::for_stage(0, 3));
   CHECK(first.pixel_values.defined());
   CHECK(first.input_ids.defined());
@@ -96,7 +96,7 @@ TEST_CASE("pack: only the parts a pipeline stage needs are built", "[data][pack]
 
 TEST_CASE("loader: packs come back in plan order from worker threads", "[data][loader]") {
   Fixture f;
-  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kError);
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kError);
   const int workers = GENERATE(1, 2, 3);
   const std::vector<std::vector<int64_t>> plan = {{0}, {1, 2}, {2, 0, 1}, {1}, {0, 2}};
   PackLoader loader(builder, plan, LoaderOptions{workers, 2, PackParts::all()});
@@ -113,7 +113,7 @@ TEST_CASE("loader: a worker's error is rethrown on the consumer, then loading go
           "[data][loader]") {
   Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
             "\n");
-  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kError);
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kError);
   const int workers = GENERATE(1, 2);
   PackLoader loader(builder, {{0}, {1, 3}, {2}}, LoaderOptions{workers, 3, PackParts::all()});
   CHECK(loader.next()->sample_ids == std::vector<int64_t>{0});
@@ -126,7 +126,7 @@ TEST_CASE("loader: skip policy counts bad samples; early destruction does not ha
           "[data][loader]") {
   Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
             "\n");
-  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kSkip);
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kSkip);
   {
     PackLoader loader(builder, {{3, 0}, {1, 3}}, LoaderOptions{2, 2, PackParts::all()});
     CHECK(loader.next()->sample_ids == std::vector<int64_t>{0});
@@ -142,7 +142,7 @@ TEST_CASE("pack: under skip a pack whose every sample is bad is an empty micro-b
           "[data][pack]") {
   Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
             "\n");
-  const PackBuilder builder(*f.ds, *f.proc, BadSamplePolicy::kSkip);
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kSkip);
   BadSampleCounts counts;
   const auto parts = GENERATE(PackParts::all(), PackParts::for_stage(1, 2));
   const auto pack = builder.build({3, 3}, parts, &counts);

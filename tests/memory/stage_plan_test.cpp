@@ -53,14 +53,14 @@ memory::StagePlannerOptions options(int stages, int m) {
 
 PartitionSpec spec(const std::string& method, std::vector<int> manual = {}) {
   PartitionSpec p;
-  p.method = method;
+  p.method = method == "manual" ? PartitionMethod::kManual : parse_choice<PartitionMethod>(method, "test");
   p.manual = std::move(manual);
   return p;
 }
 
 RecomputeSpec recompute(const std::string& mode) {
   RecomputeSpec r;
-  r.mode = mode;
+  r.mode = parse_choice<RecomputeMode>(mode, "test");
   return r;
 }
 

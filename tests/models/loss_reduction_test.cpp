@@ -33,7 +33,7 @@ TEST_CASE("loss reductions on a hand-computed pack", "[models][loss]") {
   const auto cu4 = torch::tensor(std::vector<int64_t>{0, 4, 10, 12, 15});
   CHECK(loss_normaliser(pos, cu4, LossReduction::kSample) == Approx(3.0));
   CHECK(parse_loss_reduction("square") == LossReduction::kSquare);
-  CHECK_THROWS_WITH(parse_loss_reduction("mean"), Catch::Contains("loss.reduction: expected token, sample or square"));
+  CHECK_THROWS_WITH(parse_loss_reduction("mean"), Catch::Contains("loss.reduction: expected token | sample | square"));
   CHECK_THROWS_WITH(token_weights(torch::tensor(std::vector<int64_t>{12}), cu, LossReduction::kToken),
                     Catch::Contains("positions in [0, 12)"));
 }
