@@ -12,6 +12,7 @@
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_export.h"
+#include "checkpoint/hf_style.h"
 #include "commands.h"
 #include "core/config.h"
 #include "core/error.h"

@@ -55,6 +55,8 @@ class BadSampleError : public Error {
   SampleOrigin origin_;
 };
 
+using ::omnibal::OnBadSample;  ///< data.on_bad_sample (core/choices.h)
+
 /// Thread-safe per-reason counts of skipped samples, with the first example of each reason.
 class BadSampleCounts {
  public:
