@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/model_preset.h"
 #include "memory/recompute_planner.h"
+#include "memory/stage_plan.h"
 #include "partition/analytic_cost_model.h"
 
 namespace omnibal::plan {
@@ -154,71 +155,56 @@ AblationRow simulate_row(const Context& c, const std::string& name, const std::s
   return row;
 }
 
-/// Search inputs at the profile load: unit seconds are forward + backward, plus the forward
-/// again for units recomputed under `recompute` (per unit; full recomputation when empty).
-partition::PartitionSearchInput search_input(const Context& c, const MicroBatchLoad& profile,
-                                             const MicroBatchLoad& worst,
-                                             const std::vector<bool>& recompute) {
-  partition::PartitionSearchInput in;
-  const auto table = c.model().costs(profile);
-  for (size_t i = 0; i < table.units.size(); ++i) {
-    const auto& u = table.units[i];
-    const bool rc = u.recomputable() && u.trainable && (recompute.empty() || recompute[i]);
-    in.unit_seconds.push_back(u.forward_s + u.backward_s + (rc ? u.forward_s : 0.0));
-    in.unit_forward_s.push_back(u.forward_s);
-    in.output_bytes.push_back(u.output_bytes);
-  }
-  in.micro_batches = c.o.micro_batches;
-  in.link_bandwidth = partition::pipeline_link_bandwidth(c.analytic.device(), c.o.dp, c.o.tp);
-  in.stages = c.o.pp;
-  in.radius = c.o.radius;
-  in.top_k = c.o.top_k;
-  in.fits = [&c, worst](const Partition& p) {
-    return recompute_plan(c, p, worst, false).all_fit();
+/// The planner options of the ablation: stage times from the mean ISF pack's table, memory
+/// from the heaviest micro-batch's, the device's link bandwidth, the budget and ZeRO-1 setting.
+memory::StagePlannerOptions planner_options(const Context& c, const std::vector<StepLoads>& steps) {
+  memory::StagePlannerOptions o;
+  o.stages = c.o.pp;
+  o.micro_batches = c.o.micro_batches;
+  o.radius = c.o.radius;
+  o.top_k = c.o.top_k;
+  o.link_bandwidth = partition::pipeline_link_bandwidth(c.analytic.device(), c.o.dp, c.o.tp);
+  o.memory = c.memory;
+  o.budget_bytes = c.budget;
+  o.memory_table = c.model().costs(worst_load(steps));
+  for (const auto& u : o.memory_table->units) o.unit_names.push_back(u.name);
+  return o;
+}
+
+/// The ablation's candidate judge: simulates each candidate on the first 8 steps of the ISF
+/// plan (with its own recompute plan: full, or adaptive for the memory-aware search) and picks
+/// the fastest; the simulator stands in for the trainer's timed trials. `seconds` keeps the
+/// simulated seconds of the last round judged (also reported under --judge-by-pipeline-time,
+/// where the pick is candidate 0).
+memory::CandidateJudge simulator_judge(const Context& c, const std::vector<StepLoads>& steps,
+                                       bool adaptive, std::vector<double>& seconds) {
+  return [&c, &steps, adaptive, &seconds](std::vector<memory::PlanCandidate>& candidates) {
+    const std::vector<StepLoads> probe(steps.begin(),
+                                       steps.begin() + std::min<size_t>(steps.size(), 8));
+    size_t best = 0;
+    seconds.clear();
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const auto row = simulate_row(c, "", "", "", candidates[i].partition, probe, adaptive);
+      seconds.push_back(row.epoch_seconds);
+      if (seconds[i] < seconds[best]) best = i;
+    }
+    return c.o.judge_by_simulation ? static_cast<int>(best)
+                                   : memory::judge_by_pipeline_time(candidates);
   };
-  return in;
 }
 
-}  // namespace
-
-namespace {
-
-/// Simulates the top-K candidates on the first steps of the ISF plan (full recomputation, the
-/// setting of the "+ balanced partition" row) and returns the index of the fastest: the
-/// simulator stands in for the trainer's timed trials.
-size_t confirm_candidates(const Context& c, const partition::PartitionSearchResult& search,
-                          const std::vector<StepLoads>& steps, bool adaptive,
-                          std::vector<double>& seconds) {
-  const std::vector<StepLoads> probe(steps.begin(),
-                                     steps.begin() + std::min<size_t>(steps.size(), 8));
-  size_t best = 0;
-  seconds.clear();
-  for (size_t i = 0; i < search.top.size(); ++i) {
-    const auto row = simulate_row(c, "", "", "", search.top[i].partition, probe, adaptive);
-    seconds.push_back(row.epoch_seconds);
-    if (seconds[i] < seconds[best]) best = i;
-  }
-  return best;
-}
-
-/// BMP for one recompute mode. Under adaptive recomputation the stage times depend on the
-/// recompute plan and the plan on the split, so the search is repeated with the unit flags of
-/// the previous pick (at most 3 rounds, stopping when the pick repeats); every round's top K
-/// is confirmed by simulation with its own adaptive plans.
-Partition balanced_partition(const Context& c, const std::vector<StepLoads>& steps,
-                             bool adaptive, partition::PartitionSearchResult& search,
-                             std::vector<double>& seconds) {
-  const MicroBatchLoad profile = mean_load(steps), worst = worst_load(steps);
-  std::vector<bool> flags;  // empty: full recomputation
-  Partition pick;
-  for (int round = 0; round < (adaptive ? 3 : 1); ++round) {
-    search = partition::search_partitions(search_input(c, profile, worst, flags));
-    const Partition p = search.top[confirm_candidates(c, search, steps, adaptive, seconds)].partition;
-    if (round > 0 && p == pick) break;
-    pick = p;
-    flags = recompute_plan(c, pick, worst, true).recompute;
-  }
-  return pick;
+/// BMP for one recompute mode through the one search loop (memory::plan_stages): under full
+/// recomputation one round; under adaptive the memory-aware search (see stage_plan.h).
+memory::StagePlan balanced_plan(const Context& c, const std::vector<StepLoads>& steps,
+                                bool adaptive, partition::PartitionSearchResult& search,
+                                std::vector<double>& seconds) {
+  PartitionSpec balanced;
+  balanced.method = PartitionMethod::kBalanced;
+  RecomputeSpec recompute;
+  recompute.mode = adaptive ? RecomputeMode::kAdaptive : RecomputeMode::kFull;
+  return memory::plan_stages(c.model().costs(mean_load(steps)), balanced, recompute,
+                             planner_options(c, steps), simulator_judge(c, steps, adaptive, seconds),
+                             &search);
 }
 
 void check_options(const AblationOptions& o) {
@@ -266,13 +252,19 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
                 table.size(), " samples, fewer than one step of dp * m micro-batches");
 
   res.profile_table = c.model().costs(mean_load(isf_steps));
+  res.planner_options = planner_options(c, isf_steps);
   std::vector<double> params;
-  for (const auto& u : c.model().costs(mean_load(isf_steps)).units) params.push_back(u.parameter_bytes);
-  const Partition by_params = partition::min_max_partition(params, o.pp);
-  const Partition bmp =
-      balanced_partition(c, isf_steps, false, res.search, res.candidate_seconds);
-  const Partition bmp_adaptive =
-      balanced_partition(c, isf_steps, true, res.adaptive_search, res.adaptive_candidate_seconds);
+  for (const auto& u : res.profile_table.units) params.push_back(u.parameter_bytes);
+  PartitionSpec fixed;
+  fixed.method = PartitionMethod::kParameters;
+  const Partition by_params = memory::fixed_split(fixed, params, o.pp);
+  fixed.method = PartitionMethod::kUniform;
+  const Partition uniform = memory::fixed_split(fixed, params, o.pp);
+  res.balanced_plan = balanced_plan(c, isf_steps, false, res.search, res.candidate_seconds);
+  res.adaptive_plan =
+      balanced_plan(c, isf_steps, true, res.adaptive_search, res.adaptive_candidate_seconds);
+  const Partition bmp = res.balanced_plan.partition;
+  const Partition bmp_adaptive = res.adaptive_plan.partition;
 
   auto& rows = res.rows;
   rows.push_back(simulate_row(c, "baseline", "random", "parameters", by_params, base_steps, false));
@@ -280,8 +272,7 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   rows.push_back(simulate_row(c, "+ balanced partition", "isf", "balanced", bmp, isf_steps, false));
   rows.push_back(simulate_row(c, "+ adaptive recompute", "isf", "balanced (memory-aware)",
                               bmp_adaptive, isf_steps, true));
-  rows.push_back(simulate_row(c, "ISF + uniform split", "isf", "uniform",
-                              partition::uniform_partition(c.analytic.num_units(), o.pp), isf_steps,
+  rows.push_back(simulate_row(c, "ISF + uniform split", "isf", "uniform", uniform, isf_steps,
                               false));
   rows.push_back(simulate_row(c, "ISF + greedy profile split", "isf", "greedy-profile",
                               res.search.greedy_anchor, isf_steps, false));

@@ -3,11 +3,14 @@
 //   baseline              random padded micro-batches of samples-per-pack samples, DeepSpeed
 //                         `parameters` split, full recomputation
 //   + ISF                 ISF packs (lib/balance: budget search + ISF + load-grouped steps)
-//   + balanced partition  BMP: search around the exact and greedy anchors, top K confirmed by
-//                         the simulator
+//   + balanced partition  BMP: search around the exact, greedy and refined anchors, top K
+//                         confirmed by the simulator
 //   + adaptive recompute  per-stage knapsack within the memory budget, with the split searched
 //                         again under the recompute plan (memory-aware BMP: stage times depend
 //                         on which blocks are recomputed, and that on the split)
+// The two balanced rows are memory::plan_stages, the trainer's search loop and rules, with the
+// simulator as the judge of each round's top K (the trainer judges by predicted pipeline time or
+// timed trials); the parameters and uniform splits are memory::fixed_split.
 // plus, for comparison, the uniform and greedy-profile splits (ISF data, full recomputation) and
 // adaptive recomputation on the row-3 split (what adaptive recompute gives without re-search).
 // Every row is simulated step by step (training_simulator.h) with analytic costs; epoch time is
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/stage_plan.h"
 #include "partition/partition_search.h"
 #include "partition/training_simulator.h"
 #include "partition/unit_cost_table.h"
@@ -41,6 +45,10 @@ struct AblationOptions {
   uint64_t seed = 1024;
   bool freeze_vit = false;
   std::string cost_table_in;         ///< measured per-unit table (omnibal-plan profile); "": analytic
+  /// Judge of the balanced searches' top K: true = simulate 8 steps of the ISF packs (standing
+  /// in for the trainer's timed trials), false = predicted 1F1B time (the trainer's default
+  /// without trials, memory::judge_by_pipeline_time).
+  bool judge_by_simulation = true;
 };
 
 /// One row of the table.
@@ -68,6 +76,11 @@ struct AblationResult {
   int samples_per_pack = 0;
   std::string isf_budgets;             ///< "Q_v=20 Q_t=6656 Q't=6528"
   partition::UnitCostTable profile_table;  ///< analytic costs at the mean ISF pack (BMP profile)
+  /// What plan_stages got besides profile_table: m, r, K, bandwidth, memory accounting, budget
+  /// and the heaviest micro-batch's table for memory (the trainer's planner can rerun it).
+  memory::StagePlannerOptions planner_options;
+  memory::StagePlan balanced_plan;  ///< the "+ balanced partition" row's plan (full recompute)
+  memory::StagePlan adaptive_plan;  ///< the "+ adaptive recompute" row's plan (memory-aware)
 };
 
 /// Runs everything. Throws omnibal::Error on bad options (e.g. a global batch not divisible by

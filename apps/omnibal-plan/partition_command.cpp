@@ -33,6 +33,9 @@ void register_partition_command(CLI::App& app, Actions& actions) {
   cmd->add_flag("--no-zero1", [opts](int64_t) { opts->zero1 = false; },
                 "keep the full optimizer state on every DP rank");
   cmd->add_flag("--freeze-vit", opts->freeze_vit, "the ViT is frozen (train.freeze: [vit])");
+  cmd->add_flag("--judge-by-pipeline-time", [opts](int64_t) { opts->judge_by_simulation = false; },
+                "pick each search round's candidate by predicted 1F1B time (the trainer without "
+                "timed trials) instead of by simulating 8 steps of the packs");
   cmd->add_option("--json", *json_path, "write the result as JSON here");
   cmd->add_option("--cost-table-in", opts->cost_table_in,
                   "measured per-unit cost table (omnibal-plan profile) instead of analytic costs; "

@@ -10,9 +10,9 @@
 // exactly as the trainer plans them, so global step g is simulated with the samples the trainer
 // runs at step g (the printed plan hash equals the trainer's start-up log line). Every pack is a
 // packed micro-batch: the trainer never pads, also not for random micro-batches. The split and
-// the recompute flags follow the trainer's rules (pipeline/stage_layout.h) on the table's units:
-// uniform, parameters (min-max of the table's parameter bytes), manual; none, full, per-stage
-// counts of the first blocks. Torch-free. Prints one line per step and the median.
+// the recompute flags follow the trainer's fixed rules (memory/stage_rules.h) on the table's
+// units: uniform, parameters (min-max of the table's parameter bytes), manual; none, full,
+// per-stage counts of the first blocks. Torch-free. Prints one line per step and the median.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +26,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model_preset.h"
+#include "memory/stage_rules.h"
 #include "partition/cost_model.h"
 #include "partition/training_simulator.h"
 
@@ -52,46 +53,15 @@ std::vector<double> per_stage(const std::vector<double>& v, int stages, const ch
   return v;
 }
 
-/// The trainer's split rules (pipeline/stage_layout.cpp) on the cost table's units.
+/// The trainer's split rule (memory/stage_rules.h) on the cost table's units, `parameters` over
+/// the table's parameter bytes.
 partition::Partition resolve_split(const ParallelConfig& p, const partition::UnitCostTable& t) {
-  const int units = static_cast<int>(t.units.size());
-  const PartitionMethod method = p.partition.method;
-  if (method == PartitionMethod::kUniform) return partition::uniform_partition(units, p.pp);
-  if (method == PartitionMethod::kParameters) {
-    std::vector<double> bytes;
-    for (const auto& u : t.units) bytes.push_back(u.parameter_bytes);
-    return partition::min_max_partition(bytes, p.pp);
-  }
-  OMNIBAL_CHECK(method == PartitionMethod::kManual, "simulate: parallel.partition '", choice_name(method),
-                "' is not simulated; give the split as {manual: [...]} (omnibal-plan partition "
-                "prints the balanced one)");
-  partition::Partition part{p.partition.manual};
-  OMNIBAL_CHECK(part.units() == units && part.stages() == p.pp, "parallel.partition.manual: ",
-                part.to_string(), " must cover the table's ", units, " units in pp = ", p.pp,
-                " stages");
-  return part;
-}
-
-/// The trainer's recompute rules: none, full (every block), or the first k blocks per stage.
-std::vector<bool> resolve_recompute(const RecomputeSpec& spec, const partition::Partition& part,
-                                    const partition::UnitCostTable& t) {
-  std::vector<bool> flags(t.units.size(), false);
-  if (spec.mode == RecomputeMode::kNone) return flags;
-  if (spec.mode == RecomputeMode::kFull) {
-    for (size_t u = 0; u < t.units.size(); ++u) flags[u] = t.units[u].recomputable();
-    return flags;
-  }
-  OMNIBAL_CHECK(spec.mode == RecomputeMode::kPerStage && static_cast<int>(spec.per_stage.size()) ==
-                    part.stages(), "simulate: memory.recompute must be none, full or one count ",
-                "per stage (", part.stages(), "), got '", choice_name(spec.mode), "'");
-  for (int s = 0; s < part.stages(); ++s) {
-    int left = spec.per_stage[s];
-    for (int u = part.begin(s); u < part.end(s) && left > 0; ++u)
-      if (t.units[u].recomputable()) flags[u] = true, --left;
-    OMNIBAL_CHECK(left == 0, "memory.recompute[", s, "]: stage ", s, " has fewer than ",
-                  spec.per_stage[s], " blocks");
-  }
-  return flags;
+  OMNIBAL_CHECK(p.partition.method != PartitionMethod::kBalanced, "simulate: parallel.partition '",
+                choice_name(p.partition.method), "' is not simulated; give the split as {manual: "
+                "[...]} (omnibal-plan partition prints the balanced one)");
+  std::vector<double> bytes;
+  for (const auto& u : t.units) bytes.push_back(u.parameter_bytes);
+  return memory::fixed_split(p.partition, bytes, p.pp);
 }
 
 /// The trainer's packs of global step `step` as simulator loads: [dp rank][micro-batch].
@@ -118,7 +88,8 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   setup.model = &model;
   setup.partition = resolve_split(cfg.parallel, table);
   const int stages = setup.partition.stages();
-  setup.recompute = resolve_recompute(cfg.memory.recompute, setup.partition, table);
+  setup.recompute =
+      memory::fixed_recompute(cfg.memory.recompute, setup.partition, memory::block_units(table)).per_unit;
   setup.dp = cfg.parallel.dp;
   setup.zero1 = false;
   setup.static_bytes.assign(stages, 0.0);

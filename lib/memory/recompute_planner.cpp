@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "memory/stage_rules.h"
 #include "schedule/one_f_one_b.h"
 
 namespace omnibal::memory {
@@ -118,32 +119,28 @@ RecomputePlan plan_no_recompute(const partition::UnitCostTable& table,
   return finish(table, partition, std::vector<bool>(table.units.size(), false), o);
 }
 
+RecomputePlan plan_with_flags(const partition::UnitCostTable& table,
+                              const partition::Partition& partition, std::vector<bool> flags,
+                              const RecomputeOptions& o) {
+  OMNIBAL_CHECK(flags.size() == table.units.size(), "recompute plan: ", flags.size(),
+                " flags for a cost table of ", table.units.size(), " units");
+  return finish(table, partition, std::move(flags), o);
+}
+
 RecomputePlan plan_full_recompute(const partition::UnitCostTable& table,
                                   const partition::Partition& partition, const RecomputeOptions& o) {
-  std::vector<bool> flags(table.units.size(), false);
-  for (size_t u = 0; u < flags.size(); ++u) flags[u] = candidate(table.units[u]);
-  return finish(table, partition, flags, o);
+  RecomputeSpec full;
+  full.mode = RecomputeMode::kFull;
+  return finish(table, partition, fixed_recompute(full, partition, block_units(table)).per_unit, o);
 }
 
 RecomputePlan plan_recompute_counts(const partition::UnitCostTable& table,
                                     const partition::Partition& partition,
                                     const std::vector<int>& counts, const RecomputeOptions& o) {
-  OMNIBAL_CHECK(static_cast<int>(counts.size()) == partition.stages(), "memory.recompute: ",
-                counts.size(), " per-stage counts for ", partition.stages(), " stages");
-  std::vector<bool> flags(table.units.size(), false);
-  for (int s = 0; s < partition.stages(); ++s) {
-    int left = counts[s];
-    OMNIBAL_CHECK(left >= 0, "memory.recompute[", s, "]: expected a count >= 0, got ", left);
-    for (int u = partition.begin(s); u < partition.end(s) && left > 0; ++u)
-      if (candidate(table.units[u])) {
-        flags[u] = true;
-        --left;
-      }
-    OMNIBAL_CHECK(left == 0, "memory.recompute[", s, "]: ", counts[s],
-                  " units requested but stage ", s, " has only ", counts[s] - left,
-                  " ViT/LLM blocks");
-  }
-  return finish(table, partition, flags, o);
+  RecomputeSpec spec;
+  spec.mode = RecomputeMode::kPerStage;
+  spec.per_stage = counts;
+  return finish(table, partition, fixed_recompute(spec, partition, block_units(table)).per_unit, o);
 }
 
 RecomputePlan plan_adaptive_recompute(const partition::UnitCostTable& table,

@@ -38,11 +38,18 @@ struct RecomputeOptions {
 /// No recomputation.
 RecomputePlan plan_no_recompute(const partition::UnitCostTable& table,
                                 const partition::Partition& partition, const RecomputeOptions& o);
-/// Every ViT and LLM block recomputed.
+/// The plan of given per-unit `flags` (memory, fits, counts, time). Throws omnibal::Error when
+/// the flags do not cover the table's units.
+RecomputePlan plan_with_flags(const partition::UnitCostTable& table,
+                              const partition::Partition& partition, std::vector<bool> flags,
+                              const RecomputeOptions& o);
+/// Every ViT and LLM block recomputed (the `full` rule of stage_rules.h; the flag of a frozen
+/// block is set but changes nothing here).
 RecomputePlan plan_full_recompute(const partition::UnitCostTable& table,
                                   const partition::Partition& partition, const RecomputeOptions& o);
-/// The first counts[s] blocks of stage s recomputed (memory.recompute: [per-stage counts]).
-/// Throws omnibal::Error when counts has the wrong length or a count exceeds the stage's blocks.
+/// The first counts[s] blocks of stage s recomputed (memory.recompute: [per-stage counts], the
+/// rule of stage_rules.h, frozen blocks counted). Throws omnibal::Error when counts has the
+/// wrong length or a count exceeds the stage's blocks.
 RecomputePlan plan_recompute_counts(const partition::UnitCostTable& table,
                                     const partition::Partition& partition,
                                     const std::vector<int>& counts, const RecomputeOptions& o);

@@ -23,16 +23,25 @@ RecomputeOptions recompute_options(const StagePlannerOptions& o) {
   return ro;
 }
 
+/// The table memory is predicted from.
+const UnitCostTable& memory_table(const UnitCostTable& table, const StagePlannerOptions& o) {
+  return o.memory_table ? *o.memory_table : table;
+}
+
 /// The recompute plan of `spec` on split `p` (adaptive without a budget: nothing recomputed).
 RecomputePlan recompute_plan(const UnitCostTable& table, const Partition& p,
                              const RecomputeSpec& spec, const StagePlannerOptions& o) {
   const RecomputeOptions ro = recompute_options(o);
-  if (spec.mode == RecomputeMode::kNone) return plan_no_recompute(table, p, ro);
-  if (spec.mode == RecomputeMode::kFull) return plan_full_recompute(table, p, ro);
-  if (spec.mode == RecomputeMode::kPerStage) return plan_recompute_counts(table, p, spec.per_stage, ro);
-  OMNIBAL_CHECK(spec.mode == RecomputeMode::kAdaptive, "memory.recompute: unknown mode '", choice_name(spec.mode),
-                "', expected adaptive | full | none | [per-stage counts]");
-  return o.budget_bytes > 0 ? plan_adaptive_recompute(table, p, ro) : plan_no_recompute(table, p, ro);
+  const UnitCostTable& mt = memory_table(table, o);
+  switch (spec.mode) {
+    case RecomputeMode::kAdaptive:
+      return o.budget_bytes > 0 ? plan_adaptive_recompute(mt, p, ro) : plan_no_recompute(mt, p, ro);
+    case RecomputeMode::kNone:
+    case RecomputeMode::kFull:
+    case RecomputeMode::kPerStage:
+      break;
+  }
+  return plan_with_flags(mt, p, fixed_recompute(spec, p, block_units(mt)).per_unit, ro);
 }
 
 std::vector<double> totals(const RecomputePlan& plan) {
@@ -41,17 +50,33 @@ std::vector<double> totals(const RecomputePlan& plan) {
   return out;
 }
 
+/// The flags a round of the search assumes before it knows the split: full recomputation's
+/// own, none's own, or (adaptive) first_round_recompute. Per-stage counts depend on the split,
+/// so their search runs without recomputation.
+RecomputeFlags search_flags(const UnitCostTable& table, const RecomputeSpec& spec) {
+  const int n = static_cast<int>(table.units.size());
+  switch (spec.mode) {
+    case RecomputeMode::kFull:
+      return RecomputeFlags::full(block_units(table));
+    case RecomputeMode::kAdaptive:
+      return first_round_recompute(table);
+    case RecomputeMode::kNone:
+    case RecomputeMode::kPerStage:
+      break;
+  }
+  return RecomputeFlags::none(n);
+}
+
 /// BMP over `table`; for adaptive recomputation the search repeats with the pick's flags.
 void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
-                   const StagePlannerOptions& o, StagePlan& plan) {
+                   const StagePlannerOptions& o, const CandidateJudge& judge, StagePlan& plan,
+                   partition::PartitionSearchResult* last_search) {
   const bool adaptive = spec.mode == RecomputeMode::kAdaptive;
   // A split is admissible when the recompute mode can make it fit: adaptive can at most
   // recompute everything, so it fits when full recomputation fits.
   RecomputeSpec fit_spec = spec;
   if (adaptive) fit_spec.mode = RecomputeMode::kFull;
-  std::vector<bool> flags;  // round 0: no recomputation (full / counts: their own flags below)
-  if (spec.mode == RecomputeMode::kFull)
-    for (const auto& u : table.units) flags.push_back(u.recomputable() && u.trainable);
+  RecomputeFlags flags = search_flags(table, spec);
   partition::PartitionSearchResult search;
   Partition pick;
   int rounds = 0;
@@ -67,21 +92,29 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
       };
     search = partition::search_partitions(in);
     ++rounds;
-    const Partition p = search.top.front().partition;
+    plan.candidates.clear();
+    for (const auto& c : search.top) plan.candidates.push_back({c.partition, c.pipeline_s, {}});
+    plan.chosen = judge ? judge(plan.candidates) : judge_by_pipeline_time(plan.candidates);
+    OMNIBAL_CHECK(plan.chosen >= 0 && plan.chosen < static_cast<int>(plan.candidates.size()),
+                  "stage plan: the candidate judge chose ", plan.chosen, " of ",
+                  plan.candidates.size(), " candidates");
+    const Partition p = plan.candidates[plan.chosen].partition;
     if (round > 0 && p == pick) break;
     pick = p;
-    if (adaptive) flags = recompute_plan(table, pick, spec, o).recompute;
+    if (adaptive) flags = RecomputeFlags{recompute_plan(table, pick, spec, o).recompute};
   }
   plan.partition = pick;
-  plan.candidates.clear();
-  for (const auto& c : search.top) plan.candidates.push_back({c.partition, c.pipeline_s, {}});
-  plan.chosen = 0;
+  if (last_search) *last_search = search;
   plan.partition_source = fmt::format(
       "balanced: BMP on the {} table at {} tiles / {} tokens, radius {}, top {}, {} round{}; "
       "anchors exact {} greedy {} refined {}",
       table.source, table.load.tiles, table.load.tokens, o.radius, o.top_k, rounds,
       rounds > 1 ? "s" : "", search.exact_anchor.to_string(), search.greedy_anchor.to_string(),
       search.refined_anchor.to_string());
+  if (plan.chosen != 0)
+    plan.partition_source += fmt::format("; {} chose candidate {}",
+                                         plan.candidates[plan.chosen].trial_s.empty()
+                                             ? "the judge" : "timed trials", plan.chosen);
 }
 
 std::vector<int> sizes_of(const nlohmann::json& j, const std::string& where) {
@@ -113,7 +146,7 @@ std::vector<int> StagePlan::recomputed_per_stage() const {
 std::vector<std::string> StagePlan::recomputed_units(int stage) const {
   std::vector<std::string> out;
   for (int u = partition.begin(stage); u < partition.end(stage); ++u)
-    if (recompute.at(u)) out.push_back(unit_names.at(u));
+    if (recompute[u]) out.push_back(unit_names.at(u));
   return out;
 }
 
@@ -130,13 +163,34 @@ std::string StagePlan::describe() const {
   return fmt::format("split {}, recompute {{{}}}", partition.to_string(), rc);
 }
 
+std::string StagePlan::describe_stages() const {
+  std::string out;
+  for (int s = 0; s < stages(); ++s)
+    out += fmt::format("{}stage {}: {}..{} ({} units, {} recomputed)", s ? ", " : "", s,
+                       unit_names.at(begin(s)), unit_names.at(end(s) - 1), end(s) - begin(s),
+                       recompute.count(begin(s), end(s)));
+  return out;
+}
+
+int judge_by_pipeline_time(std::vector<PlanCandidate>& candidates) {
+  OMNIBAL_CHECK(!candidates.empty(), "stage plan: no candidate to judge");
+  return 0;  // the search ranks by pipeline_s, best first
+}
+
+RecomputeFlags first_round_recompute(const UnitCostTable& table) {
+  return RecomputeFlags::full(block_units(table));
+}
+
 partition::PartitionSearchInput search_input(const UnitCostTable& table,
-                                             const std::vector<bool>& recompute,
+                                             const RecomputeFlags& recompute,
                                              const StagePlannerOptions& o) {
+  OMNIBAL_CHECK(recompute.units() == static_cast<int>(table.units.size()), "stage plan: ",
+                recompute.units(), " recompute flags for a cost table of ", table.units.size(),
+                " units");
   partition::PartitionSearchInput in;
   for (size_t u = 0; u < table.units.size(); ++u) {
     const auto& c = table.units[u];
-    const bool rc = !recompute.empty() && recompute[u] && c.recomputable() && c.trainable;
+    const bool rc = recompute[static_cast<int>(u)] && c.recomputable() && c.trainable;
     in.unit_seconds.push_back(c.forward_s + c.backward_s + (rc ? c.forward_s : 0.0));
     in.unit_forward_s.push_back(c.forward_s);
     in.output_bytes.push_back(c.output_bytes);
@@ -153,10 +207,12 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
                         const StagePlannerOptions& o, StagePlan& plan) {
   const RecomputePlan rp = recompute_plan(table, plan.partition, spec, o);
   const RecomputeOptions ro = recompute_options(o);
-  plan.recompute = rp.recompute;
+  const UnitCostTable& mt = memory_table(table, o);
+  plan.recompute = RecomputeFlags{rp.recompute};
+  plan.budget_bytes = o.budget_bytes;
   plan.predicted_bytes = totals(rp);
-  plan.none_bytes = totals(plan_no_recompute(table, plan.partition, ro));
-  plan.full_bytes = totals(plan_full_recompute(table, plan.partition, ro));
+  plan.none_bytes = totals(plan_no_recompute(mt, plan.partition, ro));
+  plan.full_bytes = totals(plan_full_recompute(mt, plan.partition, ro));
   if (spec.mode == RecomputeMode::kAdaptive) {
     for (int s = 0; s < plan.partition.stages(); ++s)
       OMNIBAL_CHECK(rp.fits[s], "memory.budget_gb: ", o.budget_bytes / kGiB, " GiB is too small: ",
@@ -177,41 +233,37 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
 }
 
 StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
-                      const RecomputeSpec& recompute, const StagePlannerOptions& o) {
+                      const RecomputeSpec& recompute, const StagePlannerOptions& o,
+                      const CandidateJudge& judge,
+                      partition::PartitionSearchResult* last_search) {
   const int n = static_cast<int>(table.units.size());
   OMNIBAL_CHECK(static_cast<int>(o.unit_names.size()) == n, "stage plan: ", o.unit_names.size(),
                 " unit names for a cost table of ", n, " units");
   OMNIBAL_CHECK(o.stages >= 1 && o.stages <= n, "parallel.pp: ", o.stages,
                 " pipeline stages but the model has ", n, " pipeline units; use parallel.pp <= ", n);
+  OMNIBAL_CHECK(!o.memory_table || o.memory_table->units.size() == table.units.size(),
+                "stage plan: the memory table has ", o.memory_table ? o.memory_table->units.size() : 0,
+                " units, the cost table ", n);
   StagePlan plan;
   plan.model = table.model;
   plan.micro_batches = o.micro_batches;
   plan.unit_names = o.unit_names;
   plan.budget_bytes = o.budget_bytes;
-  if (part.method == PartitionMethod::kUniform) {
-    plan.partition = partition::uniform_partition(n, o.stages);
-  } else if (part.method == PartitionMethod::kParameters) {
-    std::vector<double> w;
-    for (const auto& u : table.units) w.push_back(u.parameter_bytes);
-    plan.partition = partition::min_max_partition(w, o.stages);
-  } else if (part.method == PartitionMethod::kManual) {
-    plan.partition = Partition{part.manual};
-    OMNIBAL_CHECK(plan.partition.units() == n, "parallel.partition.manual: the unit counts ",
-                  plan.partition.to_string(), " sum to ", plan.partition.units(),
-                  " but the model has ", n, " pipeline units");
+  if (part.method == PartitionMethod::kBalanced) {
+    plan_balanced(table, recompute, o, judge, plan, last_search);
   } else {
-    OMNIBAL_CHECK(part.method == PartitionMethod::kBalanced, "parallel.partition: unknown method '", choice_name(part.method),
-                  "', expected balanced | uniform | parameters | {manual: [...]}");
-    plan_balanced(table, recompute, o, plan);
+    std::vector<double> bytes;
+    for (const auto& u : table.units) bytes.push_back(u.parameter_bytes);
+    plan.partition = fixed_split(part, bytes, o.stages);
+    plan.partition_source = "config: " + choice_name(part.method);
   }
-  if (plan.partition_source.empty()) plan.partition_source = "config: " + choice_name(part.method);
   plan_recompute_for(table, recompute, o, plan);
   return plan;
 }
 
 nlohmann::json stage_plan_json(const StagePlan& p) {
   nlohmann::json rc = nlohmann::json::array(), cands = nlohmann::json::array();
-  for (size_t u = 0; u < p.recompute.size(); ++u)
+  for (int u = 0; u < p.recompute.units(); ++u)
     if (p.recompute[u]) rc.push_back(p.unit_names.at(u));
   for (const auto& c : p.candidates)
     cands.push_back({{"partition", c.partition.sizes}, {"pipeline_s", c.pipeline_s},
@@ -236,11 +288,11 @@ StagePlan parse_stage_plan(const nlohmann::json& j, const std::string& origin) {
   OMNIBAL_CHECK(p.partition.units() == static_cast<int>(p.unit_names.size()), origin,
                 ": the split ", p.partition.to_string(), " does not cover the ",
                 p.unit_names.size(), " units");
-  p.recompute.assign(p.unit_names.size(), false);
+  p.recompute = RecomputeFlags::none(static_cast<int>(p.unit_names.size()));
   for (const auto& name : get<std::vector<std::string>>(j, "recompute", origin)) {
     const auto it = std::find(p.unit_names.begin(), p.unit_names.end(), name);
     OMNIBAL_CHECK(it != p.unit_names.end(), origin, ": recomputed unit '", name, "' is not a unit");
-    p.recompute[it - p.unit_names.begin()] = true;
+    p.recompute.per_unit[it - p.unit_names.begin()] = true;
   }
   p.partition_source = get<std::string>(j, "partition_source", origin);
   p.recompute_source = get<std::string>(j, "recompute_source", origin);
@@ -263,8 +315,8 @@ uint64_t stage_plan_hash(const StagePlan& p) {
   };
   mix(p.partition.sizes.size());
   for (int s : p.partition.sizes) mix(static_cast<uint64_t>(s));
-  mix(p.recompute.size());
-  for (bool b : p.recompute) mix(b ? 1 : 0);
+  mix(p.recompute.per_unit.size());
+  for (bool b : p.recompute.per_unit) mix(b ? 1 : 0);
   return h;
 }
 

@@ -1,33 +1,37 @@
 // StagePlan: the pipeline layout a training run uses, as one torch-free value — which units
 // each stage holds (model balance, OmniBal §3.2 / spec §2) and which blocks recompute their
 // activations (memory balance, §3.3 / spec §3) — plus where each half came from, the search's
-// candidates and the predicted memory per stage. The trainer builds it at start-up, logs it,
-// writes it to the run directory and stores it in every checkpoint (metadata: parameters are
-// saved per unit, so any plan can load any checkpoint), and reuses it on resume.
+// candidates and the predicted memory per stage. It is the only stage-layout type: the trainer
+// builds its stage from it, logs it, writes it to the run directory and stores it in every
+// checkpoint (metadata: parameters are saved per unit, so any plan can load any checkpoint).
 //
-// plan_stages() is the planning itself, deterministic for a given cost table and options, so
-// every rank computes the same plan:
-//   partition  uniform | parameters (min-max over parameter bytes) | manual | balanced (BMP:
-//              partition_search.h around the exact, greedy and refined anchors, candidates
-//              within radius r that fit the budget, ranked by the simulated 1F1B step time
-//              pipeline_s; the best one is the pick)
-//   recompute  none | full | per-stage counts (first k blocks) | adaptive (the knapsack of
+// plan_stages() is the planning itself, deterministic for a given cost table, options and
+// judge, so every rank computes the same plan:
+//   partition  the fixed rules of stage_rules.h (uniform | parameters over the table's parameter
+//              bytes | manual), or balanced (BMP: partition_search.h around the exact, greedy
+//              and refined anchors, candidates within radius r that fit the budget, the top K by
+//              the predicted 1F1B step time pipeline_s; a judge picks among those K)
+//   recompute  the fixed rules (none | full | per-stage counts), or adaptive (the knapsack of
 //              recompute_planner.h per stage, min(m, P - s) micro-batches in flight)
 // Balanced + adaptive depend on each other (recomputed blocks cost a second forward, and the
 // recompute plan depends on the split), so the search is repeated with the previous pick's
-// recompute flags, at most 3 rounds, stopping when the pick repeats (as omnibal-plan
-// partition's "+ adaptive recompute" row).
-// Not here: obtaining the cost table (profiling, lib/profile), timed trials of the candidates
-// (the trainer: lib/train/partition_trials.h), LibTorch, MPI.
+// recompute flags, at most 3 rounds, stopping when the pick repeats: the memory-aware search.
+// Its first round assumes full recomputation (kFirstRoundRecompute below). The one loop serves
+// the trainer (judge: pipeline_s, or timed trials, lib/train/partition_trials.h) and the
+// ablation of `omnibal-plan partition` (judge: simulated steps of the run's packs).
+// Not here: obtaining the cost table (profiling, lib/profile), running trials, LibTorch, MPI.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "memory/recompute_planner.h"
+#include "memory/stage_rules.h"
 #include "partition/partition_search.h"
 #include "partition/unit_cost_table.h"
 
@@ -46,15 +50,21 @@ struct StagePlan {
   int micro_batches = 1;                ///< m the recompute plan was made for
   partition::Partition partition;       ///< units per stage
   std::vector<std::string> unit_names;  ///< every unit, chain order
-  std::vector<bool> recompute;          ///< per unit: rerun its forward inside the backward
+  RecomputeFlags recompute;             ///< per unit: rerun its forward inside the backward
   std::string partition_source;         ///< e.g. "balanced: search on profiled:cpu, top 3"
   std::string recompute_source;         ///< e.g. "adaptive: budget 0.50 GiB"
   double budget_bytes = 0;              ///< memory budget per device (0 = none)
   std::vector<double> predicted_bytes;  ///< per stage, under `recompute` (empty: no table)
   std::vector<double> none_bytes;       ///< per stage without recomputation
   std::vector<double> full_bytes;       ///< per stage with every block recomputed
-  std::vector<PlanCandidate> candidates;  ///< balanced: the top K, simulator's pick first
+  std::vector<PlanCandidate> candidates;  ///< balanced: the last round's top K by pipeline_s
   int chosen = -1;                      ///< index into candidates of the split in use (-1: none)
+
+  int stages() const { return partition.stages(); }
+  /// First unit of `stage`.
+  int begin(int stage) const { return partition.begin(stage); }
+  /// One past the last unit of `stage`.
+  int end(int stage) const { return partition.end(stage); }
 
   /// Recomputed units per stage.
   std::vector<int> recomputed_per_stage() const;
@@ -62,7 +72,25 @@ struct StagePlan {
   std::vector<std::string> recomputed_units(int stage) const;
   /// "[6, 4], recompute {stage 0: vit_block_1, llm_block_0; stage 1: none}".
   std::string describe() const;
+  /// "stage 0: vit_embed..projector (7 units, 2 recomputed), stage 1: ...".
+  std::string describe_stages() const;
 };
+
+/// Picks one of a round's top-K candidates (ranked by pipeline_s, best first; at least one) and
+/// returns its index. It may record what it measured in each candidate's trial_s. It must
+/// decide the same on every rank (a collective judge runs on all ranks in the same order).
+using CandidateJudge = std::function<int(std::vector<PlanCandidate>& candidates)>;
+
+/// The default judge: the best predicted 1F1B step time, i.e. candidate 0.
+int judge_by_pipeline_time(std::vector<PlanCandidate>& candidates);
+
+/// The recompute flags the first round of the memory-aware search (balanced + adaptive)
+/// assumes: every block recomputed. Why full and not none: OmniBal's memory balance starts from
+/// full recomputation (spec §3.1 step 1: train with every layer recomputed, then switch layers
+/// off), the candidate filter already admits a split only when full recomputation fits, and the
+/// first round is then exactly the balanced search under full recomputation (the ablation's
+/// "+ balanced partition" row), which later rounds refine with the adaptive flags.
+RecomputeFlags first_round_recompute(const partition::UnitCostTable& table);
 
 /// What plan_stages needs besides the cost table and the two config specs.
 struct StagePlannerOptions {
@@ -74,26 +102,38 @@ struct StagePlannerOptions {
   MemoryOptions memory;         ///< bytes per parameter, dp, ZeRO-1, workspace
   double budget_bytes = 0;      ///< per device; 0 = no limit (adaptive then recomputes nothing)
   std::vector<std::string> unit_names;  ///< model unit names, chain order (size = table units)
+  /// The table memory is predicted from (e.g. the heaviest pack) when it differs from the one
+  /// stage times are taken from (e.g. the mean pack); unset: the same table.
+  std::optional<partition::UnitCostTable> memory_table;
 };
 
 /// Plans the partition and the recompute flags from `table` (one micro-batch at the run's pack
-/// load) under `partition` and `recompute` (config specs). Throws omnibal::Error naming the
-/// config key when a manual split or per-stage counts do not match the model, when no balanced
-/// candidate fits the budget, or (adaptive, full, counts with a budget) when a stage does not
-/// fit `budget_bytes` even with every block recomputed.
+/// load: seconds and bytes per unit) under `partition` and `recompute` (config specs). Under
+/// balanced, each round's top K go to `judge` (empty: judge_by_pipeline_time), whose pick is
+/// the round's pick; `candidates` and `chosen` are the last round's. Throws omnibal::Error
+/// naming the config key when a manual split or per-stage counts do not match the model, when
+/// no balanced candidate fits the budget, or (adaptive) when a stage does not fit
+/// `budget_bytes` even with every block recomputed.
+/// `last_search`, when given, receives the last round's search in full (anchors, counts, scores
+/// of the top K) for reports; untouched unless balanced.
 StagePlan plan_stages(const partition::UnitCostTable& table, const PartitionSpec& partition,
-                      const RecomputeSpec& recompute, const StagePlannerOptions& options);
+                      const RecomputeSpec& recompute, const StagePlannerOptions& options,
+                      const CandidateJudge& judge = {},
+                      partition::PartitionSearchResult* last_search = nullptr);
 
-/// Recompute flags of `spec` for a fixed split (adaptive: the knapsack). Fills the plan's
-/// recompute, recompute_source and the three per-stage memory predictions. Same errors as
-/// plan_stages for the recompute half.
+/// Recompute flags of `spec` for the plan's split (fixed rules: stage_rules.h; adaptive: the
+/// knapsack on options.memory_table or `table`, nothing recomputed without a budget). Fills the
+/// plan's recompute, recompute_source, budget_bytes and the three per-stage memory predictions.
+/// Same errors as plan_stages for the recompute half.
 void plan_recompute_for(const partition::UnitCostTable& table, const RecomputeSpec& spec,
                         const StagePlannerOptions& options, StagePlan& plan);
 
 /// Search inputs at the table's load: per unit forward + backward seconds plus the forward
-/// again when `recompute[u]` (empty: no recomputation), output bytes, m, r, K, bandwidth.
+/// again when `recompute[u]` (for trainable blocks), output bytes, m, r, K, bandwidth; no
+/// memory filter (plan_stages adds it). Throws omnibal::Error when the flags do not cover the
+/// table's units.
 partition::PartitionSearchInput search_input(const partition::UnitCostTable& table,
-                                             const std::vector<bool>& recompute,
+                                             const RecomputeFlags& recompute,
                                              const StagePlannerOptions& options);
 
 /// JSON of a plan ("format": "omnibal.stage_plan.v1").

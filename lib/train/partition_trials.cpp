@@ -97,6 +97,14 @@ TrialOutcome run_partition_trials(const std::vector<partition::Partition>& candi
   std::vector<std::vector<double>> seconds;
   for (const auto& c : candidates) seconds.push_back(time_candidate(c, setup, comms, pipe.get()));
   TrialOutcome o = decide_trials(std::move(seconds));
+  summarise_trials(candidates, o);
+  return o;
+}
+
+void summarise_trials(const std::vector<partition::Partition>& candidates, TrialOutcome& o) {
+  OMNIBAL_CHECK(candidates.size() == o.median_s.size(), "partition trials: ", candidates.size(),
+                " candidates for ", o.median_s.size(), " outcomes");
+  o.summary.clear();
   for (size_t i = 0; i < candidates.size(); ++i)
     o.summary += fmt::format("{}{} {:.1f} ms (spread {:.1f} ms){}", i ? "; " : "",
                              candidates[i].to_string(), 1e3 * o.median_s[i], 1e3 * o.spread_s[i],
@@ -105,7 +113,6 @@ TrialOutcome run_partition_trials(const std::vector<partition::Partition>& candi
                    ? std::string(" -> the simulator's pick stands")
                    : fmt::format(" -> {} beats it by more than the noise",
                                  candidates[o.chosen].to_string());
-  return o;
 }
 
 }  // namespace omnibal::train

@@ -53,6 +53,10 @@ struct TrialOutcome {
 /// Throws omnibal::Error when a candidate has no repeat.
 TrialOutcome decide_trials(std::vector<std::vector<double>> seconds);
 
+/// Fills o.summary: one entry per candidate (median, spread) and the decision. Throws
+/// omnibal::Error when `candidates` and `o` differ in size.
+void summarise_trials(const std::vector<partition::Partition>& candidates, TrialOutcome& o);
+
 /// Collective over comms.world(): runs every candidate (all ranks in the same order) and
 /// decides. Throws omnibal::Error when repeats < 3 or a step fails.
 TrialOutcome run_partition_trials(const std::vector<partition::Partition>& candidates,

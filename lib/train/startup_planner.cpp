@@ -7,15 +7,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <numeric>
 
 #include "balance/sample_table.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "memory/memory_model.h"
+#include "memory/plan_sources.h"
 #include "models/vlm.h"
 #include "partition/cost_model.h"
-#include "pipeline/stage_layout.h"
 #include "profile/memory_meter.h"
 #include "profile/profiling_pack.h"
 #include "profile/unit_profiler.h"
@@ -137,38 +139,57 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   return o;
 }
 
-/// Times the candidates when asked and replaces the pick when a trial wins.
-void run_trials(const StartupPlanContext& c, const partition::UnitCostTable& table,
-                const partition::TableLoad& load, const memory::StagePlannerOptions& o,
-                memory::StagePlan& plan) {
+/// The candidate judge of this run: the predicted pipeline time, or, with
+/// parallel.partition_trials (>= 2 candidates to compare), timed trials of the first n
+/// candidates of each search round. Each split is timed once per start-up (with its own
+/// recompute plan, which depends on the split alone), so a candidate that reappears in a later
+/// round of the memory-aware search keeps its measurement. Collective: every rank judges the
+/// same candidates in the same order.
+memory::CandidateJudge trial_judge(const StartupPlanContext& c, const partition::UnitCostTable& table,
+                                   const partition::TableLoad& load,
+                                   const memory::StagePlannerOptions& o) {
   const Config& cfg = *c.config;
   const int trials = cfg.parallel.partition_trials < 0 ? cfg.parallel.partition_top_k
                                                        : cfg.parallel.partition_trials;
-  const int n = std::min<int>(trials, static_cast<int>(plan.candidates.size()));
-  if (n < 2) return;  // nothing to compare
-  TrialSetup setup;
-  setup.preset = *c.preset;
-  setup.init_seed = cfg.train.seed;
-  setup.img_context_id = c.img_context_id;
-  setup.freeze = cfg.train.freeze;
-  setup.micro_batches = cfg.parallel.micro_batches;
-  setup.pack = profile::make_profiling_pack(*c.preset, pack_options(c, load));
-  setup.recompute_for = [&](const partition::Partition& p) {
-    memory::StagePlan tmp = plan;
+  if (trials < 2) return memory::judge_by_pipeline_time;  // nothing to compare
+  auto setup = std::make_shared<TrialSetup>();
+  setup->preset = *c.preset;
+  setup->init_seed = cfg.train.seed;
+  setup->img_context_id = c.img_context_id;
+  setup->freeze = cfg.train.freeze;
+  setup->micro_batches = cfg.parallel.micro_batches;
+  setup->pack = profile::make_profiling_pack(*c.preset, pack_options(c, load));
+  setup->recompute_for = [&cfg, table, o](const partition::Partition& p) {
+    memory::StagePlan tmp;
     tmp.partition = p;
     memory::plan_recompute_for(table, cfg.memory.recompute, o, tmp);
-    return tmp.recompute;
+    return tmp.recompute.per_unit;
   };
-  std::vector<partition::Partition> splits;
-  for (int i = 0; i < n; ++i) splits.push_back(plan.candidates[i].partition);
-  const TrialOutcome t = run_partition_trials(splits, setup, *c.comms);
-  for (int i = 0; i < n; ++i) plan.candidates[i].trial_s = t.seconds[i];
-  if (c.comms->rank() == 0) log_info("partition trials (m {}, 3 repeats): {}", setup.micro_batches, t.summary);
-  if (t.chosen == 0) return;
-  plan.chosen = t.chosen;
-  plan.partition = plan.candidates[t.chosen].partition;
-  plan.partition_source += fmt::format("; timed trials chose candidate {}", t.chosen);
-  memory::plan_recompute_for(table, cfg.memory.recompute, o, plan);
+  auto timed = std::make_shared<std::map<std::vector<int>, std::vector<double>>>();
+  comm::ParallelComms* comms = c.comms;
+  return [setup, timed, comms, trials](std::vector<memory::PlanCandidate>& candidates) {
+    const int n = std::min<int>(trials, static_cast<int>(candidates.size()));
+    if (n < 2) return memory::judge_by_pipeline_time(candidates);
+    std::vector<partition::Partition> fresh;
+    for (int i = 0; i < n; ++i)
+      if (!timed->count(candidates[i].partition.sizes)) fresh.push_back(candidates[i].partition);
+    if (!fresh.empty()) {
+      const TrialOutcome t = run_partition_trials(fresh, *setup, *comms);
+      for (size_t i = 0; i < fresh.size(); ++i) (*timed)[fresh[i].sizes] = t.seconds[i];
+    }
+    std::vector<std::vector<double>> seconds;
+    std::vector<partition::Partition> splits;
+    for (int i = 0; i < n; ++i) {
+      candidates[i].trial_s = timed->at(candidates[i].partition.sizes);
+      seconds.push_back(candidates[i].trial_s);
+      splits.push_back(candidates[i].partition);
+    }
+    TrialOutcome t = decide_trials(std::move(seconds));
+    summarise_trials(splits, t);
+    if (comms->rank() == 0)
+      log_info("partition trials (m {}, 3 repeats): {}", setup->micro_batches, t.summary);
+    return t.chosen;
+  };
 }
 
 void check_agreement(comm::ParallelComms& comms, const memory::StagePlan& plan) {
@@ -224,72 +245,39 @@ double default_memory_budget_bytes(const torch::Device& device) {
   return 0.75 * static_cast<double>(pages) * static_cast<double>(page) / ranks;
 }
 
+memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset& preset,
+                                            const StoredPlan* stored, bool log) {
+  memory::StagePlanRequest r;
+  r.model = preset.name;
+  r.unit_names = models::unit_names(preset);
+  for (int64_t n : models::unit_parameter_counts(preset)) r.parameter_weights.push_back(static_cast<double>(n));
+  r.stages = cfg.parallel.pp;
+  r.micro_batches = cfg.parallel.micro_batches;
+  r.partition = cfg.parallel.partition;
+  r.recompute = cfg.memory.recompute;
+  if (stored) {
+    r.stored = &stored->plan;
+    r.stored_origin = "checkpoint " + stored->checkpoint;
+  }
+  r.log = log;
+  return r;
+}
+
 StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Config& cfg = *c.config;
   const bool root = c.comms->rank() == 0;
-  const bool balanced = cfg.parallel.partition.method == PartitionMethod::kBalanced;
-  const bool adaptive = cfg.memory.recompute.mode == RecomputeMode::kAdaptive;
-  const auto names = models::unit_names(*c.preset);
-  const memory::StagePlan* stored = c.stored ? &c.stored->plan : nullptr;
-  const bool stored_fits = stored && stored->partition.stages() == cfg.parallel.pp &&
-                           stored->unit_names == names;
-  if (stored && !stored_fits && root)
-    log_info("stage plan: the checkpoint's plan ({} stages) does not fit parallel.pp {}; planning "
-             "again", stored->partition.stages(), cfg.parallel.pp);
-  memory::StagePlan plan;
-  plan.model = c.preset->name;
-  plan.micro_batches = cfg.parallel.micro_batches;
-  plan.unit_names = names;
-  bool search = false;
-  if (!balanced) {
-    plan.partition = pipeline::resolve_fixed_partition(*c.preset, cfg.parallel);
-    plan.partition_source = "config: " + choice_name(cfg.parallel.partition.method);
-    if (stored_fits && root && !(stored->partition == plan.partition))
-      log_info("stage plan: parallel.partition: {} {} from the config wins over the checkpoint's "
-               "split {}", choice_name(cfg.parallel.partition.method), plan.partition.to_string(),
-               stored->partition.to_string());
-  } else if (cfg.parallel.pp == 1) {
-    plan.partition = partition::Partition{{static_cast<int>(names.size())}};
-    plan.partition_source = "balanced: one pipeline stage holds every unit";
-  } else if (stored_fits) {
-    plan.partition = stored->partition;
-    plan.candidates = stored->candidates;
-    plan.chosen = stored->chosen;
-    plan.partition_source = "checkpoint " + c.stored->checkpoint + " (" + stored->partition_source + ")";
-  } else {
-    search = true;
-  }
-  const bool reuse_rc = adaptive && stored_fits && stored->partition == plan.partition &&
-                        !search && stored->micro_batches == plan.micro_batches;
-  const bool need_table = search || (adaptive && !reuse_rc);
-  if (!need_table) {
-    pipeline::StageLayout layout;
-    layout.unit_names = names;
-    layout.partition = plan.partition;
-    if (reuse_rc) {
-      plan.recompute = stored->recompute;
-      plan.budget_bytes = stored->budget_bytes;
-      plan.predicted_bytes = stored->predicted_bytes;
-      plan.none_bytes = stored->none_bytes;
-      plan.full_bytes = stored->full_bytes;
-      plan.recompute_source = "checkpoint " + c.stored->checkpoint + " (" + stored->recompute_source + ")";
-    } else {
-      plan.recompute = pipeline::resolve_fixed_recompute(layout, cfg.memory.recompute);
-      plan.recompute_source = "config: " + choice_name(cfg.memory.recompute.mode);
-    }
-  } else {
+  const memory::StagePlanRequest request =
+      stage_plan_request(*c.config, *c.preset, c.stored ? &*c.stored : nullptr, root);
+  // Asked for only when the split is searched or the recompute flags planned (collective).
+  const auto inputs = [&c] {
+    memory::PlanningInputs in;
     const partition::TableLoad load = largest_pack_load(*c.data);
-    const partition::UnitCostTable table = obtain_cost_table(c, load);
-    const memory::StagePlannerOptions o = planner_options(c, &table);
-    if (search) {
-      plan = memory::plan_stages(table, cfg.parallel.partition, cfg.memory.recompute, o);
-      run_trials(c, table, load, o, plan);
-    } else {
-      plan.budget_bytes = o.budget_bytes;
-      memory::plan_recompute_for(table, cfg.memory.recompute, o, plan);
-    }
-  }
+    in.table = obtain_cost_table(c, load);
+    in.options = planner_options(c, &in.table);
+    in.judge = trial_judge(c, in.table, load, in.options);
+    return in;
+  };
+  const memory::StagePlan plan = memory::resolve_stage_plan(request, inputs);
   check_agreement(*c.comms, plan);
   StartupPlan out{plan, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   if (root) {

@@ -1,24 +1,29 @@
-// The trainer's start-up planning of the pipeline layout (issue 6): `parallel.partition:
-// balanced` and `memory.recompute: adaptive` (the defaults) become a concrete split and per-unit
-// recompute flags (memory/stage_plan.h) before any stage is built.
-//
+// The trainer's start-up planning of the pipeline layout (issue 6, issue 18): `parallel.partition`
+// and `memory.recompute` become one memory::StagePlan (split + per-unit recompute flags) before
+// any stage is built. The decision is torch-free (memory/plan_sources.h), two questions:
+//   where the split comes from      config (uniform | parameters over the preset's parameter
+//                                   counts | manual; wins over a stored plan, logged) |
+//                                   checkpoint | single stage (pp 1) | search (balanced)
+//   where the flags come from       config (none | full | per-stage counts) | checkpoint |
+//                                   planner (adaptive)
 // 1. On resume, a plan stored in the checkpoint is reused as it is: a balanced split when the
 //    stage count still matches, adaptive recomputation when the split and m also match. No new
-//    search, so a resumed run keeps its split whatever the timings now say. An explicit
-//    `parallel.partition` (uniform | parameters | manual) or recompute mode in the config wins
-//    over the stored plan (logged).
-// 2. Otherwise, when balanced or adaptive is left to plan, the per-unit cost table comes from
-//    `parallel.cost_table` (a file from `omnibal-plan profile`, scaled linearly to the run's
+//    search, so a resumed run keeps its split whatever the timings now say.
+// 2. Otherwise, when the split is searched or the flags planned, the per-unit cost table comes
+//    from `parallel.cost_table` (a file from `omnibal-plan profile`, scaled linearly to the run's
 //    pack load) or from profiling the whole model on world rank 0 under one synthetic pack of
 //    the largest epoch-0 pack's tiles and tokens (for ISF: the budgets Q_v / Q_t) with the mean
 //    samples per pack; rank 0 broadcasts the table's JSON and every rank parses the same text.
 //    Profiling on one rank keeps start-up simple and cheap for models that fit one device; a
 //    model that does not fit must be profiled offline and given as parallel.cost_table.
-// 3. Every rank runs the same deterministic planner (memory::plan_stages) on the same table and
-//    budget (the smallest over ranks), so all agree; a hash of the plan is compared across ranks
-//    and a mismatch is an error.
-// 4. parallel.partition_trials > 0 (-1 = partition_top_k) times the best candidates for real
-//    (partition_trials.h); the simulator's pick stands unless a trial beats it beyond the noise.
+// 3. Every rank runs the same deterministic planner (memory::plan_stages: one search loop,
+//    shared with `omnibal-plan partition`) on the same table and budget (the smallest over
+//    ranks), so all agree; a hash of the plan is compared across ranks and a mismatch is an
+//    error.
+// 4. The judge of each search round's top K: the predicted 1F1B step time, or with
+//    parallel.partition_trials > 0 (-1 = partition_top_k) timed trials of the best candidates
+//    (partition_trials.h; each split timed once); the predicted pick stands unless a trial
+//    beats it beyond the noise.
 // Memory options follow the trainer: weights, gradients and AdamW moments in the table's bytes
 // per parameter (fp32 on the CPU), no ZeRO-1 sharding, no workspace on the CPU.
 #pragma once
@@ -31,6 +36,7 @@
 #include "comm/parallel_comms.h"
 #include "core/config.h"
 #include "core/model_preset.h"
+#include "memory/plan_sources.h"
 #include "memory/stage_plan.h"
 #include "partition/unit_cost_table.h"
 
@@ -60,6 +66,12 @@ struct StartupPlan {
   memory::StagePlan plan;
   double seconds = 0;
 };
+
+/// The start-up decision's inputs of this run (memory/plan_sources.h): the preset's units and
+/// parameter counts (the `parameters` rule), parallel.pp, m, parallel.partition,
+/// memory.recompute and `stored` (may be null; must outlive the request); `log` on rank 0.
+memory::StagePlanRequest stage_plan_request(const Config& config, const ModelPreset& preset,
+                                            const StoredPlan* stored, bool log);
 
 /// Collective over comms->world(). Throws omnibal::Error naming the key on a bad cost table
 /// (unreadable, another preset, other units), a budget too small for adaptive, no balanced

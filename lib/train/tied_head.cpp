@@ -24,13 +24,13 @@ torch::Tensor swap_with_peer(comm::Communicator& pipeline, const torch::Tensor& 
 
 }  // namespace
 
-TiedHead::TiedHead(const ModelPreset& preset, const pipeline::StageLayout& layout, int stage,
+TiedHead::TiedHead(const ModelPreset& preset, const partition::Partition& split, int stage,
                    std::vector<std::pair<std::string, torch::Tensor>>& params) {
   if (!preset.llm.tie_embeddings) return;
   const int embed_unit = preset.vit.depth + 2;  // vit_embed, vit blocks, projector, llm_embed
-  const int last = layout.stages() - 1;
+  const int last = split.stages() - 1;
   for (int s = 0; s <= last; ++s)
-    if (layout.begin(s) <= embed_unit && embed_unit < layout.end(s)) embedding_stage_ = s;
+    if (split.begin(s) <= embed_unit && embed_unit < split.end(s)) embedding_stage_ = s;
   OMNIBAL_CHECK(embedding_stage_ >= 0, "tied head: no stage holds unit llm_embed");
   split_ = embedding_stage_ != last;
   if (!split_) {

@@ -25,7 +25,7 @@
 
 #include "comm/communicator.h"
 #include "core/model_preset.h"
-#include "pipeline/stage_layout.h"
+#include "partition/stage_partition.h"
 
 namespace omnibal::train {
 
@@ -39,11 +39,11 @@ class TiedHead {
   /// Message tag of the gradient and weight swaps (TensorMessenger uses 1000 and up).
   static constexpr int kTag = 900;
 
-  /// Looks at `stage`'s named parameters. When `preset` ties the head and `layout` puts
+  /// Looks at `stage`'s named parameters. When `preset` ties the head and `split` puts
   /// llm_embed on another stage than llm_head, the embedding's stage and the last stage become
   /// the two ends of the pair and the last stage's kHeadName entry is renamed kEmbeddingName.
   /// Throws omnibal::Error when an end lacks the expected parameter.
-  TiedHead(const ModelPreset& preset, const pipeline::StageLayout& layout, int stage,
+  TiedHead(const ModelPreset& preset, const partition::Partition& split, int stage,
            std::vector<std::pair<std::string, torch::Tensor>>& params);
 
   /// True on every rank of a job whose tied weight is split over two stages.

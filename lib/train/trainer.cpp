@@ -15,7 +15,6 @@
 #include "data/pack_loader.h"
 #include "models/vlm.h"
 #include "pipeline/stage_executor.h"
-#include "pipeline/stage_layout.h"
 #include "schedule/one_f_one_b.h"
 #include "train/adamw.h"
 #include "train/grad_sync.h"
@@ -137,7 +136,6 @@ struct Trainer::State {
   std::shared_ptr<comm::ErrorForwarder> errors;
   ModelPreset preset;
   std::unique_ptr<data::Tokenizer> tokenizer;
-  pipeline::StageLayout layout;
   memory::StagePlan plan;      ///< split + recompute flags (train/startup_planner.h)
   std::vector<models::UnitPtr> units;
   NamedParams params;          ///< all of this stage's parameters (frozen included)
@@ -190,16 +188,13 @@ struct Trainer::State {
 };
 
 void Trainer::State::build_stage() {
-  layout.unit_names = plan.unit_names;
-  layout.partition = plan.partition;
-  layout.recompute = plan.recompute;
   models::VlmOptions opt;
   opt.with_img_context_id(tokenizer->special().img_context).with_seed(cfg.train.seed)
       .with_dropout(cfg.model.dropout);
-  units = models::make_units(preset, opt, layout.begin(stage_index), layout.end(stage_index));
+  units = models::make_units(preset, opt, plan.begin(stage_index), plan.end(stage_index));
   for (size_t i = 0; i < units.size(); ++i) {
     auto& u = units[i];
-    u->set_recompute(layout.recompute[layout.begin(stage_index) + i]);
+    u->set_recompute(plan.recompute[plan.begin(stage_index) + static_cast<int>(i)]);
     const UnitGroup group = unit_group(u->kind());
     const bool frozen =
         std::find(cfg.train.freeze.begin(), cfg.train.freeze.end(), group) != cfg.train.freeze.end();
@@ -209,7 +204,7 @@ void Trainer::State::build_stage() {
       if (!frozen) trainable.push_back(np.value());
     }
   }
-  tied = std::make_unique<TiedHead>(preset, layout, stage_index, params);
+  tied = std::make_unique<TiedHead>(preset, plan.partition, stage_index, params);
   AdamWOptions ao;
   ao.beta1 = cfg.train.beta1;
   ao.beta2 = cfg.train.beta2;
@@ -482,7 +477,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
     write_stage_plan_file(config.runtime.run_dir, s.plan);
     const auto& plan = s.data->epoch_plan(0);
     log_info("{}", comms.grid().describe(comms.rank()));
-    log_info("stages: {}", s.layout.describe());
+    log_info("stages: {}", s.plan.describe_stages());
     const size_t left_out = plan.packing.skipped.size();
     log_info("data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
              "packs, budgets Q_v {} Q_t {}, plan hash {:016x}", s.data->set().table.size(),
@@ -592,7 +587,7 @@ TrainOutcome Trainer::run() {
       {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
       {"stop_reason", out.stop_reason},
       {"param_hash", s.param_hash_text()},
-      {"balance_method", choice_name(cfg.balance.method)}, {"partition", s.layout.partition.to_string()},
+      {"balance_method", choice_name(cfg.balance.method)}, {"partition", s.plan.partition.to_string()},
       {"recomputed_per_stage", s.plan.recomputed_per_stage()},
       {"skipped_samples",
        {{"scan", s.data->set().bad_samples}, {"packer", s.packer_skipped}, {"training", skipped}}}};

@@ -90,7 +90,7 @@ TEST_CASE("stage plan: balanced picks the min-max split, candidates ranked by pi
   // for 4 x 51 s (inputs are always ready in time) until 215 s, and stage 0's last backward
   // takes 22 s more: 237 s.
   CHECK(plan.candidates[0].pipeline_s == Approx(237.0).epsilon(1e-3));
-  CHECK(plan.recompute == std::vector<bool>(10, false));
+  CHECK(plan.recompute.per_unit == std::vector<bool>(10, false));
   CHECK(plan.partition_source.rfind("balanced", 0) == 0);
 }
 
@@ -160,7 +160,7 @@ TEST_CASE("stage plan: JSON round trip keeps the plan and its hash", "[memory][s
   CHECK(back.partition_source == plan.partition_source);
   CHECK(memory::stage_plan_hash(back) == memory::stage_plan_hash(plan));
   auto other = plan;
-  other.recompute[1] = !other.recompute[1];
+  other.recompute.per_unit[1] = !other.recompute.per_unit[1];
   CHECK(memory::stage_plan_hash(other) != memory::stage_plan_hash(plan));
   auto bad = memory::stage_plan_json(plan);
   bad["recompute"] = {"no_such_unit"};

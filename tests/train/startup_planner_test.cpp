@@ -1,8 +1,10 @@
+// The trainer's fixed stage rules (memory/stage_rules.h through train::stage_plan_request): the
+// split and the recompute flags from the config alone, on the tiny preset.
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
 #include "models/vlm.h"
-#include "pipeline/stage_layout.h"
+#include "train/startup_planner.h"
 
 using namespace omnibal;
 
@@ -14,27 +16,33 @@ Config config_with(int pp, const std::string& partition, const std::string& reco
                       "test");
 }
 
+/// The trainer's stage plan from the config's fixed rules (what plan_stages_at_startup decides
+/// without a cost table).
+memory::StagePlan fixed_plan(const ModelPreset& preset, const Config& c) {
+  return memory::fixed_stage_plan(train::stage_plan_request(c, preset, nullptr, false));
+}
+
 }  // namespace
 
-TEST_CASE("stage layout: uniform, parameters and manual partitions of the tiny preset", "[pipeline]") {
+TEST_CASE("stage layout: uniform, parameters and manual partitions of the tiny preset", "[train][stage_plan]") {
   const ModelPreset preset = load_model_preset("tiny");
   // tiny: vit_embed, vit_block_0..1, projector, llm_embed, llm_block_0..3, llm_head = 10 units.
   const Config uni = config_with(2, "uniform", "none");
-  const auto u = pipeline::resolve_stage_layout(preset, uni.parallel, uni.memory);
+  const auto u = fixed_plan(preset, uni);
   REQUIRE(u.unit_names.size() == 10);
   CHECK(u.partition.sizes == std::vector<int>{5, 5});
   CHECK(u.unit_names[u.begin(1)] == "llm_block_0");
 
   const Config man = config_with(2, "{manual: [3, 7]}", "none");
-  const auto m = pipeline::resolve_stage_layout(preset, man.parallel, man.memory);
+  const auto m = fixed_plan(preset, man);
   CHECK(m.begin(1) == 3);
   CHECK(m.unit_names[m.begin(1)] == "projector");
 
   // parameters: the split minimising the heaviest stage's parameter count.
   const Config par = config_with(3, "parameters", "none");
-  const auto p = pipeline::resolve_stage_layout(preset, par.parallel, par.memory);
+  const auto p = fixed_plan(preset, par);
   const auto counts = models::unit_parameter_counts(preset);
-  auto heaviest = [&](const pipeline::StageLayout& l) {
+  auto heaviest = [&](const memory::StagePlan& l) {
     int64_t worst = 0;
     for (int s = 0; s < l.stages(); ++s) {
       int64_t sum = 0;
@@ -44,32 +52,32 @@ TEST_CASE("stage layout: uniform, parameters and manual partitions of the tiny p
     return worst;
   };
   const Config uni3 = config_with(3, "uniform", "none");
-  CHECK(heaviest(p) <= heaviest(pipeline::resolve_stage_layout(preset, uni3.parallel, uni3.memory)));
+  CHECK(heaviest(p) <= heaviest(fixed_plan(preset, uni3)));
   CHECK(p.partition.units() == 10);
 }
 
-TEST_CASE("stage layout: recompute none, full and per-stage counts", "[pipeline]") {
+TEST_CASE("stage layout: recompute none, full and per-stage counts", "[train][stage_plan]") {
   const ModelPreset preset = load_model_preset("tiny");
   const Config full = config_with(2, "{manual: [3, 7]}", "full");
-  const auto f = pipeline::resolve_stage_layout(preset, full.parallel, full.memory);
-  CHECK(f.recomputed_units(0) == 2);  // vit_block_0, vit_block_1
-  CHECK(f.recomputed_units(1) == 4);  // llm_block_0..3
+  const auto f = fixed_plan(preset, full);
+  CHECK(f.recomputed_per_stage()[0] == 2);  // vit_block_0, vit_block_1
+  CHECK(f.recomputed_per_stage()[1] == 4);  // llm_block_0..3
   CHECK_FALSE(f.recompute[0]);        // vit_embed is not a block
 
   const Config counts = config_with(2, "{manual: [3, 7]}", "[1, 3]");
-  const auto c = pipeline::resolve_stage_layout(preset, counts.parallel, counts.memory);
-  CHECK(c.recompute == std::vector<bool>{false, true, false, false, false, true, true, true,
+  const auto c = fixed_plan(preset, counts);
+  CHECK(c.recompute.per_unit == std::vector<bool>{false, true, false, false, false, true, true, true,
                                          false, false});
 
   const Config none = config_with(2, "uniform", "none");
-  CHECK(pipeline::resolve_stage_layout(preset, none.parallel, none.memory).recomputed_units(0) == 0);
+  CHECK(fixed_plan(preset, none).recomputed_per_stage()[0] == 0);
 }
 
-TEST_CASE("stage layout: errors name the key and what is wrong", "[pipeline]") {
+TEST_CASE("stage layout: errors name the key and what is wrong", "[train][stage_plan]") {
   const ModelPreset preset = load_model_preset("tiny");
   auto message = [&](const Config& c) {
     try {
-      pipeline::resolve_stage_layout(preset, c.parallel, c.memory);
+      fixed_plan(preset, c);
     } catch (const Error& e) {
       return std::string(e.what());
     }
