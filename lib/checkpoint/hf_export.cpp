@@ -52,9 +52,13 @@ nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const
                            {"layer_norm_eps", 1e-6}, {"hidden_act", "gelu"}, {"num_channels", 3},
                            {"use_flash_attn", false}, {"drop_path_rate", 0.0}, {"torch_dtype", torch_dtype}};
   // The architecture names hf_style.h reads back (Phi-3 is the fused-LLaMA family InternVL uses).
-  const char* arch = internlm2 ? "InternLM2ForCausalLM"
-                     : style == HfLlmStyle::kLlamaFused ? "Phi3ForCausalLM" : "LlamaForCausalLM";
-  const char* type = internlm2 ? "internlm2" : style == HfLlmStyle::kLlamaFused ? "phi3" : "llama";
+  const char* arch = "";
+  const char* type = "";
+  switch (style) {
+    case HfLlmStyle::kInternLm2: arch = "InternLM2ForCausalLM"; type = "internlm2"; break;
+    case HfLlmStyle::kLlama: arch = "LlamaForCausalLM"; type = "llama"; break;
+    case HfLlmStyle::kLlamaFused: arch = "Phi3ForCausalLM"; type = "phi3"; break;
+  }
   // tie_word_embeddings is false even for a tied preset: InternVLChatConfig forces it, and the
   // export writes the head as its own tensor. pad_token_id becomes nn.Embedding's padding_idx.
   nlohmann::json llm = {{"architectures", {arch}},

@@ -43,30 +43,37 @@ void llm_block(MappingList& m, HfLlmStyle style, int i) {
   const std::string o = "llm_block_" + std::to_string(i) + ".";
   const std::string h = "language_model.model.layers." + std::to_string(i) + ".";
   const std::vector<std::string> qkv{o + "attention.wq.weight", o + "attention.wk.weight", o + "attention.wv.weight"};
-  if (style == HfLlmStyle::kInternLm2) {
-    m.same(h + "attention_norm.weight", o + "attention_norm.weight");
-    m.fused(h + "attention.wqkv.weight", qkv, HfFusion::kInternLm2Qkv);
-    m.same(h + "attention.wo.weight", o + "attention.wo.weight");
-    m.same(h + "ffn_norm.weight", o + "ffn_norm.weight");
-    for (const char* w : {"w1", "w2", "w3"})
-      m.same(h + "feed_forward." + w + ".weight", o + "feed_forward." + w + ".weight");
-    return;
+  // The LLaMA family shares the norms, the output projection and the down projection.
+  const auto llama_common = [&] {
+    m.same(h + "input_layernorm.weight", o + "attention_norm.weight");
+    m.same(h + "post_attention_layernorm.weight", o + "ffn_norm.weight");
+    m.same(h + "self_attn.o_proj.weight", o + "attention.wo.weight");
+    m.same(h + "mlp.down_proj.weight", o + "feed_forward.w2.weight");
+  };
+  switch (style) {
+    case HfLlmStyle::kInternLm2:
+      m.same(h + "attention_norm.weight", o + "attention_norm.weight");
+      m.fused(h + "attention.wqkv.weight", qkv, HfFusion::kInternLm2Qkv);
+      m.same(h + "attention.wo.weight", o + "attention.wo.weight");
+      m.same(h + "ffn_norm.weight", o + "ffn_norm.weight");
+      for (const char* w : {"w1", "w2", "w3"})
+        m.same(h + "feed_forward." + w + ".weight", o + "feed_forward." + w + ".weight");
+      return;
+    case HfLlmStyle::kLlamaFused:
+      llama_common();
+      m.fused(h + "self_attn.qkv_proj.weight", qkv, HfFusion::kConcat);
+      m.fused(h + "mlp.gate_up_proj.weight", {o + "feed_forward.w1.weight", o + "feed_forward.w3.weight"},
+              HfFusion::kConcat);
+      return;
+    case HfLlmStyle::kLlama:
+      llama_common();
+      m.same(h + "self_attn.q_proj.weight", qkv[0]);
+      m.same(h + "self_attn.k_proj.weight", qkv[1]);
+      m.same(h + "self_attn.v_proj.weight", qkv[2]);
+      m.same(h + "mlp.gate_proj.weight", o + "feed_forward.w1.weight");
+      m.same(h + "mlp.up_proj.weight", o + "feed_forward.w3.weight");
+      return;
   }
-  m.same(h + "input_layernorm.weight", o + "attention_norm.weight");
-  m.same(h + "post_attention_layernorm.weight", o + "ffn_norm.weight");
-  m.same(h + "self_attn.o_proj.weight", o + "attention.wo.weight");
-  m.same(h + "mlp.down_proj.weight", o + "feed_forward.w2.weight");
-  if (style == HfLlmStyle::kLlamaFused) {
-    m.fused(h + "self_attn.qkv_proj.weight", qkv, HfFusion::kConcat);
-    m.fused(h + "mlp.gate_up_proj.weight", {o + "feed_forward.w1.weight", o + "feed_forward.w3.weight"},
-            HfFusion::kConcat);
-    return;
-  }
-  m.same(h + "self_attn.q_proj.weight", qkv[0]);
-  m.same(h + "self_attn.k_proj.weight", qkv[1]);
-  m.same(h + "self_attn.v_proj.weight", qkv[2]);
-  m.same(h + "mlp.gate_proj.weight", o + "feed_forward.w1.weight");
-  m.same(h + "mlp.up_proj.weight", o + "feed_forward.w3.weight");
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -78,12 +85,21 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }  // namespace
 
 std::string hf_embedding_name(HfLlmStyle style) {
-  return style == HfLlmStyle::kInternLm2 ? "language_model.model.tok_embeddings.weight"
-                                         : "language_model.model.embed_tokens.weight";
+  switch (style) {
+    case HfLlmStyle::kInternLm2: return "language_model.model.tok_embeddings.weight";
+    case HfLlmStyle::kLlama:
+    case HfLlmStyle::kLlamaFused: return "language_model.model.embed_tokens.weight";
+  }
+  OMNIBAL_FAIL("hf_embedding_name: invalid HfLlmStyle ", static_cast<int>(style));
 }
 
 std::string hf_lm_head_name(HfLlmStyle style) {
-  return style == HfLlmStyle::kInternLm2 ? "language_model.output.weight" : "language_model.lm_head.weight";
+  switch (style) {
+    case HfLlmStyle::kInternLm2: return "language_model.output.weight";
+    case HfLlmStyle::kLlama:
+    case HfLlmStyle::kLlamaFused: return "language_model.lm_head.weight";
+  }
+  OMNIBAL_FAIL("hf_lm_head_name: invalid HfLlmStyle ", static_cast<int>(style));
 }
 
 std::string hf_llm_style_name(HfLlmStyle style) {

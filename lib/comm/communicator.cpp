@@ -107,6 +107,16 @@ int64_t Communicator::all_reduce_int(int64_t value, ReduceOp op, std::string wha
   return t.item<int64_t>();
 }
 
+bool same_on_every_rank(Communicator& group, uint64_t value, std::string what) {
+  // Both halves fit in 32 bits, so their negations cannot overflow: max(-x) = -min(x).
+  const int64_t hi = static_cast<int64_t>(value >> 32), lo = static_cast<int64_t>(value & 0xffffffffu);
+  auto t = torch::tensor({hi, -hi, lo, -lo}, torch::kInt64);
+  if (what.empty()) what = "agreement check over " + group.name();
+  group.all_reduce(t, ReduceOp::kMax, std::move(what));
+  const auto a = t.accessor<int64_t, 1>();
+  return a[0] == -a[1] && a[2] == -a[3];
+}
+
 std::string dtype_name(at::ScalarType dtype) {
   switch (dtype) {
     case at::kFloat: return "float32";

@@ -102,6 +102,12 @@ class Communicator {
   int64_t all_reduce_int(int64_t value, ReduceOp op, std::string what = "");
 };
 
+/// Collective over `group`: whether every rank passed the same `value` (a hash of a plan, a
+/// config, a table). One all-reduce of four int64 (max and negated min of both 32-bit halves).
+/// The caller throws with what differs: `OMNIBAL_CHECK(same_on_every_rank(w, h, "plan hash"),
+/// "the data plan differs between ranks ...")`.
+bool same_on_every_rank(Communicator& group, uint64_t value, std::string what = "");
+
 /// An MPI communicator over a duplicate of `comm` (so its messages never mix with other
 /// users of `comm`). Collective over `comm`. CPU tensors only.
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name,

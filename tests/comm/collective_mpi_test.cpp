@@ -1,6 +1,7 @@
 // Collectives and the process-grid communicators at 4 ranks (registered as `mpiexec -n 4`):
-// all-reduce and broadcast values, DP groups and pipelines of a dp 2 x pp 2 grid, and the
-// SIGTERM stop agreement (should_stop) when one rank has the flag.
+// all-reduce and broadcast values, the hash agreement (same_on_every_rank), DP groups and
+// pipelines of a dp 2 x pp 2 grid, and the SIGTERM stop agreement (should_stop) when one rank
+// has the flag.
 #include "comm/parallel_comms.h"
 #include "comm/stop_signal.h"
 #include "comm/tensor_message.h"
@@ -38,6 +39,17 @@ TEST_CASE("collective: all-reduce sum, max, min", "[collective]") {
   CHECK(torch::equal(ints, torch::full({4}, 6, torch::kInt)));
   CHECK_THROWS_WITH(comm->iall_reduce(torch::zeros({2}, torch::kBFloat16), ReduceOp::kSum, "bf16"),
                     Contains("cannot reduce bfloat16 tensors"));
+}
+
+TEST_CASE("collective: same_on_every_rank tells one differing half of a hash", "[collective]") {
+  auto comm = world_comm();
+  const int r = comm->rank();
+  const uint64_t h = 0xfedcba9876543210ULL;  // both halves have the top bit set
+  CHECK(same_on_every_rank(*comm, h));
+  CHECK(same_on_every_rank(*comm, 0));
+  CHECK_FALSE(same_on_every_rank(*comm, r == 3 ? h ^ (1ULL << 40) : h, "high half"));
+  CHECK_FALSE(same_on_every_rank(*comm, r == 1 ? h ^ 1ULL : h, "low half"));
+  CHECK_FALSE(same_on_every_rank(*comm, r == 0 ? ~uint64_t{0} : 0));
 }
 
 TEST_CASE("collective: broadcast and barrier", "[collective]") {
