@@ -2,7 +2,8 @@
 // DP x PP grid of MPI ranks.
 //   mpirun -np N omnibal-train --config configs/X.yaml [--set key=value ...] [--resume auto|PATH]
 // N must equal parallel.dp * parallel.pp. The app parses the command line, loads the config,
-// sets up threads and the process grid, runs the trainer and maps errors to `[rank r] ...` on
+// sets up threads and the process grid, finds the checkpoint to resume and settles every `auto`
+// of the config (train/run_config.h), runs the trainer and maps errors to `[rank r] ...` on
 // stderr and a job abort (comm::run_guarded); SIGTERM/SIGINT stop the job at the next step
 // boundary with a checkpoint and exit 0, as do train.exit_after_steps / exit_duration_min.
 #include <CLI/CLI.hpp>
@@ -18,6 +19,7 @@
 #include "comm/thread_setup.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "train/run_config.h"
 #include "train/trainer.h"
 
 namespace comm = omnibal::comm;
@@ -43,7 +45,11 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
   comm::WaitPolicy policy{cfg.comm.timeout_s, std::make_shared<comm::ErrorForwarder>(),
                           cfg.comm.stop_grace_s};
   comm::ParallelComms comms(grid, policy);
-  omnibal::train::Trainer trainer(cfg, comms, policy.errors, args.resume);
+  // Every `auto` is settled here, once (the checkpoint resumed decides model.hf_style before
+  // init_from's config.json does); below this line the config is const.
+  const omnibal::train::ResumePoint resume = omnibal::train::find_resume_point(cfg, args.resume);
+  const omnibal::Config run_cfg = omnibal::train::resolve_run_config(cfg, resume);
+  omnibal::train::Trainer trainer(run_cfg, comms, policy.errors, resume);
   const auto outcome = trainer.run();
   if (outcome.stopped)
     omnibal::log_info("stopped ({}) after step {}; checkpoint written, continue with --resume auto",

@@ -19,14 +19,18 @@ namespace omnibal::data {
 /// are always built (they are cheap and every stage needs the boundaries).
 struct PackParts {
   bool pixels = true;     ///< pixel_values: decode + tile + normalise images (first stage)
-  bool input_ids = true;  ///< input_ids (the stage holding the LLM embedding)
-  bool labels = true;     ///< labels (the stage holding the loss)
+  bool input_ids = true;  ///< input_ids (first stage; later stages get them with the activation)
+  bool labels = true;     ///< labels (first stage, which sends them on; last stage: the loss)
 
   /// Everything (single-stage training, tests).
   static PackParts all() { return {true, true, true}; }
-  /// Pipeline stage `stage` of `stages`: stage 0 gets pixels and ids, the last stage labels.
+  /// Pipeline stage `stage` of `stages`. Stage 0 gets everything: its units start from the pack
+  /// (models::UnitState::from_pack needs ids and labels) and the activation it sends carries
+  /// ids, positions, labels and boundaries on to every later stage. The last stage gets labels
+  /// too: it needs them before its activation arrives (the step's loss normaliser) and checks
+  /// its pack against what arrives. A middle stage gets nothing (it loads no packs).
   static PackParts for_stage(int stage, int stages) {
-    return {stage == 0, stage == 0, stage == stages - 1};
+    return {stage == 0, stage == 0, stage == 0 || stage == stages - 1};
   }
 };
 

@@ -49,16 +49,6 @@ void TrainCheckpoint::save(const TrainCounters& counters,
   impl_->store.save(counters.step, shard, config_yaml);
 }
 
-std::string TrainCheckpoint::resolve(const std::string& resume) const {
-  if (resume.empty()) return "";
-  if (resume == "auto") {
-    auto latest = impl_->store.find_latest();
-    return latest ? *latest : "";
-  }
-  impl_->store.verify(resume);
-  return resume;
-}
-
 TrainCounters TrainCheckpoint::load(const std::string& dir,
                                     const std::vector<std::pair<std::string, torch::Tensor>>& params,
                                     AdamW& adam) const {

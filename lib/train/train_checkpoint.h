@@ -44,9 +44,8 @@ class TrainCheckpoint {
             const std::vector<std::pair<std::string, torch::Tensor>>& params, const AdamW& adam,
             bool writer, const std::string& config_yaml,
             const std::vector<std::string>& not_written = {});
-  /// "auto": the newest verified checkpoint or "" when none; a path: verified (throws
-  /// omnibal::Error saying what is wrong).
-  std::string resolve(const std::string& resume) const;
+  // Which checkpoint to resume (--resume auto | PATH) is found before the trainer is built:
+  // find_resume_point (run_config.h).
   /// Loads this rank's parameters and AdamW state from `dir`; returns rank 0's counters.
   /// Throws omnibal::Error listing missing names or shape mismatches.
   TrainCounters load(const std::string& dir,

@@ -4,15 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <thread>
 
-#include "checkpoint/checkpoint_reader.h"
 #include "comm/stop_signal.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/model_preset.h"
-#include "data/pack_loader.h"
 #include "models/vlm.h"
 #include "pipeline/stage_executor.h"
 #include "schedule/one_f_one_b.h"
@@ -23,6 +20,7 @@
 #include "train/lr_schedule.h"
 #include "train/run_log.h"
 #include "train/startup_planner.h"
+#include "train/step_metrics.h"
 #include "train/tied_head.h"
 #include "train/train_checkpoint.h"
 #include "train/training_data.h"
@@ -65,35 +63,6 @@ int64_t param_digest(const std::string& name, const torch::Tensor& p) {
 
 }  // namespace
 
-/// A fresh start (no --resume) in a run directory that holds checkpoints of an earlier run would
-/// prune them by step number, possibly the new checkpoint first, and truncate metrics.jsonl:
-/// refuse, naming the checkpoints and the two ways on.
-/// `after_auto`: --resume auto found none of them usable (the log says why each was skipped).
-static void refuse_earlier_checkpoints(const std::string& run_dir, bool after_auto = false) {
-  namespace fs = std::filesystem;
-  const fs::path root = fs::path(run_dir) / "checkpoints";
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return;
-  std::vector<int64_t> steps;
-  for (const auto& e : fs::directory_iterator(root, ec))
-    if (const auto step = checkpoint::parse_step_dir(e.path().filename().string());
-        step && e.is_directory())
-      steps.push_back(*step);
-  if (steps.empty()) return;
-  std::sort(steps.begin(), steps.end());
-  std::string names;
-  for (const int64_t step : steps) names += (names.empty() ? "step-" : ", step-") + std::to_string(step);
-  if (after_auto)
-    OMNIBAL_FAIL("--resume auto: none of the checkpoints in ", root.string(), " (", names,
-                 ") verifies (the lines above say why each was skipped); rather than restart from ",
-                 "step 0 over them: repair or remove them, resume from one with --resume PATH, or ",
-                 "set another runtime.run_dir to start afresh");
-  OMNIBAL_FAIL("runtime.run_dir ", run_dir, " already holds checkpoints of an earlier run (", names,
-                " in ", root.string(),
-                "): pass --resume auto to continue it, or set another runtime.run_dir (or delete ",
-                "the directory) to start afresh");
-}
-
 /// Resuming on another data plan (other data, balance.*, or dp * m) would continue the
 /// checkpoint's epoch on a different sample stream: some samples trained twice, others never.
 /// Refuse, naming the keys that changed and the two ways on. Same dp * m keeps the plan (steps
@@ -131,7 +100,7 @@ static void refuse_data_plan_change(const std::string& dir, const TrainCounters&
 }
 
 struct Trainer::State {
-  Config cfg;
+  const Config cfg;            ///< resolved (run_config.h); never changed
   comm::ParallelComms& comms;
   std::shared_ptr<comm::ErrorForwarder> errors;
   ModelPreset preset;
@@ -144,41 +113,29 @@ struct Trainer::State {
   std::unique_ptr<TiedHead> tied;  ///< the tied LM head's two copies when split over stages
   std::unique_ptr<comm::TensorMessenger> pipe;
   std::unique_ptr<pipeline::StageExecutor> stage;
-  std::unique_ptr<TrainingData> data;
+  std::unique_ptr<TrainingData> data;  ///< the data plan and this rank's loader
   std::unique_ptr<Evaluator> evaluator;
   std::unique_ptr<TrainCheckpoint> checkpoints;
   std::unique_ptr<RunLog> log;
   schedule::StageSchedules programs;
   TrainCounters counters;
-  std::unique_ptr<data::PackLoader> loader;
-  int loader_epoch = -1;
-  int64_t skipped_samples = 0;  ///< bad samples left out of consumed packs (stage 0, this run)
-  int64_t packer_skipped = 0;   ///< samples the packer left out of the epochs this run entered
-  int packer_epoch = -1;        ///< last epoch whose packer skips were counted
+  int64_t last_checkpoint = 0;  ///< step of the newest checkpoint of this run (or its start)
   Clock::time_point started = Clock::now();  ///< train.exit_duration_min counts from here
-  std::string config_yaml;
+  Clock::time_point run_started;  ///< run() began (summary.json's seconds)
+  std::string config_yaml;     ///< cfg as written to the run directory and every checkpoint
   int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1;
-  models::LossReduction reduction = models::LossReduction::kToken;
   std::optional<EvalResult> last_eval;
 
-  bool needs_packs() const { return stage_index == 0 || stage_index == stages - 1; }
-  /// Logs the loader's skipped-sample report (reasons, first example) for `epoch` on every
-  /// stage-0 rank (one per DP replica) when it skipped any; the loader may have built a few
-  /// packs ahead of the last step.
-  void report_skipped(int epoch) const {
-    if (loader && stage_index == 0 && loader->bad_samples().total() > 0)
-      log_info_every_rank("data: epoch {}, DP rank {}: {}", epoch, dp_rank,
-                          loader->bad_samples().report());
-  }
-  void count_packer_skips(int epoch);
+  bool is_last_stage() const { return stage_index == stages - 1; }
   std::optional<std::string> exit_due(int64_t steps_this_run);
   void build_stage();
   void check_plan_hash();
-  std::vector<models::PackBatch> next_packs(int64_t step);
+  void restore(const ResumePoint& resume);
+  void log_start() const;
   void maybe_fail(FailWhere where, int64_t step) const;
-  nlohmann::json step_metrics(int64_t step, const pipeline::StageStepResult& r,
-                              const std::vector<models::PackBatch>& packs,
-                              const LossNormaliser& n, double lr, double norm, double seconds);
+  pipeline::StepHooks step_hooks(int64_t step);
+  StepMetrics gather_metrics(const pipeline::StageStepResult& r,
+                             const std::vector<models::PackBatch>& packs);
   int64_t param_hash();
   bool tied_copies_equal();
   std::string param_hash_text() {
@@ -217,13 +174,9 @@ void Trainer::State::build_stage() {
 
 void Trainer::State::check_plan_hash() {
   const uint64_t h = data->plan_hash();
-  const int64_t hi = static_cast<int64_t>(h >> 32), lo = static_cast<int64_t>(h & 0xffffffffu);
-  auto& w = comms.world();
-  const bool same = w.all_reduce_int(hi, comm::ReduceOp::kMax) == w.all_reduce_int(hi, comm::ReduceOp::kMin) &&
-                    w.all_reduce_int(lo, comm::ReduceOp::kMax) == w.all_reduce_int(lo, comm::ReduceOp::kMin);
-  OMNIBAL_CHECK(same, "rank ", comms.rank(), ": the data plan differs between ranks (this rank's ",
-                "hash ", fmt::format("{:016x}", h), "); all ranks must read the same data files ",
-                "and config");
+  OMNIBAL_CHECK(comm::same_on_every_rank(comms.world(), h, "data plan hash"), "rank ", comms.rank(),
+                ": the data plan differs between ranks (this rank's hash ", fmt::format("{:016x}", h),
+                "); all ranks must read the same data files and config");
   counters.plan_hash = h;
 }
 
@@ -256,78 +209,34 @@ void Trainer::State::maybe_fail(FailWhere where, int64_t step) const {
   OMNIBAL_FAIL("debug.fail_at: injected ", choice_name(where), " failure at step ", step);
 }
 
-/// The samples the packer (ISF budgets, baselines' caps) left out of epoch `epoch` under
-/// data.on_bad_sample: skip: counted once per epoch this run enters, logged by rank 0 with the
-/// first one's file:line and load.
-void Trainer::State::count_packer_skips(int epoch) {
-  if (epoch <= packer_epoch) return;
-  packer_epoch = epoch;
-  const auto& skipped = data->epoch_plan(epoch).packing.skipped;
-  if (skipped.empty()) return;
-  packer_skipped += static_cast<int64_t>(skipped.size());
-  if (comms.rank() != 0) return;
-  const auto& set = data->set();
-  const uint32_t first = skipped.front();
-  const auto& budgets = data->epoch_plan(epoch).budgets;
-  log_info("data: epoch {}: the packer left out {} samples over the pack budgets (Q_v {} Q_t {}) "
-           "under data.on_bad_sample: skip; first: {} ({} tiles, {} tokens)", epoch,
-           skipped.size(), budgets.q_vit, budgets.q_tok,
-           set.dataset->entry(set.global_id(first)).origin.to_string(), set.table.load[first].tiles(),
-           set.table.load[first].tokens());
+/// The executor's hooks for `step`: injected failures, the DP gradient all-reduce (and the tied
+/// head's sum) at ReduceGrads, and the loss.reduction term the last stage backpropagates.
+pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
+  pipeline::StepHooks hooks;
+  hooks.before_op = [this, step](const char* where, int) {
+    maybe_fail(parse_choice<FailWhere>(where, "stage op"), step);
+  };
+  hooks.reduce_grads = [this] {
+    all_reduce_gradients(trainable, comms.dp_group());
+    tied->sum_gradients(comms.pipeline());
+  };
+  const LossReduction reduction = cfg.loss.reduction;
+  if (reduction != LossReduction::kToken)
+    hooks.loss_term = [reduction](const models::UnitState& out) { return micro_batch_loss_term(out, reduction); };
+  return hooks;
 }
 
-std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
-  const DataPosition pos = data->position(step);
-  count_packer_skips(pos.epoch);
-  if (!needs_packs()) return {};
-  if (pos.epoch != loader_epoch) {
-    std::vector<std::vector<int64_t>> packs;
-    const int64_t steps = data->steps_in_epoch(pos.epoch);
-    const int64_t first = step - pos.step_in_epoch;
-    for (int64_t s = pos.step_in_epoch; s < steps; ++s)
-      for (int k = 0; k < m; ++k) packs.push_back(data->pack(first + s, dp_rank, k));
-    data::LoaderOptions lo;
-    lo.workers = cfg.data.workers;
-    lo.prefetch = std::max(4, 2 * m);
-    lo.parts = {stage_index == 0, stage_index == 0, true};
-    report_skipped(loader_epoch);
-    loader.reset();
-    loader = std::make_unique<data::PackLoader>(data->builder(), std::move(packs), lo);
-    loader_epoch = pos.epoch;
-  }
-  std::vector<models::PackBatch> out;
-  for (int k = 0; k < m; ++k) {
-    auto p = loader->next();
-    OMNIBAL_CHECK(p.has_value(), "data loader ran out of packs at step ", step);
-    if (stage_index == 0) {  // every loading stage skips the same samples; count them once
-      skipped_samples += static_cast<int64_t>(p->skipped.size());
-      if (p->num_samples() == 0) {
-        std::string why;
-        for (const auto& e : p->skipped) why += "\n  " + e;
-        log_info_every_rank("data: step {}, DP rank {}, micro-batch {}: every sample of the pack "
-                            "was left out (data.on_bad_sample: skip); it runs as an empty "
-                            "micro-batch:{}", step, dp_rank, k, why);
-      }
-    }
-    out.push_back(std::move(*p));
-  }
-  return out;
-}
-
-nlohmann::json Trainer::State::step_metrics(int64_t step, const pipeline::StageStepResult& r,
-                                            const std::vector<models::PackBatch>& packs,
-                                            const LossNormaliser& n_global, double lr, double norm,
-                                            double seconds) {
-  // One world all-reduce: [loss_sum, samples, tokens, 4 per stage, 2 per DP rank, sum of
-  // per-micro-batch mean losses, micro-batches].
-  const int n = 3 + 4 * stages + 2 * dp + 2;
-  torch::Tensor v = torch::zeros({n}, torch::kFloat64);
-  auto a = v.accessor<double, 1>();
-  if (stage_index == stages - 1) {
-    a[0] = r.loss_term_sum;  // sum of w_t * l_t under loss.reduction
+/// Collective: this rank's part of the step's metrics (the last stage the loss, the first stage
+/// the samples, tokens and tiles of its packs, DP rank 0 of each stage its times), summed over
+/// the world in one all-reduce.
+StepMetrics Trainer::State::gather_metrics(const pipeline::StageStepResult& r,
+                                           const std::vector<models::PackBatch>& packs) {
+  StepMetrics mine(stages, dp);
+  if (is_last_stage()) {
+    mine.loss_term_sum = r.loss_term_sum;  // sum of w_t * l_t under loss.reduction
     for (const auto& [loss, count] : r.micro_batches) {
-      a[n - 2] += count ? loss / count : 0.0;
-      a[n - 1] += 1;
+      mine.micro_batch_mean_loss_sum += count ? loss / count : 0.0;
+      mine.micro_batches += 1;
     }
   }
   if (stage_index == 0) {
@@ -337,43 +246,15 @@ nlohmann::json Trainer::State::step_metrics(int64_t step, const pipeline::StageS
       tokens += p.position_ids.numel();
       tiles += p.image_flags.numel();
     }
-    a[1] = static_cast<double>(samples);
-    a[2] = static_cast<double>(tokens);
-    a[3 + 4 * stages + 2 * dp_rank] = static_cast<double>(tiles);
-    a[3 + 4 * stages + 2 * dp_rank + 1] = static_cast<double>(tokens);
+    mine.samples = static_cast<double>(samples);
+    mine.tokens = static_cast<double>(tokens);
+    mine.dp_ranks[dp_rank] = {static_cast<double>(tiles), static_cast<double>(tokens)};
   }
-  if (dp_rank == 0) {
-    a[3 + 4 * stage_index] = r.times.forward_s;
-    a[4 + 4 * stage_index] = r.times.backward_s;
-    a[5 + 4 * stage_index] = r.times.idle_s;
-    a[6 + 4 * stage_index] = r.times.reduce_s;
-  }
+  if (dp_rank == 0)
+    mine.stages[stage_index] = {r.times.forward_s, r.times.backward_s, r.times.idle_s, r.times.reduce_s};
+  torch::Tensor v = mine.pack();
   comms.world().all_reduce(v, comm::ReduceOp::kSum, "step metrics");
-  nlohmann::json st = nlohmann::json::array(), dpj = nlohmann::json::array();
-  double idle = 0, reduce = 0;
-  for (int s = 0; s < stages; ++s) {
-    st.push_back({{"forward_s", a[3 + 4 * s]}, {"backward_s", a[4 + 4 * s]},
-                  {"idle_s", a[5 + 4 * s]}});
-    idle += a[5 + 4 * s];
-    reduce = std::max(reduce, a[6 + 4 * s]);
-  }
-  for (int d = 0; d < dp; ++d)
-    dpj.push_back({{"tiles", static_cast<int64_t>(a[3 + 4 * stages + 2 * d])},
-                   {"tokens", static_cast<int64_t>(a[4 + 4 * stages + 2 * d])}});
-  counters.samples += static_cast<int64_t>(a[1]);
-  counters.tokens += static_cast<int64_t>(a[2]);
-  const DataPosition pos = data->position(step);
-  const int64_t labels = n_global.label_tokens;
-  return {{"step", step}, {"loss", n_global.normaliser > 0 ? a[0] / n_global.normaliser : 0.0},
-          {"lr", lr}, {"grad_norm", norm},
-          {"samples", static_cast<int64_t>(a[1])}, {"tokens", static_cast<int64_t>(a[2])},
-          {"label_tokens", labels}, {"loss_normaliser", n_global.normaliser},
-          {"tokens_per_s", a[2] / seconds},
-          {"samples_per_s", a[1] / seconds}, {"step_seconds", seconds}, {"dp_wait_s", reduce},
-          {"bubble_fraction", idle / stages / seconds}, {"epoch", pos.epoch},
-          // What averaging per micro-batch (instead of per global batch) would have reported.
-          {"micro_batch_mean_loss", a[n - 1] ? a[n - 2] / a[n - 1] : 0.0},
-          {"stages", st}, {"dp_ranks", dpj}};
+  return StepMetrics::unpack(v, stages, dp);
 }
 
 int64_t Trainer::State::param_hash() {
@@ -401,47 +282,83 @@ void Trainer::State::save_checkpoint() {
   if (comms.rank() == 0) log_info("checkpoint: step {} in {}/checkpoints", counters.step, cfg.runtime.run_dir);
 }
 
+/// The stage's starting weights: the checkpoint's (parameters, AdamW moments, counters) on a
+/// resume, otherwise the seeded initialisation and model.init_from.
+void Trainer::State::restore(const ResumePoint& resume) {
+  if (resume.resuming()) {
+    const uint64_t hash = counters.plan_hash;
+    counters = checkpoints->load(resume.dir, params, *adam);
+    counters.plan_hash = hash;
+    counters.stage_plan = memory::stage_plan_json(plan);
+    if (comms.rank() == 0) log_info("resumed from {} at step {}", resume.dir, counters.step);
+    if (!cfg.model.init_from.empty() && comms.rank() == 0)
+      log_info("model.init_from {} ignored: resuming from checkpoint {}", cfg.model.init_from, resume.dir);
+    return;
+  }
+  if (resume.request == "auto" && comms.rank() == 0)
+    log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh", cfg.runtime.run_dir);
+  init_stage_weights(cfg.model, preset, units);
+  if (!cfg.model.init_from.empty()) {
+    const std::string hash = param_hash_text();
+    if (comms.rank() == 0)
+      log_info("model.init_from {}: {} layout, parameter hash {}", cfg.model.init_from,
+               choice_name(cfg.model.hf_style), hash);
+  }
+}
+
+/// Rank 0's start-up lines: the grid, the stages, the data plan.
+void Trainer::State::log_start() const {
+  if (comms.rank() != 0) return;
+  const auto& epoch0 = data->epoch_plan(0);
+  log_info("{}", comms.grid().describe(comms.rank()));
+  log_info("stages: {}", plan.describe_stages());
+  const size_t left_out = epoch0.packing.skipped.size();
+  log_info("data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
+           "packs, budgets Q_v {} Q_t {}, plan hash {:016x}", data->set().table.size(),
+           left_out ? fmt::format(" ({} planned; the packer leaves out {} over budget)",
+                                  data->set().table.size() - left_out, left_out)
+                    : std::string(),
+           choice_name(cfg.balance.method), epoch0.packing.packs.size(),
+           epoch0.plan.steps(), dp, m, epoch0.budgets.q_vit, epoch0.budgets.q_tok,
+           counters.plan_hash);
+  if (data->set().bad_samples > 0)
+    log_info("data: on_bad_sample skip: the start-up scan left out {} samples (not in the plan)",
+             data->set().bad_samples);
+}
+
 Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
-                 std::shared_ptr<comm::ErrorForwarder> errors, const std::string& resume)
+                 std::shared_ptr<comm::ErrorForwarder> errors, const ResumePoint& resume)
     : s_(new State{config, comms, std::move(errors)}) {
   State& s = *s_;
+  OMNIBAL_CHECK(config.model.hf_style != HfStyle::kAuto,
+                "Trainer: model.hf_style is auto; the config must come from resolve_run_config "
+                "(train/run_config.h)");
   s.stage_index = comms.coord().pp;
   s.stages = comms.grid().shape().pp;
   s.dp_rank = comms.coord().dp;
   s.dp = comms.grid().shape().dp;
   s.m = config.parallel.micro_batches;
-  s.config_yaml = to_yaml(config);
+  s.config_yaml = to_yaml(config);  // every auto resolved (export reads model.hf_style)
   s.preset = load_model_preset(config.model.preset);
   OMNIBAL_CHECK(!config.data.meta.empty(), "data.meta: expected the training meta file");
-  s.reduction = config.loss.reduction;
   OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
   s.tokenizer = std::make_unique<data::Tokenizer>(config.data.tokenizer);
   s.data = std::make_unique<TrainingData>(
       load_set(config.data.meta, config, s.preset, *s.tokenizer, std::max(1, config.data.workers)),
-      config);
+      config, DataRank{s.dp_rank, s.stage_index, s.stages});
   s.check_plan_hash();
-  if (resume.empty()) refuse_earlier_checkpoints(config.runtime.run_dir);
   s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
                                                     config.train.keep_checkpoints, comms.world());
-  const std::string dir = s.checkpoints->resolve(resume);
-  // --resume auto with checkpoints none of which verifies must not restart from step 0 over
-  // them (pruning them and truncating metrics.jsonl): refuse like a fresh start would.
-  if (resume == "auto" && dir.empty()) refuse_earlier_checkpoints(config.runtime.run_dir, true);
-  std::optional<Config> saved;  // the checkpoint's config, checked before any start-up work
-  if (!dir.empty()) {
-    saved = parse_config(s.checkpoints->config_text(dir), dir + "/config");
-    OMNIBAL_CHECK(saved->model.preset == config.model.preset, dir, ": the checkpoint is of model '",
-                  saved->model.preset, "' but model.preset is '", config.model.preset, "'");
-    refuse_data_plan_change(dir, TrainCounters::from_json(s.checkpoints->rank_state(dir)),
-                            s.counters.plan_hash, *saved, config);
-  }
+  if (resume.resuming())  // checked before any start-up work
+    refuse_data_plan_change(resume.dir, TrainCounters::from_json(s.checkpoints->rank_state(resume.dir)),
+                            s.counters.plan_hash, *resume.saved, config);
   StartupPlanContext planning;
   planning.config = &config;
   planning.preset = &s.preset;
   planning.comms = &comms;
   planning.data = s.data.get();
   planning.img_context_id = s.tokenizer->special().img_context;
-  if (!dir.empty()) planning.stored = stored_plan(s.checkpoints->rank_state(dir), dir);
+  if (resume.resuming()) planning.stored = stored_plan(s.checkpoints->rank_state(resume.dir), resume.dir);
   s.plan = plan_stages_at_startup(planning).plan;
   s.counters.stage_plan = memory::stage_plan_json(s.plan);
   s.build_stage();
@@ -449,137 +366,119 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
     s.evaluator = std::make_unique<Evaluator>(
         load_set(config.data.eval_meta, config, s.preset, *s.tokenizer, 1, /*repeat=*/false),
         config.balance.samples_per_pack, s.preset.llm.max_seq_len);
-  if (!dir.empty()) {
-    const uint64_t hash = s.counters.plan_hash;
-    s.counters = s.checkpoints->load(dir, s.params, *s.adam);
-    s.counters.plan_hash = hash;
-    s.counters.stage_plan = memory::stage_plan_json(s.plan);
-    if (comms.rank() == 0) log_info("resumed from {} at step {}", dir, s.counters.step);
-    if (!config.model.init_from.empty() && comms.rank() == 0)
-      log_info("model.init_from {} ignored: resuming from checkpoint {}", config.model.init_from, dir);
-    if (s.cfg.model.hf_style == HfStyle::kAuto) s.cfg.model.hf_style = saved->model.hf_style;
-    if (s.cfg.model.hf_style == HfStyle::kAuto) s.cfg.model.hf_style = HfStyle::kInternLm2;  // checkpoints before the key
-  } else {
-    if (resume == "auto" && comms.rank() == 0)
-      log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh", config.runtime.run_dir);
-    init_stage_weights(s.cfg.model, s.preset, s.units);
-    if (!config.model.init_from.empty()) {
-      const std::string hash = s.param_hash_text();
-      if (comms.rank() == 0)
-        log_info("model.init_from {}: {} layout, parameter hash {}", config.model.init_from,
-                 choice_name(s.cfg.model.hf_style), hash);
-    }
-  }
-  s.config_yaml = to_yaml(s.cfg);  // with model.hf_style resolved (export reads it)
+  s.restore(resume);
   s.log = std::make_unique<RunLog>(config.runtime.run_dir, comms.rank() == 0, s.config_yaml,
                                    s.counters.step, config.train.steps);
-  if (comms.rank() == 0) {
-    write_stage_plan_file(config.runtime.run_dir, s.plan);
-    const auto& plan = s.data->epoch_plan(0);
-    log_info("{}", comms.grid().describe(comms.rank()));
-    log_info("stages: {}", s.plan.describe_stages());
-    const size_t left_out = plan.packing.skipped.size();
-    log_info("data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
-             "packs, budgets Q_v {} Q_t {}, plan hash {:016x}", s.data->set().table.size(),
-             left_out ? fmt::format(" ({} planned; the packer leaves out {} over budget)",
-                                    s.data->set().table.size() - left_out, left_out)
-                      : std::string(),
-             choice_name(config.balance.method), plan.packing.packs.size(),
-             plan.plan.steps(), s.dp, s.m, plan.budgets.q_vit, plan.budgets.q_tok,
-             s.counters.plan_hash);
-    if (s.data->set().bad_samples > 0)
-      log_info("data: on_bad_sample skip: the start-up scan left out {} samples (not in the plan)",
-               s.data->set().bad_samples);
-  }
+  if (comms.rank() == 0) write_stage_plan_file(config.runtime.run_dir, s.plan);
+  s.log_start();
 }
 
 Trainer::~Trainer() = default;
 
 TrainOutcome Trainer::run() {
   State& s = *s_;
-  const Config& cfg = s.cfg;
   TrainOutcome out;
-  const auto t_start = Clock::now();
+  s.run_started = Clock::now();
   const int64_t first = s.counters.step;
-  int64_t last_ckpt = first;
-  if (first >= cfg.train.steps) {  // a finished run relaunched: leave its files as they are
+  s.last_checkpoint = first;
+  if (first >= s.cfg.train.steps) {  // a finished run relaunched: leave its files as they are
     if (s.comms.rank() == 0)
       log_info("resumed at step {} = train.steps: nothing to train (raise train.steps to "
                "continue); summary.json and eval.jsonl left as they are", first);
     out.steps_done = first;
     return out;
   }
-  for (int64_t step = first; step < cfg.train.steps; ++step) {
-    if (comm::should_stop(s.comms.world())) {
-      out.stopped = true;
-      out.stop_reason = "signal";
-      break;
-    }
-    // At least one step per launch, so a slot shorter than start-up still makes progress.
-    if (auto why = step > first ? s.exit_due(step - first) : std::nullopt) {
+  for (int64_t step = first; step < s.cfg.train.steps; ++step) {
+    if (auto why = stop_reason(step, first)) {
       out.stopped = true;
       out.stop_reason = *why;
       break;
     }
-    const auto t0 = Clock::now();
-    s.maybe_fail(FailWhere::kStep, step);
-    s.maybe_fail(FailWhere::kLoader, step);
-    std::vector<models::PackBatch> packs = s.next_packs(step);
-    for (size_t k = 0; k < packs.size(); ++k)  // dropout masks follow the pack, not the rank
-      packs[k].dropout_key = models::dropout_key(cfg.train.seed, step,
-                                                 s.data->slot(s.dp_rank, static_cast<int>(k)));
-    // N of the whole global batch, identical on every rank (loss_normaliser.h).
-    const LossNormaliser n = global_normaliser(
-        s.stage_index == s.stages - 1 ? local_normaliser(packs, s.reduction) : LossNormaliser{},
-        s.comms.world());
-    s.adam->zero_grad();
-    pipeline::StepHooks hooks;
-    hooks.before_op = [&](const char* where, int) {
-      s.maybe_fail(parse_choice<FailWhere>(where, "stage op"), step);
-    };
-    hooks.reduce_grads = [&] {
-      all_reduce_gradients(s.trainable, s.comms.dp_group());
-      s.tied->sum_gradients(s.comms.pipeline());
-    };
-    if (s.reduction != models::LossReduction::kToken)
-      hooks.loss_term = [&](const models::UnitState& out) { return micro_batch_loss_term(out, s.reduction); };
-    const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
-                                     n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, hooks);
-    const double norm = global_grad_norm(s.tied->norm_params(s.trainable),
-                                         s.stages > 1 ? &s.comms.pipeline() : nullptr);
-    clip_gradients(s.trainable, norm, cfg.train.grad_clip);
-    const double lr = learning_rate(cfg.train, step);
-    s.adam->step(lr);
-    s.counters.step = step + 1;
-    const auto m = s.step_metrics(step, r, packs, n, lr, norm, since(t0));
-    out.final_loss = m["loss"].get<double>();
-    s.log->step(m);
-    const bool last = step + 1 == cfg.train.steps;
-    if (s.evaluator && cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0 && !last) {
-      s.last_eval = s.evaluator->run(*s.stage, s.comms);
-      s.log->eval(step + 1, *s.last_eval);
-    }
-    if (cfg.train.checkpoint_every > 0 && (step + 1) % cfg.train.checkpoint_every == 0 && !last) {
-      s.save_checkpoint();
-      last_ckpt = step + 1;
-    }
+    out.final_loss = train_step(step);
+    after_step(step);
   }
-  s.report_skipped(s.loader_epoch);
-  s.loader.reset();
-  const int64_t skipped = s.comms.world().all_reduce_int(s.skipped_samples, comm::ReduceOp::kSum,
-                                                         "skipped-sample count");
-  if (s.comms.rank() == 0 && (skipped > 0 || s.data->set().bad_samples > 0 || s.packer_skipped > 0))
+  finish(out, first);
+  return out;
+}
+
+std::optional<std::string> Trainer::stop_reason(int64_t step, int64_t first) {
+  State& s = *s_;
+  if (comm::should_stop(s.comms.world())) return std::string("signal");
+  // At least one step per launch, so a slot shorter than start-up still makes progress.
+  return step > first ? s.exit_due(step - first) : std::nullopt;
+}
+
+double Trainer::train_step(int64_t step) {
+  State& s = *s_;
+  const Config& cfg = s.cfg;
+  const auto t0 = Clock::now();
+  s.maybe_fail(FailWhere::kStep, step);
+  s.maybe_fail(FailWhere::kLoader, step);
+  std::vector<models::PackBatch> packs = s.data->next_packs(step);
+  for (size_t k = 0; k < packs.size(); ++k)  // dropout masks follow the pack, not the rank
+    packs[k].dropout_key = models::dropout_key(cfg.train.seed, step,
+                                               s.data->slot(s.dp_rank, static_cast<int>(k)));
+  // N of the whole global batch, identical on every rank (loss_normaliser.h).
+  const LossNormaliser n = global_normaliser(
+      s.is_last_stage() ? local_normaliser(packs, cfg.loss.reduction) : LossNormaliser{},
+      s.comms.world());
+  s.adam->zero_grad();
+  const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
+                                   n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, s.step_hooks(step));
+  const double norm = global_grad_norm(s.tied->norm_params(s.trainable),
+                                       s.stages > 1 ? &s.comms.pipeline() : nullptr);
+  clip_gradients(s.trainable, norm, cfg.train.grad_clip);
+  const double lr = learning_rate(cfg.train, step);
+  s.adam->step(lr);
+  s.counters.step = step + 1;
+  const double seconds = since(t0);
+  const StepMetrics metrics = s.gather_metrics(r, packs);
+  s.counters.samples += static_cast<int64_t>(metrics.samples);
+  s.counters.tokens += static_cast<int64_t>(metrics.tokens);
+  StepScalars scalars;
+  scalars.step = step;
+  scalars.lr = lr;
+  scalars.grad_norm = norm;
+  scalars.label_tokens = n.label_tokens;
+  scalars.normaliser = n.normaliser;
+  scalars.seconds = seconds;
+  scalars.epoch = s.data->position(step).epoch;
+  s.log->step(metrics_record(metrics, scalars));
+  return metrics.loss(n.normaliser);
+}
+
+void Trainer::after_step(int64_t step) {
+  State& s = *s_;
+  const TrainConfig& t = s.cfg.train;
+  const bool last = step + 1 == t.steps;  // the end of the run evaluates and checkpoints anyway
+  if (s.evaluator && t.eval_every > 0 && (step + 1) % t.eval_every == 0 && !last) {
+    s.last_eval = s.evaluator->run(*s.stage, s.comms);
+    s.log->eval(step + 1, *s.last_eval);
+  }
+  if (t.checkpoint_every > 0 && (step + 1) % t.checkpoint_every == 0 && !last) {
+    s.save_checkpoint();
+    s.last_checkpoint = step + 1;
+  }
+}
+
+void Trainer::finish(TrainOutcome& out, int64_t first) {
+  State& s = *s_;
+  s.data->stop_loading();
+  const int64_t skipped = s.comms.world().all_reduce_int(s.data->skipped_in_packs(),
+                                                         comm::ReduceOp::kSum, "skipped-sample count");
+  const int64_t scanned_out = s.data->set().bad_samples, packer = s.data->skipped_by_packer();
+  if (s.comms.rank() == 0 && (skipped > 0 || scanned_out > 0 || packer > 0))
     log_info("data: on_bad_sample skip left out {} samples at the start-up scan, {} in the "
              "packer over the epochs of this run and {} of the packs trained in this run",
-             s.data->set().bad_samples, s.packer_skipped, skipped);
-  if (s.counters.step != last_ckpt || s.counters.step == 0) s.save_checkpoint();
+             scanned_out, packer, skipped);
+  if (s.counters.step != s.last_checkpoint || s.counters.step == 0) s.save_checkpoint();
   if (!out.stopped && s.evaluator) {
     s.last_eval = s.evaluator->run(*s.stage, s.comms);
     s.log->eval(s.counters.step, *s.last_eval);
   }
   out.steps_done = s.counters.step;
   out.eval = s.last_eval;
-  const double seconds = since(t_start);
+  const double seconds = since(s.run_started);
   const int64_t run_steps = s.counters.step - first;
   nlohmann::json summary = {
       {"steps", s.counters.step}, {"steps_this_run", run_steps}, {"seconds", seconds},
@@ -587,14 +486,12 @@ TrainOutcome Trainer::run() {
       {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
       {"stop_reason", out.stop_reason},
       {"param_hash", s.param_hash_text()},
-      {"balance_method", choice_name(cfg.balance.method)}, {"partition", s.plan.partition.to_string()},
+      {"balance_method", choice_name(s.cfg.balance.method)}, {"partition", s.plan.partition.to_string()},
       {"recomputed_per_stage", s.plan.recomputed_per_stage()},
-      {"skipped_samples",
-       {{"scan", s.data->set().bad_samples}, {"packer", s.packer_skipped}, {"training", skipped}}}};
+      {"skipped_samples", {{"scan", scanned_out}, {"packer", packer}, {"training", skipped}}}};
   if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);
   if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
   s.log->finish(summary);
-  return out;
 }
 
 }  // namespace omnibal::train

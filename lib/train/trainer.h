@@ -1,14 +1,20 @@
 // Trainer: the training loop of one rank of a DP x PP job (OmniBal's three balances in use:
 // the data plan from lib/balance, the stage layout from lib/partition / lib/memory, the 1F1B
-// executor from lib/pipeline). One step:
-//   1. at the step boundary, agree on SIGTERM (comm::should_stop) -> checkpoint, return;
-//   2. take this rank's m packs of the step (first stage: pixels + ids, last stage: labels);
+// executor from lib/pipeline). run() is a loop over train_step(step), between a stop check at
+// each step boundary and the periodic evaluation and checkpoint:
+//   1. stop_reason: at the step boundary, agree on SIGTERM (comm::should_stop) and the
+//      train.exit_* slots -> checkpoint, return;
+//   2. take this rank's m packs of the step from TrainingData (its loader builds what the stage
+//      needs: first stage pixels, ids and labels, last stage labels, middle stages nothing);
 //   3. all-reduce the loss normaliser N of the whole global batch (loss.reduction token | sample
 //      | square, loss_normaliser.h), so the loss is sum(w_t * cross-entropy_t) / N whatever the
 //      packing, m, DP or PP;
 //   4. run the 1F1B program; at ReduceGrads the DP all-reduce of gradients in buckets;
 //   5. global gradient norm over all stages, clipping, AdamW at the warm-up + cosine LR;
-//   6. metrics (rank 0 writes them), evaluation and checkpoints every N steps.
+//   6. one all-reduce of the step's StepMetrics (step_metrics.h); rank 0 writes them;
+//   after_step: evaluation and checkpoints every N steps.
+// The config comes resolved from main (run_config.h: every `auto` settled) and is never changed;
+// it is what the run directory and every checkpoint hold.
 // Checkpoints hold parameters and AdamW moments per parameter name (one writer per tensor: DP
 // rank 0 of each stage), the step and data position and the resolved config, so they load
 // under any partition, PP or DP size. There is no generator state to save: the data order
@@ -25,6 +31,7 @@
 #include "comm/parallel_comms.h"
 #include "core/config.h"
 #include "train/evaluator.h"
+#include "train/run_config.h"
 
 namespace omnibal::train {
 
@@ -42,20 +49,32 @@ struct TrainOutcome {
 /// One rank's trainer. Collective: every rank of the job constructs and runs it together.
 class Trainer {
  public:
-  /// Builds this rank's stage, data plan and (rank 0) run directory; on a fresh run initialises
-  /// the stage from model.init_from (init_weights.h), on a resume the checkpoint wins and
-  /// init_from is ignored. Throws omnibal::Error with
-  /// the key at fault on a bad config (preset, partition, data files), when the ranks' plans
-  /// differ, or when `resume` ("", "auto" or a checkpoint directory) names a damaged or
-  /// mismatched checkpoint.
+  /// Builds this rank's stage, data plan and (rank 0) run directory from `config` as
+  /// resolve_run_config returned it (copied; never changed). On a fresh start initialises the
+  /// stage from model.init_from (init_weights.h); when `resume` continues a checkpoint (found by
+  /// find_resume_point) its weights win and init_from is ignored. Throws omnibal::Error with
+  /// the key at fault on a bad config (preset, partition, data files), when model.hf_style is
+  /// still auto, when the ranks' plans differ, or when the checkpoint was made on another data
+  /// plan.
   Trainer(const Config& config, comm::ParallelComms& comms,
-          std::shared_ptr<comm::ErrorForwarder> errors, const std::string& resume);
+          std::shared_ptr<comm::ErrorForwarder> errors, const ResumePoint& resume);
   ~Trainer();
   /// Trains to train.steps, or until SIGTERM / train.exit_after_steps / train.exit_duration_min
   /// (then a checkpoint at that step boundary; `--resume auto` continues bitwise).
   TrainOutcome run();
 
  private:
+  /// Collective: why the run stops at the boundary before `step` ("signal", "train.exit_...")
+  /// or nothing; the exit slots allow at least one step after `first`, this launch's first.
+  std::optional<std::string> stop_reason(int64_t step, int64_t first);
+  /// Collective: steps 2-6 above for 0-based global step `step`; returns its reduced loss.
+  double train_step(int64_t step);
+  /// Evaluation and checkpoint after `step` when train.eval_every / checkpoint_every fall due
+  /// (not after the last step: finish() does both).
+  void after_step(int64_t step);
+  /// Collective: the skipped-sample report, the last checkpoint and evaluation, summary.json.
+  void finish(TrainOutcome& out, int64_t first);
+
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -1,7 +1,10 @@
 #include "train/training_data.h"
 
+#include <algorithm>
+
 #include "balance/repeat_time.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "data/length_scanner.h"
 
 namespace omnibal::train {
@@ -61,7 +64,11 @@ LoadedSet load_set(const std::string& meta_path, const Config& config, const Mod
   return set;
 }
 
-TrainingData::TrainingData(LoadedSet set, const Config& config) : set_(std::move(set)) {
+TrainingData::TrainingData(LoadedSet set, const Config& config, DataRank rank)
+    : set_(std::move(set)),
+      rank_(rank),
+      micro_batches_(config.parallel.micro_batches),
+      workers_(config.data.workers) {
   OMNIBAL_CHECK(set_.table.size() > 0, config.data.meta, ": no usable training samples");
   balance::PlannerOptions options =
       balance::planner_options(config.parallel, config.balance, config.data);
@@ -73,7 +80,86 @@ TrainingData::TrainingData(LoadedSet set, const Config& config) : set_(std::move
       set_.table, config.balance.method, options);
 }
 
+TrainingData::~TrainingData() = default;
+
 DataPosition TrainingData::position(int64_t step) { return planner_->position(step); }
+
+bool TrainingData::loads_packs() const {
+  const data::PackParts parts = data::PackParts::for_stage(rank_.stage, rank_.stages);
+  return parts.pixels || parts.input_ids || parts.labels;
+}
+
+/// The samples the packer (ISF budgets, baselines' caps) left out of epoch `epoch` under
+/// data.on_bad_sample: skip: counted once per epoch this run enters, logged by rank 0 with the
+/// first one's file:line and load.
+void TrainingData::count_packer_skips(int epoch) {
+  if (epoch <= packer_epoch_) return;
+  packer_epoch_ = epoch;
+  const auto& plan = epoch_plan(epoch);
+  const auto& skipped = plan.packing.skipped;
+  if (skipped.empty()) return;
+  skipped_by_packer_ += static_cast<int64_t>(skipped.size());
+  const uint32_t first = skipped.front();
+  log_info("data: epoch {}: the packer left out {} samples over the pack budgets (Q_v {} Q_t {}) "
+           "under data.on_bad_sample: skip; first: {} ({} tiles, {} tokens)", epoch,
+           skipped.size(), plan.budgets.q_vit, plan.budgets.q_tok,
+           set_.dataset->entry(set_.global_id(first)).origin.to_string(),
+           set_.table.load[first].tiles(), set_.table.load[first].tokens());
+}
+
+/// Logs the loader's skipped-sample report (reasons, first example) for its epoch on every
+/// first-stage rank (one per DP replica) when it skipped any; the loader may have built a few
+/// packs ahead of the last step.
+void TrainingData::report_loader_skips() const {
+  if (loader_ && rank_.stage == 0 && loader_->bad_samples().total() > 0)
+    log_info_every_rank("data: epoch {}, DP rank {}: {}", loader_epoch_, rank_.dp_rank,
+                        loader_->bad_samples().report());
+}
+
+void TrainingData::start_loader(int64_t step, const DataPosition& pos) {
+  std::vector<std::vector<int64_t>> packs;
+  const int64_t steps = steps_in_epoch(pos.epoch);
+  const int64_t first = step - pos.step_in_epoch;
+  for (int64_t s = pos.step_in_epoch; s < steps; ++s)
+    for (int k = 0; k < micro_batches_; ++k) packs.push_back(pack(first + s, rank_.dp_rank, k));
+  data::LoaderOptions lo;
+  lo.workers = workers_;
+  lo.prefetch = std::max(4, 2 * micro_batches_);
+  lo.parts = data::PackParts::for_stage(rank_.stage, rank_.stages);
+  report_loader_skips();
+  loader_.reset();
+  loader_ = std::make_unique<data::PackLoader>(builder(), std::move(packs), lo);
+  loader_epoch_ = pos.epoch;
+}
+
+std::vector<models::PackBatch> TrainingData::next_packs(int64_t step) {
+  const DataPosition pos = position(step);
+  count_packer_skips(pos.epoch);
+  if (!loads_packs()) return {};
+  if (pos.epoch != loader_epoch_) start_loader(step, pos);
+  std::vector<models::PackBatch> out;
+  for (int k = 0; k < micro_batches_; ++k) {
+    auto p = loader_->next();
+    OMNIBAL_CHECK(p.has_value(), "data loader ran out of packs at step ", step);
+    if (rank_.stage == 0) {  // every loading stage skips the same samples; count them once
+      skipped_in_packs_ += static_cast<int64_t>(p->skipped.size());
+      if (p->num_samples() == 0) {
+        std::string why;
+        for (const auto& e : p->skipped) why += "\n  " + e;
+        log_info_every_rank("data: step {}, DP rank {}, micro-batch {}: every sample of the pack "
+                            "was left out (data.on_bad_sample: skip); it runs as an empty "
+                            "micro-batch:{}", step, rank_.dp_rank, k, why);
+      }
+    }
+    out.push_back(std::move(*p));
+  }
+  return out;
+}
+
+void TrainingData::stop_loading() {
+  report_loader_skips();
+  loader_.reset();
+}
 
 std::vector<int64_t> TrainingData::pack(int64_t step, int dp_rank, int micro) {
   std::vector<int64_t> ids;

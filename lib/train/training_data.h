@@ -6,8 +6,12 @@
 // previous epoch's tail in, so nothing is dropped. The data position of a run is (epoch, step in
 // epoch); global step g maps to it deterministically, so a resumed run (under any DP/PP) sees
 // the same packs. Steps are planned as dp * m packs and dealt to DP ranks in snake order here,
-// so the global batch of a step does not depend on the DP size. Every rank computes the same plan; the trainer compares plan_hash() across
-// ranks at start-up.
+// so the global batch of a step does not depend on the DP size. Every rank computes the same
+// plan; the trainer compares plan_hash() across ranks at start-up.
+// It also owns this rank's loader (data/pack_loader.h): at each epoch it enters, a loader over
+// the rest of that epoch's packs of this DP rank builds what the rank's pipeline stage needs
+// (data::PackParts::for_stage), and it counts the samples left out under
+// data.on_bad_sample: skip (by the packer per epoch, by the loader per consumed pack).
 #pragma once
 
 #include <cstdint>
@@ -21,10 +25,18 @@
 #include "core/model_preset.h"
 #include "data/conversation_dataset.h"
 #include "data/pack_builder.h"
+#include "data/pack_loader.h"
 #include "data/sample_processor.h"
 #include "data/tokenizer.h"
 
 namespace omnibal::train {
+
+/// Where a rank stands in the job, for the packs it loads.
+struct DataRank {
+  int dp_rank = 0;  ///< DP index: which of the step's packs are this rank's
+  int stage = 0;    ///< pipeline stage: what the packs hold (data::PackParts::for_stage)
+  int stages = 1;   ///< pipeline stages
+};
 
 /// Where global step g lies (epoch, step in epoch).
 using DataPosition = balance::DataPosition;
@@ -54,14 +66,36 @@ struct LoadedSet {
 LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
                    const data::Tokenizer& tokenizer, int threads, bool repeat = true);
 
-/// The epoch plans of a training set (balance::EpochPlanner over the set's table).
+/// The epoch plans of a training set (balance::EpochPlanner over the set's table) and the loader
+/// of one rank's packs.
 class TrainingData {
  public:
-  /// Plans with balance.*, parallel.dp/m and the set's max_seq_len as token cap. Throws
-  /// omnibal::Error when the set is empty or balance.q_tok exceeds the preset's llm.max_seq_len.
-  TrainingData(LoadedSet set, const Config& config);
+  /// Plans with balance.*, parallel.dp/m and the set's max_seq_len as token cap; next_packs()
+  /// loads for `rank` with data.workers threads. Throws omnibal::Error when the set is empty or
+  /// balance.q_tok exceeds the preset's llm.max_seq_len.
+  TrainingData(LoadedSet set, const Config& config, DataRank rank = {});
+  ~TrainingData();
   TrainingData(const TrainingData&) = delete;  // the planner refers to set_.table
   TrainingData& operator=(const TrainingData&) = delete;
+
+  /// This rank's m packs of 0-based global step `step`, in micro-batch order, holding what its
+  /// stage needs (first stage: pixels, ids and labels; last stage: labels; a middle stage loads
+  /// nothing and gets none: everything arrives with the activation). Steps are taken in order;
+  /// entering an epoch logs the packer's skips (rank 0) and starts a loader over the rest of the
+  /// epoch, reporting the previous loader's skipped samples. Rethrows a loader thread's error
+  /// (a bad sample under on_bad_sample: error) when its pack is reached.
+  std::vector<models::PackBatch> next_packs(int64_t step);
+  /// Ends loading after the last step: logs the loader's skipped-sample report (every first-stage
+  /// rank, one per DP replica) and stops its threads.
+  void stop_loading();
+  /// Whether this rank's stage loads packs (the first and the last stage).
+  bool loads_packs() const;
+  /// Samples left out of the packs this rank consumed (on_bad_sample: skip), counted on the first
+  /// stage only (every loading stage skips the same ones); sum over ranks for the job's count.
+  int64_t skipped_in_packs() const { return skipped_in_packs_; }
+  /// Samples the packer left out of the epochs this run entered (on_bad_sample: skip), the same
+  /// on every rank.
+  int64_t skipped_by_packer() const { return skipped_by_packer_; }
 
   /// (epoch, step in epoch) of 0-based global step `step`; plans epochs as needed.
   DataPosition position(int64_t step);
@@ -81,8 +115,20 @@ class TrainingData {
   data::PackBuilder& builder() { return *set_.builder; }
 
  private:
+  void count_packer_skips(int epoch);
+  void start_loader(int64_t step, const DataPosition& pos);
+  void report_loader_skips() const;
+
   LoadedSet set_;
   std::unique_ptr<balance::EpochPlanner> planner_;  ///< refers to set_.table
+  DataRank rank_;
+  int micro_batches_ = 1;
+  int workers_ = 1;
+  std::unique_ptr<data::PackLoader> loader_;  ///< over the rest of epoch loader_epoch_
+  int loader_epoch_ = -1;
+  int packer_epoch_ = -1;  ///< the last epoch whose packer skips were counted
+  int64_t skipped_in_packs_ = 0;
+  int64_t skipped_by_packer_ = 0;
 };
 
 }  // namespace omnibal::train

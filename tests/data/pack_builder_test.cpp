@@ -78,10 +78,12 @@ TEST_CASE("pack: three samples concatenated with restarting positions", "[data][
 TEST_CASE("pack: only the parts a pipeline stage needs are built", "[data][pack]") {
   Fixture f;
   const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kError);
+  // The first stage needs its labels too: UnitState::from_pack reads them and the activation it
+  // sends carries them to the last stage (the trainer has always loaded them there).
   const auto first = builder.build({0, 1}, PackParts::for_stage(0, 3));
   CHECK(first.pixel_values.defined());
   CHECK(first.input_ids.defined());
-  CHECK_FALSE(first.labels.defined());
+  CHECK(first.labels.defined());
   const auto middle = builder.build({0, 1}, PackParts::for_stage(1, 3));
   CHECK_FALSE(middle.pixel_values.defined());
   CHECK_FALSE(middle.input_ids.defined());
@@ -92,6 +94,11 @@ TEST_CASE("pack: only the parts a pipeline stage needs are built", "[data][pack]
   const auto last = builder.build({0, 1}, PackParts::for_stage(2, 3));
   CHECK(last.labels.defined());
   CHECK_FALSE(last.pixel_values.defined());
+  CHECK_FALSE(last.input_ids.defined());
+  CHECK(torch::equal(last.labels, first.labels));
+  // One stage: everything.
+  const auto only = PackParts::for_stage(0, 1);
+  CHECK((only.pixels && only.input_ids && only.labels));
 }
 
 TEST_CASE("loader: packs come back in plan order from worker threads", "[data][loader]") {
