@@ -36,7 +36,8 @@ enum class BalanceMethod { kIsf, kIsfRandomPlacement, kMultiSource, kRandom, kLe
 enum class OnBadSample { kError, kSkip };
 
 /// `model.hf_style`: the Hugging Face LLM naming of init_from / export. kAuto is settled once at
-/// start-up (init_from's config.json, else the resumed checkpoint's, else internlm2).
+/// start-up (train/run_config.h: the resumed checkpoint's, else init_from's config.json, else
+/// internlm2).
 enum class HfStyle { kAuto, kInternLm2, kLlama, kLlamaFused };
 
 /// `loss.reduction`: how per-token losses are weighted (models/loss_reduction.h has the formulas).

@@ -170,8 +170,9 @@ struct ModelConfig {
   /// Residual dropout of every ViT and LLM block during training, in [0, 1) (models/dropout.h:
   /// counter-based masks; evaluation runs without). 0 = off.
   double dropout = 0.0;
-  /// Hugging Face LLM naming: auto | internlm2 | llama | llama-fused (checkpoint/hf_style.h; auto
-  /// = init_from's config.json; the trainer saves the resolved value, export uses it)
+  /// Hugging Face LLM naming: auto | internlm2 | llama | llama-fused (checkpoint/hf_style.h).
+  /// auto is settled before training (train/run_config.h: the resumed checkpoint's value, else
+  /// init_from's config.json, else internlm2); the run saves the resolved value, export uses it.
   HfStyle hf_style = HfStyle::kAuto;
   template <class V> void visit_fields(V& v) {
     v("preset", preset); v("init_from", init_from); v("allow_missing", allow_missing);

@@ -193,11 +193,7 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c, const partition:
 }
 
 void check_agreement(comm::ParallelComms& comms, const memory::StagePlan& plan) {
-  const uint64_t h = memory::stage_plan_hash(plan);
-  const int64_t hi = static_cast<int64_t>(h >> 32), lo = static_cast<int64_t>(h & 0xffffffffu);
-  auto& w = comms.world();
-  const bool same = w.all_reduce_int(hi, comm::ReduceOp::kMax) == w.all_reduce_int(hi, comm::ReduceOp::kMin) &&
-                    w.all_reduce_int(lo, comm::ReduceOp::kMax) == w.all_reduce_int(lo, comm::ReduceOp::kMin);
+  const bool same = comm::same_on_every_rank(comms.world(), memory::stage_plan_hash(plan), "stage plan");
   OMNIBAL_CHECK(same, "rank ", comms.rank(), ": the stage plan differs between ranks (this rank: ",
                 plan.describe(), "); every rank must see the same cost table and config");
 }
