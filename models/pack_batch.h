@@ -1,4 +1,4 @@
-// PackBatch: the tensors of one pack (= one micro-batch on one device, conventions.md). lib/data
+// PackBatch: the tensors of one pack (one micro-batch on one device, docs/conventions.md). lib/data
 // builds it from sample ids; the model's pipeline units consume it. Only what a pipeline stage
 // needs is filled in: the first stage gets pixels, the LLM-embedding stage ids, the last stage
 // labels; undefined tensors are simply not materialised.

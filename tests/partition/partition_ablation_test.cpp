@@ -1,5 +1,5 @@
-// The fixed reproduction of issue 6 on the shared InternVL length files (a real-data test: it
-// fails when the data is missing). Checks the ablation's invariants and the issue's acceptance
+// The paper's ablation, reproduced on the shared InternVL length files (a real-data test: it
+// fails when the data is missing). Checks the ablation's invariants and an acceptance
 // band, not particular numbers.
 #include "apps/omnibal-plan/partition_ablation.h"
 
