@@ -27,7 +27,7 @@ else()
 endif()
 add_library(omnibal::yaml ALIAS omnibal_yaml)
 
-# MPI: C API only (conventions.md).
+# MPI: C API only (docs/conventions.md).
 add_library(omnibal_mpi INTERFACE)
 target_link_libraries(omnibal_mpi INTERFACE MPI::MPI_C)
 target_compile_definitions(omnibal_mpi INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)

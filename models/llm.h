@@ -2,7 +2,7 @@
 // image-feature merge, pre-norm decoder blocks (RMSNorm, rotary positions, grouped-query
 // attention over the packed sequence, SwiGLU MLP), and the final norm + LM head + loss.
 // Attention is causal within each sample of the pack and never crosses samples
-// (varlen_attention.h); positions restart at 0 per sample (omnibal-spec.md §5.4).
+// (varlen_attention.h); positions restart at 0 per sample (docs/paper.md#attention-isolation).
 // The head runs only on positions that have a label (image tokens are most of a pack), and
 // returns the loss *sum* and the label count so the trainer normalises over the global batch.
 // Not here: KV caches / generation, RoPE scaling, InternLM2's fused wqkv weight layout (q, k, v

@@ -1,4 +1,4 @@
-// PackBatch: the tensors of one pack (= one micro-batch on one device, conventions.md). lib/data
+// PackBatch: the tensors of one pack (one micro-batch on one device, docs/conventions.md). lib/data
 // builds it from sample ids; the model's pipeline units consume it. Only what a pipeline stage
 // needs is filled in (data::PackParts::for_stage): the first stage gets pixels, ids and labels
 // (they travel on with its activation), the last stage labels; undefined tensors are simply not

@@ -1,5 +1,5 @@
 // Pixel shuffle and the MLP projector between the ViT and the LLM (InternVL-Chat-1.5,
-// omnibal-spec.md §5.2): the class token is dropped, the side x side patch grid is pixel-
+// docs/paper.md): the class token is dropped, the side x side patch grid is pixel-
 // shuffled at ratio 0.5 in InternVL's "v2" ordering (tokens of width 4 d_vit on a grid of
 // side/2 x side/2), then LayerNorm -> Linear(-> d_llm) -> GELU -> Linear(d_llm -> d_llm).
 // Features of dummy tiles (image_flags == 0, text-only samples) are dropped after the

@@ -1,6 +1,6 @@
 // Attention over a packed sequence (varlen): causal within each sample, never across samples.
 // Samples are the segments [cu_seqlens[i], cu_seqlens[i+1]) of the pack, as flash-attn's varlen
-// kernels take them (omnibal-spec.md §5.4). The fast path computes each segment on its own
+// kernels take them (docs/paper.md). The fast path computes each segment on its own
 // (compat::causal_gqa_attention: SDPA with is_causal on LibTorch 2.x, matmul-softmax on 1.13), so
 // no work is spent on cross-sample pairs. A dense block-diagonal causal mask over the whole pack
 // is provided as the reference for tests only: it costs T^2 instead of sum(L_i^2).

@@ -2,7 +2,7 @@
 // unit (conv patchify, class token, learned position embedding, bicubically interpolated when
 // the tile side differs from the preset's) and pre-norm transformer blocks (multi-head
 // self-attention with optional q/k RMS normalisation, GELU MLP, optional layer scale).
-// Each tile is its own sequence, so no packing mask is needed in the ViT (omnibal-spec.md §1.5).
+// Each tile is its own sequence, so no packing mask is needed in the ViT (docs/paper.md).
 // Residual dropout (models/dropout.h) on the attention and MLP branches when set_dropout(p > 0).
 // Not here: drop-path (stochastic depth), the flash-attention kernel choice (compat).
 #pragma once

@@ -1,4 +1,4 @@
-// BalanceMetrics: how well a plan balances data, per spec §1.8.
+// BalanceMetrics: how well a plan balances data (docs/paper.md#pad-ratio-and-dist-ratio).
 //  - Pad Ratio (intra-device): padded tokens over padded capacity, summed over all packs (a
 //    global ratio, like the reference code): sum_p (max_p * n_p - tokens_p) / sum_p max_p * n_p.
 //    It is 0 for concatenated packs.
@@ -20,7 +20,7 @@
 
 namespace omnibal::balance {
 
-/// Metrics of one plan (spec §1.8 plus fill, counts and extremes).
+/// Metrics of one plan (Pad and Dist Ratios plus fill, counts and extremes).
 struct BalanceMetrics {
   double pad_ratio = 0;
   double dist_ratio_vit = 0;

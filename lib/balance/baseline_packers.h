@@ -1,4 +1,4 @@
-// Baseline packers that OmniBal is compared against (spec §1.9), with the same PackList output
+// Baseline packers that OmniBal is compared against (docs/paper.md), with the same PackList output
 // so the same metrics apply:
 //  - random micro-batches: a shuffled epoch cut into padded micro-batches of B samples (the
 //    plain per-device batch size);

@@ -1,4 +1,4 @@
-// Budget search: the paper's offline search for the ISF budgets (Q_v, Q_t, Q'_t), spec §1.7.
+// Budget search: the paper's offline search for the ISF budgets (Q_v, Q_t, Q'_t) (docs/paper.md).
 //
 // Goal: for a DP size and a samples-per-pack target s, the budgets that minimise
 // Dist Ratio ViT + Dist Ratio LLM (Pad Ratio is 0 for packs) of the final, load-grouped plan,

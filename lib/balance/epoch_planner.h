@@ -2,7 +2,7 @@
 // the simulator replays it (one implementation for both, so `omnibal-plan simulate` runs the
 // trainer's exact packs). A step is dp x m packs, planned as one rank of dp * m packs and dealt
 // to the DP ranks in snake order, so the global batch of a step does not depend on the DP size
-// (conventions.md). Epoch e is planned with seed `options.seed + e` and the previous epoch's
+// (docs/conventions.md). Epoch e is planned with seed `options.seed + e` and the previous epoch's
 // carried tail; ISF budgets left unset are searched once, in epoch 0, and reused. Global step g
 // maps to (epoch, step in epoch) deterministically. Torch-free; it does not build tensors.
 #pragma once

@@ -1,4 +1,4 @@
-// IsfPacker: OmniBal's iterative sampling-and-filtering (ISF) packing, spec §1.4.
+// IsfPacker: OmniBal's iterative sampling-and-filtering (ISF) packing (docs/paper.md).
 //
 // One grouping pass shuffles the pool (omnibal::Rng, Fisher–Yates) and walks it with a greedy
 // next-fit: a sample joins the open pack unless a budget (Q_v tiles, Q_t tokens) would be
@@ -21,7 +21,7 @@
 
 namespace omnibal::balance {
 
-/// ISF budgets (spec §1.3). Q'_v is always Q_v, as in the reference code.
+/// ISF budgets (docs/paper.md#isf-budgets). Q'_v is always Q_v, as in the reference code.
 struct IsfBudgets {
   int64_t q_vit = 0;         ///< Q_v: most tiles in one pack
   int64_t q_tok = 0;         ///< Q_t: most LLM tokens in one pack

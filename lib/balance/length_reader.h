@@ -1,6 +1,6 @@
 // Reading per-sample length statistics into a SampleTable.
 //
-// Two inputs are supported (spec §1.2, §5.3):
+// Two inputs are supported (docs/paper.md#sample-statistics, #conversation-format):
 //  - an OmniBal length file: a JSON array of {"vit_num": int, "token_num": int,
 //    "image_flags": int}, one element per sample in annotation order;
 //  - an InternVL-style meta file: a JSON object mapping dataset names to {"token_lengths": path,

@@ -1,11 +1,11 @@
 // PackList: the packs a packer produced, in compressed-row form (one flat member array plus
 // offsets), with each pack's load kept beside it so placement and metrics never revisit samples.
 //
-// A pack is one micro-batch on one device (conventions.md). Two layouts exist:
+// A pack is one micro-batch on one device (docs/conventions.md). Two layouts exist:
 //  - concatenated (ISF, best-fit): members are packed into one sequence; the device cost of
 //    every dimension is the sum over members, and there is no padding;
 //  - padded (random / length-grouped micro-batches): members are separate rows padded to the
-//    longest, so the LLM cost is max_tokens * members (spec §1.8), tiles still add up.
+//    longest, so the LLM cost is max_tokens * members (docs/paper.md), tiles still add up.
 // This file does not decide which samples go together; packers do.
 #pragma once
 

@@ -13,7 +13,7 @@
 //    "metrics": {...}}
 // A sample is the pair (dataset position in "datasets", element index in that dataset's
 // length file). plan_hash covers dp, m and every pack's pairs in slot order then the carried
-// packs, so every rank can recompute it from the file and compare (conventions.md). Failed-
+// packs, so every rank can recompute it from the file and compare (docs/conventions.md). Failed-
 // statistics records (vit_num = -1) appear only as counts in "datasets".
 #pragma once
 

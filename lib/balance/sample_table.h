@@ -23,7 +23,7 @@ inline constexpr int kTokens = 1;
 /// Human names of the load dimensions, for messages, tables and JSON.
 inline constexpr std::array<const char*, kLoadDims> kLoadDimNames = {"tiles", "tokens"};
 
-/// One sample's load: tiles entering the ViT (thumbnail and dummy tiles included, spec §1.2) and
+/// One sample's load: tiles into the ViT (thumbnail and dummy tiles included, docs/paper.md) and
 /// the final LLM sequence length in tokens (image tokens included).
 struct Load {
   std::array<int32_t, kLoadDims> v{};
@@ -70,7 +70,7 @@ SampleTable subset(const SampleTable& table, const std::vector<uint32_t>& ids);
 
 /// `n` samples drawn uniformly with replacement from `table` (omnibal::Rng seeded with `seed`),
 /// keeping each draw's dataset and file index: how the benchmark builds a 1.27M-sample set from
-/// the 40,941 shared records (spec §4.1).
+/// the 40,941 shared records (the paper's 1.2M mixture, docs/paper.md#experimental-setup).
 SampleTable resample(const SampleTable& table, size_t n, uint64_t seed);
 
 }  // namespace omnibal::balance

@@ -1,12 +1,12 @@
 // StepPlan: which pack each DP rank runs as each micro-batch of each step, and the placements
 // that build one.
 //
-// A step is dp * m packs (conventions.md): rank r runs m packs (micro-batches) in it. The plan
+// A step is dp * m packs (docs/conventions.md): rank r runs m packs (micro-batches) in it. The plan
 // is fixed independently of how it is executed. Packs that do not fill a last step are the
 // epoch tail: they are listed in `carried` (the trainer runs them at the start of the next
 // epoch) and reported, never dropped and never left to one rank.
 //
-// place_load_grouped is omnibal's placement (spec §1.12, issue 2): packs are sorted by device
+// place_load_grouped is omnibal's placement (docs/paper.md, Placement): packs are sorted by device
 // cost (tiles, then tokens) so each step holds packs of nearly the same load, which removes most
 // of the Dist Ratio the reference's random placement leaves (LLM 0.076 on the shared files);
 // the order of steps is then shuffled with omnibal::Rng so training sees no length curriculum.

@@ -1,5 +1,5 @@
 // The trainer's checkpoint directory: atomic, multi-rank saves of per-rank shards, discovery of
-// the newest complete checkpoint, verification and loading by tensor name (issue 5).
+// the newest complete checkpoint, verification and loading by tensor name (README.md here).
 //
 // Layout of <root>/step-<N>/ (N = the optimizer step, no zero padding):
 //   rank-<R>.safetensors  rank R's tensors (parameters and optimizer state by stable names)

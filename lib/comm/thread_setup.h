@@ -1,4 +1,4 @@
-// Threads per rank (conventions.md): max(1, cores / ranks on this node), overridable by
+// Threads per rank (docs/conventions.md): max(1, cores / ranks on this node), overridable by
 // runtime.threads, applied to LibTorch's intra-op pool (torch::set_num_threads) and inter-op
 // pool (at::set_num_interop_threads, which can be set only once per process, before any
 // inter-op work) and logged with the CPU binding read by sched_getaffinity. The choice is a

@@ -1,6 +1,6 @@
 // The project PRNG: splitmix64 seeding a xoshiro256** generator, with Fisher–Yates shuffles and
 // unbiased bounded integers. Results are identical on every platform and standard library
-// (conventions.md forbids std::shuffle and std::uniform_int_distribution for that reason).
+// (docs/conventions.md forbids std::shuffle and std::uniform_int_distribution for that reason).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Conversation -> token ids and labels with a chat template, and each `<image>` expanded to
-// <img> + tokens_per_tile * tiles x <IMG_CONTEXT> + </img> (spec §5.3). Labels are -100
+// <img> + tokens_per_tile * tiles x <IMG_CONTEXT> + </img> (docs/paper.md). Labels are -100
 // everywhere except the assistant replies and the <|im_end|> that closes them, as InternVL's
 // preprocess_internlm does. Text between special tokens is encoded piece by piece, so special
 // tokens can never merge with text. Templates: `internlm2-chat` (InternVL's MPT-style

@@ -1,4 +1,4 @@
-// InternVL dynamic-resolution tiling (spec §5.1): choose the tile grid whose aspect ratio is
+// InternVL dynamic-resolution tiling (docs/paper.md): choose the tile grid whose aspect ratio is
 // closest to the image's among all grids with min_tiles <= cols * rows <= max_tiles, resize the
 // image to (tile * cols, tile * rows), cut it row-major into tiles, and append a thumbnail (the
 // whole image resized to one tile) when there is more than one tile. Multi-image samples split

@@ -1,7 +1,7 @@
 // The length scan behind `omnibal-plan scan`: per-sample vit_num, token_num and image_flags of
 // every dataset of a meta file, computed on worker threads without decoding pixels (record
 // width/height when present, image headers otherwise), written in the OmniBal length format
-// `[{"vit_num", "token_num", "image_flags"}, ...]` (spec §1.2) that `omnibal-plan data` reads.
+// `[{"vit_num", "token_num", "image_flags"}, ...]` (docs/paper.md) that `omnibal-plan data` reads.
 // A bad sample stops the scan (on_bad_sample: error) or is written as vit_num = -1 and counted
 // by reason (skip), so element i of a length file is always sample i of its annotation file.
 #pragma once

@@ -1,4 +1,4 @@
-// Pack materialisation (spec §1.5): the samples of one pack (one micro-batch on one device)
+// Pack materialisation (docs/paper.md): the samples of one pack (one micro-batch on one device)
 // concatenated into a models::PackBatch, position ids restarting at 0 for every sample and
 // cu_seqlens holding the sample boundaries, so packed attention never crosses samples. Only the
 // parts a pipeline stage needs are built: decoding and tiling images is by far the most
@@ -52,7 +52,7 @@ class PackBuilder {
   models::PackBatch build(const std::vector<int64_t>& sample_ids, const PackParts& parts,
                           BadSampleCounts* counts = nullptr) const;
 
-  /// Checks every built sample against the lengths the plan was made from (spec §1.5: "assert
+  /// Checks every built sample against the lengths the plan was made from (authors' code: "assert
   /// the stored lengths match the sample"), indexed by global sample id; a mismatch throws
   /// omnibal::Error naming the sample (stale length files: rerun `omnibal-plan scan`).
   void expect_lengths(std::vector<SampleLengths> lengths);

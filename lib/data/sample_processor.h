@@ -30,7 +30,7 @@ struct SampleOptions {
 /// from the preset; min/max tiles and the template from `config`.
 SampleOptions sample_options(const DataConfig& config, const ModelPreset& preset);
 
-/// One sample's loads in the OmniBal length format (spec §1.2). A sample skipped as bad is
+/// One sample's loads in the OmniBal length format (docs/paper.md). A sample skipped as bad is
 /// written as vit_num = token_num = -1, image_flags = 0, which the planner never packs.
 struct SampleLengths {
   int64_t vit_num = 0;      ///< tiles the ViT sees (thumbnails and the dummy tile included)

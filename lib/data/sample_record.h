@@ -1,4 +1,4 @@
-// One conversation record in the LLaVA / InternVL annotation convention (spec §5.3):
+// One conversation record in the LLaVA / InternVL annotation convention (docs/paper.md):
 //   {"id", "image": path | [paths], "width"/"height": int | [ints] (optional),
 //    "conversations": [{"from": "human" | "gpt", "value": "...<image>..."}]}
 // and the reading of an annotation file, either JSONL (one record per line) or one JSON array.

@@ -1,10 +1,10 @@
-// Balanced model partitioning (BMP, OmniBal §3.2 / spec §2.2): around an anchor split, every
+// Balanced model partitioning (BMP, OmniBal §3.2, docs/paper.md): around an anchor split, every
 // stage boundary moves by up to r units; candidates with an empty stage or a stage over the
 // memory budget are dropped; the rest are scored and the best K kept. The caller then confirms
 // among the K (the simulator here, timed trials in the trainer later).
 //
 // Ranking (lower is better). The paper names two metrics, VAR(stage time) and SUM(comm), but
-// not how they combine (spec §2.1). Both are proxies for one quantity, the pipeline's step time,
+// not how they combine (unpublished). Both are proxies for one quantity, the pipeline's step time,
 // so we combine them in seconds:
 //   score      = std over stages of the stage time + 2 * sum over cuts of bytes / bandwidth
 //                (a stage slower than the mean stretches every 1F1B slot; each cut adds its

@@ -2,7 +2,7 @@
 // from per-unit weights: uniform by unit count (DeepSpeed `uniform`), the exact split minimising
 // the heaviest stage (dynamic programming; with parameter counts as weights this is DeepSpeed's
 // `parameters` method, with profiled times it is the exact anchor of BMP), and the paper's
-// greedy anchor (spec §2.2 item 3). Candidate generation and scoring are partition_search.h.
+// greedy anchor (docs/paper.md). Candidate generation and scoring are partition_search.h.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
-// The per-unit cost table (conventions.md): what one micro-batch of a given load costs in each
-// pipeline unit. The model is one chain of units in a fixed order (spec §2.2 item 1, the same
+// The per-unit cost table (docs/conventions.md): what one micro-batch of a given load costs in each
+// pipeline unit. The model is one chain of units in a fixed order (README.md here, the same
 // order as models/): ViT embedding, ViT blocks, projector, LLM embedding + merge, LLM blocks,
 // final norm + head + loss. The table is torch-free: the profiler (lib/pipeline, later) writes
 // it from measurements, analytic_cost_model.h writes it from FLOPs and bytes, and the partition

@@ -1,4 +1,4 @@
-// Counting CPU memory accounting for the profiler and the memory tests (issue 6, "Profiling"):
+// Counting CPU memory accounting for the profiler and the memory tests (lib/profile/README.md):
 // a c10::Allocator that forwards to the CPU allocator LibTorch had installed and counts the
 // bytes of live blocks (current) and their high-water mark (peak). Installed for kCPU with
 // c10::SetAllocator by ScopedCpuAllocatorCounter and restored when the scope ends, so every

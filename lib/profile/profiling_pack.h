@@ -1,4 +1,4 @@
-// Synthetic balanced packs for profiling (issue 6, "Profiling"; spec §2.2 item 2: BMP profiles
+// Synthetic balanced packs for profiling (docs/paper.md#model-balance-bmp: BMP profiles
 // under balanced micro-batches): one pack with exactly Q_v ViT tiles and Q_t LLM tokens, split
 // over several samples with unequal, realistic lengths, as an ISF pack would hold them. Every
 // sample has at least one image; its tokens are a short prompt, its image-context tokens

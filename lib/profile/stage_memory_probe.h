@@ -1,5 +1,5 @@
-// Counted peak memory of one pipeline stage under 1F1B, emulated in one process (issue 6,
-// "Memory balance" test): stage s of P with m micro-batches holds min(m, P - s) micro-batches
+// Counted peak memory of one pipeline stage under 1F1B, emulated in one process (README's
+// memory-balance test): stage s of P with m micro-batches holds min(m, P - s) micro-batches
 // in flight, and its peak is reached when the last of them has run its forward and the oldest
 // runs its backward. The probe builds the stage's units inside a memory meter (so weights are
 // counted), runs one warm-up forward + backward (gradients exist from then on, as in training),

@@ -1,4 +1,4 @@
-// Per-unit cost profiling (issue 6, "Profiling"; spec §2.2 item 2): every pipeline unit of a
+// Per-unit cost profiling (BMP's first step, docs/paper.md): every pipeline unit of a
 // preset (models/vlm.h) is timed and its memory counted under one balanced pack of Q_v tiles
 // and Q_t tokens (profiling_pack.h), giving the torch-free per-unit cost table
 // (partition/unit_cost_table.h) that the partition search and the memory planner read.

@@ -1,4 +1,4 @@
-// Pipeline instructions: the vocabulary of a per-stage schedule ("schedules are data", style.md).
+// Pipeline instructions: the vocabulary of a per-stage schedule ("schedules are data", README.md).
 // A schedule is, for each pipeline stage, an ordered list of Instruction values; the real stage
 // executor (lib/pipeline) and the pipeline simulator (lib/partition/training_simulator.h) walk
 // the same lists. This file only defines the instruction type; the 1F1B builder is

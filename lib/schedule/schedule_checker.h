@@ -10,7 +10,7 @@
 //    micro-batch forwarded and backwarded exactly once, ReduceGrads after the last Backward and
 //    OptimizerStep after ReduceGrads.
 // It does not model time or finite send buffers (the runtime posts paired non-blocking
-// operations, conventions.md); timing is training_simulator.h's job.
+// operations, docs/conventions.md); timing is training_simulator.h's job.
 #pragma once
 
 #include <string>

@@ -2,9 +2,9 @@
 # Data-balance benchmark: ISF packing, placement and the budget search on one core.
 #   - shared:  the three shared InternVL-1.2 length files (40,941 samples)
 #   - 1.27M:   the same records resampled with replacement to the InternVL-1.2 mixture size
-#              (1,267,819 samples, spec §4.1) by `omnibal-plan data --resample`
+#              (1,267,819 samples, the paper's mixture size) by `omnibal-plan data --resample`
 #   - 1.27M-full-search: the same, scoring every search candidate on all samples
-#   - Q=9:     shared files, fixed reference budgets (9, 4096, 3968), T = 50 (spec §1.12 row)
+#   - Q=9:     shared files, fixed reference budgets (9, 4096, 3968), T = 50 (docs/paper.md)
 # Each configuration runs REPS (default 5) times, interleaved, pinned to core 0 (taskset); the
 # planner times its phases itself (file reading and resampling excluded). Prints median and
 # min–max per phase in seconds. Usage: bash scripts/bench/balance_bench.sh [REPS]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU forward+backward benchmark of the tiny and base-100m presets (issue 3): tokens/s, achieved
+# CPU fwd+bwd benchmark of the tiny and base-100m presets (docs/results.md): tokens/s, achieved
 # GFLOP/s over a plain LibTorch matmul's GFLOP/s (median and min-max of interleaved repetitions)
 # and the top operations by self time. Prints the machine load before and after, since other
 # processes sharing the cores change the figures. Usage: bash scripts/bench/model_bench.sh [reps]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# OmniBal vs the paper's baseline, side by side on this machine (issue 6): tiny preset, PP 2 x
+# OmniBal vs the paper's baseline, side by side here (docs/results.md): tiny preset, PP 2 x
 # DP 1, m 4, the demo data.
 #   bash scripts/bench/omnibal_vs_baseline.sh [--reps 5] [--steps 40] [--warmup 8] [--out DIR]
 #

@@ -1,5 +1,5 @@
-// Single-process validation of the profiled cost model's per-unit additivity (issue 6,
-// "Validation benchmarks", the part that does not need the multi-process trainer): profile every
+// Single-process validation of the profiled cost model's per-unit additivity (lib/profile/README,
+// "Additivity benchmark", the part that does not need the multi-process trainer): profile every
 // unit (lib/profile), then for a few pipeline splits compare
 //   predicted  stage forward / backward seconds = sums of the profiled unit medians, and the
 //              1F1B step time of lib/schedule's timeline fed with them

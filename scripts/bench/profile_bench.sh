@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Single-process check of the profiled cost model (issue 6 validation, the part that needs no
+# Single-process check of the profiled cost model (validation, the part that needs no
 # trainer): per-unit profile -> predicted stage times and 1F1B step (lib/schedule timeline) vs
 # the same splits (uniform, balanced, skewed) run stage by stage in one process; median and
 # min-max of interleaved repetitions. The multi-process simulator-vs-trainer validation is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Simulator vs measurement (issue 6): the tiny preset, PP 2 x DP 1, on this machine's cores.
+# Simulator vs measurement (docs/results.md): the tiny preset, PP 2 x DP 1, on this machine's cores.
 #   bash scripts/bench/sim_vs_measured.sh [--steps 40] [--warmup 8] [--out runs/bench-sim]
 #
 # 1. lengths: `omnibal-plan scan` of the demo set (data/demo, made if missing); the trainer, the

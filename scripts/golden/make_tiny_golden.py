@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Golden values for the `tiny` VLM preset, computed with Debian's python3-torch (1.13).
 
-Written from the architecture description (omnibal-spec.md §5.2 and §5.4: InternViT blocks,
+Written from the architecture description (docs/paper.md: InternViT blocks,
 pixel shuffle v2 at 0.5 without the class token, LayerNorm-Linear-GELU-Linear projector,
 LLaMA/InternLM2 decoder with RMSNorm, rotary "rotate half" positions, grouped-query attention,
 SwiGLU), NOT from the C++ code. Attention here runs sample by sample on the unpacked sequences,

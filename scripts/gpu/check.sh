@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 17), one prepared script for a machine with one CUDA GPU, no network and
+# The GPU check (README.md), one prepared script for a machine with one CUDA GPU, no network and
 # a CUDA image that ships PyTorch; within 10 minutes it
 #   1. unpacks the Debian packages of .gpu-deps/ (scripts/gpu/bundle.sh) into a private prefix,
 #      finds the image's LibTorch (torch.utils.cmake_prefix_path) and the NCCL of its torch wheel

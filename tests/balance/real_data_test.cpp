@@ -1,5 +1,5 @@
 // Real data: the three shared InternVL-1.2 length files (40,941 samples). Fails, never skips,
-// when $OMNIBAL_SHARED_DATA does not hold them (conventions.md).
+// when $OMNIBAL_SHARED_DATA does not hold them (docs/conventions.md).
 #include <catch2/catch.hpp>
 
 #include "balance/data_planner.h"
@@ -40,7 +40,7 @@ TEST_CASE("real data: searched ISF at DP 8 balances ViT and LLM", "[balance][rea
 }
 
 TEST_CASE("real data: baselines reproduce the reference figures", "[balance][real-data]") {
-  // spec §1.12 (authors' code, DP 8, micro-batch 4): random 0.237 / 0.180 / 0.175,
+  // docs/paper.md (authors' code, DP 8, micro-batch 4): random 0.237 / 0.180 / 0.175,
   // length-grouped 0.257 / 0.073 / 0.153 (pad / dist ViT / dist LLM). Other seeds move them
   // by about 0.005.
   const SampleTable t = shared_table();

@@ -13,7 +13,7 @@ in every LLM style (ctest checkpoint.hf_reader.<preset>):
      Phi-3 qkv_proj / gate_up_proj split as modeling_phi3.py does); bf16 exports against the
      round-to-nearest-even of the fp32 values;
   4. (tiny) the pad id of a real SentencePiece model given with --tokenizer, and the reader
-     itself: it must refuse exports broken in the ways issue 19 describes.
+     itself: it must refuse Phi-3's default pad id, missing tiling keys, phi3-chat, no head.
 Presets too large to instantiate on a CPU (the planning-only 6B presets, > 1e9 parameters) get
 their config.json checked only: the reader's parameter count from config.json alone must equal
 omnibal's count for the preset.
@@ -140,7 +140,7 @@ def write_safetensors(path, tensors):
 
 
 def reader_refuses(src, work, tied):
-    """The reader finds what issue 19 describes, on damaged copies of a good llama-fused export."""
+    """The reader finds the known export faults, on damaged copies of a good llama-fused export."""
     def broken(tag, edit_config=None, drop=None):
         d = os.path.join(work, "broken-" + tag)
         shutil.rmtree(d, ignore_errors=True)

@@ -1,4 +1,4 @@
-// Threads per rank (conventions.md): max(1, cores / ranks on the node) unless runtime.threads
+// Threads per rank (docs/conventions.md): max(1, cores / ranks on the node) unless runtime.threads
 // overrides it; the CPU list formatting used in the start-up log line.
 #include "comm/thread_setup.h"
 

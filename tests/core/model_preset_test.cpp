@@ -10,7 +10,7 @@ TEST_CASE("every shipped preset loads and derives InternVL token counts", "[core
   CHECK(tiny.tokens_per_tile() == 4);       // (56/14)^2 * 0.25
   CHECK(tiny.vit_tokens_per_tile() == 17);  // 16 patches + CLS
   const auto big = omnibal::load_model_preset("internvl-1.5-6b-20b");
-  CHECK(big.tokens_per_tile() == 256);        // spec §5.2
+  CHECK(big.tokens_per_tile() == 256);        // docs/paper.md: 256 per tile
   CHECK(big.vit_tokens_per_tile() == 1025);
   CHECK(big.llm.width == 6144);
   CHECK(big.vit.depth == 45);

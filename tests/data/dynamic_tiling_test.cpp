@@ -1,4 +1,4 @@
-// Grid choice of InternVL dynamic tiling on cases computed by hand from the rule (spec §5.1),
+// Grid choice of InternVL dynamic tiling on cases computed by hand from the rule (docs/paper.md),
 // the tie rule, the multi-image budget split, the candidate order, and the pixels of the tiles.
 #include <catch2/catch.hpp>
 

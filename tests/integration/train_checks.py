@@ -401,7 +401,7 @@ def check_sigterm(r):
     print(f"SIGTERM to rank pid {ranks[0]}: stopped after step {s['steps']}, exit 0, {ckpt}")
 
 
-# --- start-up stage planning (issue 6): parallel.partition balanced, memory.recompute adaptive,
+# --- start-up stage planning: parallel.partition balanced, memory.recompute adaptive,
 # partition trials, the plan in checkpoints ---------------------------------------------------
 
 TINY_UNITS = (["vit_embed", "vit_block.0", "vit_block.1", "projector", "llm_embed"]

@@ -1,7 +1,7 @@
-// The fixed reproduction of issue 6 on the shared InternVL length files (a real-data test: it
-// fails when the data is missing). Checks the ablation's invariants and the issue's acceptance
-// band, not particular numbers; and (issue 18) that the ablation's memory-aware row and the
-// trainer's start-up planner choose the same split and recompute flags from the same inputs.
+// The paper's ablation, reproduced on the shared InternVL length files (a real-data test: it
+// fails when the data is missing). Checks the ablation's invariants and an acceptance band, not
+// particular numbers; and that the ablation's memory-aware row and the trainer's start-up
+// planner choose the same split and recompute flags from the same inputs.
 #include "apps/omnibal-plan/partition_ablation.h"
 
 #include <catch2/catch.hpp>
