@@ -6,7 +6,7 @@
 //       [--seed S] [--on-bad-sample error|skip] [--search-samples N] [--resample N]
 //       [--max-seq-len N | --preset NAME] [--json OUT.json] [--plan OUT]
 //
-// Prints one table row per method (spec §1.8 metrics). Budgets are searched once (with the
+// Prints one table row per method (docs/paper.md metrics). Budgets are searched once (with the
 // candidate table printed) when --search is given or when a method needs budgets that were not
 // given; multi-source searches per dataset. --json writes {"results": [...]}; --plan writes the
 // plan of the first method listed (isf for --method all) in plan_json.h's format.

@@ -58,7 +58,7 @@ MicroBatchLoad worst_load(const std::vector<StepLoads>& steps) {
   return MicroBatchLoad::packed({static_cast<int32_t>(tiles)}, {static_cast<int32_t>(tokens)});
 }
 
-/// The mean micro-batch of a plan (the balanced profiling load of BMP, spec §2.2 item 2).
+/// The mean micro-batch of a plan (the balanced profiling load of BMP, docs/paper.md).
 MicroBatchLoad mean_load(const std::vector<StepLoads>& steps) {
   double tiles = 0, n = 0, samples = 0;
   std::vector<int32_t> lengths;

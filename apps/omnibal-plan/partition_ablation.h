@@ -1,4 +1,4 @@
-// The OmniBal ablation as a simulation (issue 6, spec §4.3): the same samples trained for one
+// The OmniBal ablation as a simulation (paper Table 2, docs/paper.md): the same samples trained for one
 // epoch under
 //   baseline              random padded micro-batches of samples-per-pack samples, DeepSpeed
 //                         `parameters` split, full recomputation
@@ -15,7 +15,7 @@
 // adaptive recomputation on the row-3 split (what adaptive recompute gives without re-search).
 // Every row is simulated step by step (training_simulator.h) with analytic costs; epoch time is
 // the simulated time of the full steps scaled to all samples of the epoch (the epoch tail is
-// carried, conventions.md). Composition of lib/balance, lib/partition and lib/memory; no logic
+// carried, docs/conventions.md). Composition of lib/balance, lib/partition and lib/memory; no logic
 // of its own beyond wiring and reporting.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The run configuration as plain structs, one per concern, parsed once at the edge from YAML
 // (yaml-cpp) plus `--set a.b=c` overrides. Library code takes the narrowest const FooConfig&.
-// Keys follow ../shared/docs/conventions.md; unknown keys and bad values are errors that name
+// Keys and accepted values: docs/conventions.md; unknown keys and bad values are errors that name
 // the file, line and key and say what was expected.
 //
 // Adding a key: add the member with its default, list it in the struct's visit_fields(), and

@@ -1,4 +1,4 @@
-// Per-stage device memory under 1F1B (OmniBal §3.3 / spec §3): for stage s of P with m
+// Per-stage device memory under 1F1B (OmniBal §3.3, docs/paper.md): for stage s of P with m
 // micro-batches,
 //   static      = weights + gradients + optimizer state of the stage's units (the optimizer
 //                 state divided by dp under ZeRO-1; frozen units have neither grads nor state)

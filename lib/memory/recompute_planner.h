@@ -1,4 +1,4 @@
-// Activation recomputation plans per pipeline stage (memory balance, OmniBal §3.3 / spec §3):
+// Activation recomputation plans per pipeline stage (memory balance, OmniBal §3.3, docs/paper.md):
 // which units re-run their forward during backward instead of keeping their activations.
 // Modes: none, full (every ViT and LLM block), per-stage counts (the first k blocks of stage s,
 // as EasyLLM's dynamic checkpoint but with a count per stage), and adaptive: for each stage,

@@ -1,6 +1,6 @@
 // StagePlan: the pipeline layout a training run uses, as one torch-free value — which units
-// each stage holds (model balance, OmniBal §3.2 / spec §2) and which blocks recompute their
-// activations (memory balance, §3.3 / spec §3) — plus where each half came from, the search's
+// each stage holds (model balance, OmniBal §3.2, docs/paper.md) and which blocks recompute their
+// activations (memory balance, §3.3) — plus where each half came from, the search's
 // candidates and the predicted memory per stage. It is the only stage-layout type: the trainer
 // builds its stage from it, logs it, writes it to the run directory and stores it in every
 // checkpoint (metadata: parameters are saved per unit, so any plan can load any checkpoint).
@@ -86,7 +86,7 @@ int judge_by_pipeline_time(std::vector<PlanCandidate>& candidates);
 
 /// The recompute flags the first round of the memory-aware search (balanced + adaptive)
 /// assumes: every block recomputed. Why full and not none: OmniBal's memory balance starts from
-/// full recomputation (spec §3.1 step 1: train with every layer recomputed, then switch layers
+/// full recomputation (OmniBal §3.3, docs/paper.md: train with every layer recomputed, then switch layers
 /// off), the candidate filter already admits a split only when full recomputation fits, and the
 /// first round is then exactly the balanced search under full recomputation (the ablation's
 /// "+ balanced partition" row), which later rounds refine with the adaptive flags.

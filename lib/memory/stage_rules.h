@@ -1,6 +1,6 @@
 // The fixed stage rules: the split and the recompute flags a config names outright, without a
-// cost-table search (model balance baselines, OmniBal §3.2 / spec §2.3; memory balance modes,
-// §3.3 / spec §3). One copy for every user: the trainer's start-up planner, memory::plan_stages,
+// cost-table search (model balance baselines, OmniBal §3.2, docs/paper.md; memory balance modes,
+// §3.3). One copy for every user: the trainer's start-up planner, memory::plan_stages,
 // `omnibal-plan simulate` and the partition ablation.
 //   split      uniform (DeepSpeed `uniform`: equal unit counts) | parameters (DeepSpeed
 //              `parameters`: min-max over per-unit parameter weights) | manual (the config's

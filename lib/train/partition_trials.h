@@ -1,4 +1,4 @@
-// Timed partition trials (OmniBal §3.2 step 5 / spec §2.1 item 5, `parallel.partition_trials`):
+// Timed partition trials (OmniBal §3.2, BMP's last step, `parallel.partition_trials`):
 // the balanced search's best candidates run for real before training, and the simulator's pick
 // is replaced only when a trial beats it by more than the measured noise. Each trial builds the
 // candidate's stage on every rank (fresh units, initialised from train.seed by parameter name

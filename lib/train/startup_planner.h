@@ -1,4 +1,4 @@
-// The trainer's start-up planning of the pipeline layout (issue 6, issue 18): `parallel.partition`
+// The trainer's start-up planning of the pipeline layout (lib/train/README.md): `parallel.partition`
 // and `memory.recompute` become one memory::StagePlan (split + per-unit recompute flags) before
 // any stage is built. The decision is torch-free (memory/plan_sources.h), two questions:
 //   where the split comes from      config (uniform | parameters over the preset's parameter
