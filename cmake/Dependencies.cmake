@@ -33,6 +33,18 @@ target_link_libraries(omnibal_mpi INTERFACE MPI::MPI_C)
 target_compile_definitions(omnibal_mpi INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 add_library(omnibal::mpi ALIAS omnibal_mpi)
 
+# lib/data's torch-free core: SentencePiece (through a dlopen'ed shim) and stb (header-only).
+pkg_check_modules(SENTENCEPIECE IMPORTED_TARGET sentencepiece)
+if(SENTENCEPIECE_FOUND)
+  add_library(omnibal::sentencepiece ALIAS PkgConfig::SENTENCEPIECE)
+endif()
+find_path(OMNIBAL_STB_INCLUDE_DIR stb_image.h PATH_SUFFIXES stb)
+if(OMNIBAL_STB_INCLUDE_DIR)
+  add_library(omnibal_stb INTERFACE)
+  target_include_directories(omnibal_stb SYSTEM INTERFACE ${OMNIBAL_STB_INCLUDE_DIR})
+  add_library(omnibal::stb ALIAS omnibal_stb)
+endif()
+
 if(OMNIBAL_WITH_TORCH)
   # Debian's libtorch-dev ships TorchConfig.cmake; a CUDA LibTorch 2.x is found via CMAKE_PREFIX_PATH.
   find_package(Torch REQUIRED)
@@ -43,17 +55,6 @@ if(OMNIBAL_WITH_TORCH)
   separate_arguments(_omnibal_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
   target_compile_options(omnibal_torch INTERFACE ${_omnibal_torch_flags})
   add_library(omnibal::torch ALIAS omnibal_torch)
-
-  pkg_check_modules(SENTENCEPIECE IMPORTED_TARGET sentencepiece)
-  if(SENTENCEPIECE_FOUND)
-    add_library(omnibal::sentencepiece ALIAS PkgConfig::SENTENCEPIECE)
-  endif()
-  find_path(OMNIBAL_STB_INCLUDE_DIR stb_image.h PATH_SUFFIXES stb)
-  if(OMNIBAL_STB_INCLUDE_DIR)
-    add_library(omnibal_stb INTERFACE)
-    target_include_directories(omnibal_stb SYSTEM INTERFACE ${OMNIBAL_STB_INCLUDE_DIR})
-    add_library(omnibal::stb ALIAS omnibal_stb)
-  endif()
 
   # NCCL: only with a CUDA LibTorch.
   set(OMNIBAL_HAVE_NCCL OFF)

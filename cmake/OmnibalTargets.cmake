@@ -1,12 +1,16 @@
 # Helpers that give every omnibal target the same shape.
 #
-#   omnibal_add_library(NAME SOURCES a.cpp ... DEPS target ... [TORCH])
+#   omnibal_add_library(NAME SOURCES a.cpp ... DEPS target ... [TORCH [TORCH_FREE b.cpp ...]])
 #     A static library omnibal_<NAME> (alias omnibal::<NAME>) whose headers are included as
-#     "<folder>/<file>.h" from the repository root. TORCH links LibTorch and reuses the one
-#     precompiled LibTorch header; torch-free targets cannot include torch at all.
+#     "<folder>/<file>.h" from the repository root. TORCH links LibTorch and compiles its sources
+#     with the one precompiled LibTorch header, except those listed in TORCH_FREE (sources that
+#     include no torch header, directly or through ours; listed in SOURCES or only there):
+#     loading the 0.7 GB header costs ~5 s of CPU per file, and its thousands of overloads make
+#     fmt/nlohmann-heavy files 2x slower. Torch-free targets do not see LibTorch's include path
+#     (tests/include_check.cmake fails on torch, ATen, c10 and mpi.h includes in the planners).
 #
-#   omnibal_add_test(NAME SOURCES a_test.cpp ... DEPS target ... [LABELS l ...] [TORCH])
-#     A Catch2 executable linked with the shared Catch2 main object, registered test by test.
+#   omnibal_add_test(NAME SOURCES a_test.cpp ... DEPS target ... [LABELS l ...] [TORCH [TORCH_FREE ...]])
+#     A Catch2 executable linked with the shared Catch2 main, registered test by test.
 
 if(OMNIBAL_WITH_TORCH)
   # One precompiled LibTorch header shared by every torch target (REUSE_FROM).
@@ -16,27 +20,40 @@ if(OMNIBAL_WITH_TORCH)
   target_precompile_headers(omnibal_torch_pch PRIVATE <torch/torch.h>)
 endif()
 
+# Gives `target` the precompiled LibTorch header, skipping the sources in ARGN.
+function(omnibal_use_torch_pch target)
+  target_precompile_headers(${target} REUSE_FROM omnibal_torch_pch)
+  if(ARGN)
+    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target}
+                                PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+  endif()
+endfunction()
+
 function(omnibal_add_library name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS" ${ARGN})
-  add_library(omnibal_${name} STATIC ${ARG_SOURCES})
+  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS;TORCH_FREE" ${ARGN})
+  set(_sources ${ARG_SOURCES} ${ARG_TORCH_FREE})
+  list(REMOVE_DUPLICATES _sources)
+  add_library(omnibal_${name} STATIC ${_sources})
   add_library(omnibal::${name} ALIAS omnibal_${name})
   target_include_directories(omnibal_${name} PUBLIC ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR})
   target_link_libraries(omnibal_${name} PUBLIC ${ARG_DEPS})
   target_compile_options(omnibal_${name} PRIVATE -Wall -Wextra -Werror=switch)
   if(ARG_TORCH)
     target_link_libraries(omnibal_${name} PUBLIC omnibal::torch)
-    target_precompile_headers(omnibal_${name} REUSE_FROM omnibal_torch_pch)
+    omnibal_use_torch_pch(omnibal_${name} ${ARG_TORCH_FREE})
   endif()
 endfunction()
 
 function(omnibal_add_test name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS;LABELS" ${ARGN})
-  add_executable(${name} ${ARG_SOURCES})
+  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS;LABELS;TORCH_FREE" ${ARGN})
+  set(_sources ${ARG_SOURCES} ${ARG_TORCH_FREE})
+  list(REMOVE_DUPLICATES _sources)
+  add_executable(${name} ${_sources})
   target_link_libraries(${name} PRIVATE omnibal_catch_main Catch2::Catch2 ${ARG_DEPS})
   target_compile_definitions(${name} PRIVATE OMNIBAL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   if(ARG_TORCH)
     target_link_libraries(${name} PRIVATE omnibal::torch)
-    target_precompile_headers(${name} REUSE_FROM omnibal_torch_pch)
+    omnibal_use_torch_pch(${name} ${ARG_TORCH_FREE})
   endif()
   set(_labels ${ARG_LABELS})
   catch_discover_tests(${name} PROPERTIES LABELS "${_labels}"

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace omnibal::plan {
@@ -15,20 +16,29 @@ using Actions = std::vector<std::function<int()>>;
 void register_data_command(CLI::App& app, Actions& actions);
 /// `partition`: BMP, adaptive recompute and the simulated OmniBal ablation (partition_command.cpp).
 void register_partition_command(CLI::App& app, Actions& actions);
-/// `scan`: per-sample lengths of a meta file (scan_command.cpp; needs the LibTorch build).
+/// `scan`: per-sample lengths of a meta file (scan_command.cpp; lib/data's torch-free core).
 void register_scan_command(CLI::App& app, Actions& actions);
-/// `profile`: the measured per-unit cost table of a preset (profile_command.cpp; LibTorch build).
+/// `profile`: the measured per-unit cost table of a preset (profile_command.cpp; in
+/// omnibal-plan-torch).
 void register_profile_command(CLI::App& app, Actions& actions);
 
 /// `export`: a training checkpoint as a Hugging Face InternVL checkpoint (export_command.cpp;
-/// needs the LibTorch build).
+/// in omnibal-plan-torch).
 void register_export_command(CLI::App& app, Actions& actions);
 
 /// `simulate`: the DP x PP simulator on one trainer config with a profiled cost table and the
 /// trainer's own packs (simulate_command.cpp; torch-free).
 void register_simulate_command(CLI::App& app, Actions& actions);
 
-/// Registers every subcommand compiled into this build (commands.cpp lists them).
+/// Registers the torch-free subcommands of omnibal-plan (commands.cpp lists them).
 void register_commands(CLI::App& app, Actions& actions);
+
+/// Whether `name` is a subcommand of omnibal-plan-torch (profile, export; torch_commands.cpp).
+bool is_torch_command(const std::string& name);
+/// Replaces this process with omnibal-plan-torch from the folder of the running executable,
+/// same arguments; throws omnibal::Error naming the path when it cannot be started.
+int exec_torch_command(int argc, char** argv);
+/// Lists the torch subcommands in `omnibal-plan --help` (they never run in this process).
+void register_torch_command_stubs(CLI::App& app);
 
 }  // namespace omnibal::plan

@@ -2,9 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <numeric>
+#include <thread>
 
 #include "balance/balance_metrics.h"
 #include "balance/step_plan.h"
@@ -53,6 +58,39 @@ SearchCandidate score(const SampleTable& table, const std::vector<uint32_t>& ids
   c.dist_ratio_llm = m.dist_ratio_llm;
   c.token_fill = m.token_fill;
   return c;
+}
+
+int available_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Scores every grid point; candidate i lands at index i whichever thread scored it, and the
+// error of the lowest failing index is rethrown, so threads change nothing but the time.
+std::vector<SearchCandidate> score_all(const SampleTable& table, const std::vector<uint32_t>& ids,
+                                       const std::vector<IsfBudgets>& grid, const SearchOptions& o) {
+  std::vector<SearchCandidate> out(grid.size());
+  std::vector<std::exception_ptr> errors(grid.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < grid.size(); i = next++) {
+      try {
+        out[i] = score(table, ids, grid[i], o);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const int threads = std::min<int>(o.threads > 0 ? o.threads : available_cpus(),
+                                    static_cast<int>(grid.size()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
 }
 
 size_t pick_best(const std::vector<SearchCandidate>& cs, int target, bool& found) {
@@ -126,7 +164,7 @@ SearchResult search_budgets(const SampleTable& table, const std::vector<uint32_t
   const auto scored = scoring_ids(ids, options);
   SearchResult result;
   result.scored_samples = scored.size();
-  for (const auto& b : grid) result.candidates.push_back(score(table, scored, b, options));
+  result.candidates = score_all(table, scored, grid, options);
   result.best = pick_best(result.candidates, options.samples_per_pack, result.found);
   return result;
 }

@@ -38,6 +38,9 @@ struct SearchOptions {
   uint64_t seed = 1024;        ///< ISF / placement / subsample seed
   size_t max_scored_samples = size_t{1} << 17;  ///< subsample size above which scoring samples
   int64_t max_pack_tokens = 0;  ///< cap on Q_t in tokens (the model's llm.max_seq_len); 0: none
+  /// Threads scoring candidates (each candidate is independent and seeded alike, so the result
+  /// does not depend on it); 0: the CPUs this process may run on.
+  int threads = 0;
 };
 
 /// One scored candidate (a row of the printed table).
