@@ -31,7 +31,8 @@ torch::Tensor counter_dropout(const torch::Tensor& x, double p, int64_t key, uin
   const uint64_t seed = splitmix64(state);
   at::Generator gen = compat::cpu_generator(seed);
   // uniform_ on the CPU is a serial kernel: the draw does not depend on the thread count.
-  const torch::Tensor u = torch::rand(x.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat32));
+  const torch::Tensor u =
+      torch::rand(x.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat32));
   const torch::Tensor mask = u.ge(p).to(x.device(), x.scalar_type()).mul_(1.0 / (1.0 - p));
   return x * mask;
 }

@@ -13,11 +13,14 @@ torch::nn::Linear linear_no_bias(int64_t in, int64_t out) {
 }  // namespace
 
 LlmEmbedUnit::LlmEmbedUnit(const LlmPreset& preset, int64_t img_context_id)
-    : PipelineUnit("llm_embed", UnitKind::kLlmEmbed), preset_(preset), img_context_id_(img_context_id) {
+    : PipelineUnit("llm_embed", UnitKind::kLlmEmbed),
+      preset_(preset),
+      img_context_id_(img_context_id) {
   OMNIBAL_CHECK(img_context_id >= 0 && img_context_id < preset.vocab_size,
                 "llm_embed: img_context_id must be a token id in [0, ", preset.vocab_size,
                 "), got ", img_context_id, " (take it from the tokenizer)");
-  tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(preset.vocab_size, preset.width));
+  tok_embeddings =
+      register_module("tok_embeddings", torch::nn::Embedding(preset.vocab_size, preset.width));
 }
 
 UnitState LlmEmbedUnit::forward(const UnitState& state) {

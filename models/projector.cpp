@@ -29,8 +29,9 @@ UnitState ProjectorUnit::forward(const UnitState& state) {
   const torch::Tensor& x = state.hidden;  // [tiles, 1 + side^2, d]
   const int64_t tiles = x.size(0), patches = x.size(1) - 1, d = x.size(2);
   const auto side = static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(patches))));
-  OMNIBAL_CHECK(side * side == patches && side % 2 == 0, "projector: expected 1 + side^2 ViT tokens ",
-                "per tile with an even side, got ", x.size(1));
+  OMNIBAL_CHECK(side * side == patches && side % 2 == 0,
+                "projector: expected 1 + side^2 ViT tokens ", "per tile with an even side, got ",
+                x.size(1));
   const torch::Tensor grid = x.narrow(1, 1, patches).reshape({tiles, side, side, d});
   const torch::Tensor shuffled = pixel_shuffle_v2(grid).reshape({tiles, patches / 4, 4 * d});
   const torch::Tensor projected =

@@ -30,13 +30,15 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    auto rc = c10::static_intrusive_pointer_cast<RecomputeContext>(ctx->saved_data["rc"].toCapsule());
+    auto rc =
+        c10::static_intrusive_pointer_cast<RecomputeContext>(ctx->saved_data["rc"].toCapsule());
     torch::Tensor input = rc->input.hidden.detach();
     const bool input_grad = input.is_floating_point() && rc->input.hidden.requires_grad();
     if (input_grad) input.requires_grad_(true);
     {
       torch::AutoGradMode enable(true);
-      const torch::Tensor out = rc->unit->forward(rc->input.with_hidden(input, rc->input.phase)).hidden;
+      const torch::Tensor out =
+          rc->unit->forward(rc->input.with_hidden(input, rc->input.phase)).hidden;
       torch::autograd::backward({out}, {grad_out[0]});
     }
     return {input_grad ? input.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor()};

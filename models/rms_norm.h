@@ -33,7 +33,8 @@ TORCH_MODULE(RmsNorm);
 /// Parameters: weight [dim], and bias [dim] for layernorm only.
 class VitNormImpl : public torch::nn::Module {
  public:
-  VitNormImpl(const std::string& kind, int64_t dim, double eps) : rms_(kind == "rmsnorm"), eps_(eps) {
+  VitNormImpl(const std::string& kind, int64_t dim, double eps)
+      : rms_(kind == "rmsnorm"), eps_(eps) {
     weight = register_parameter("weight", torch::ones({dim}));
     if (!rms_) bias = register_parameter("bias", torch::zeros({dim}));
   }

@@ -5,7 +5,8 @@ namespace omnibal::models {
 RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta) {
   const auto f64 = torch::dtype(torch::kFloat64).device(positions.device());
   // inv_freq_i = theta^(-2i / d), computed in fp64 then used in fp32 as HF LLaMA does.
-  const torch::Tensor exponents = torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim);
+  const torch::Tensor exponents =
+      torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim);
   const torch::Tensor inv_freq = torch::pow(theta, -exponents).to(torch::kFloat32);
   const torch::Tensor angles = positions.to(torch::kFloat32).unsqueeze(1) * inv_freq.unsqueeze(0);
   const torch::Tensor full = torch::cat({angles, angles}, 1);  // [T, head_dim]

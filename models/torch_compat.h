@@ -54,8 +54,7 @@ inline at::Generator cpu_generator(uint64_t seed) {
 /// Additive causal mask [q_len, k_len]: 0 where key j <= query i (aligned at the top left),
 /// -inf above the diagonal. dtype/device follow `like`.
 inline torch::Tensor causal_additive_mask(int64_t q_len, int64_t k_len, const torch::Tensor& like) {
-  return torch::full({q_len, k_len}, -std::numeric_limits<float>::infinity(),
-                     like.options())
+  return torch::full({q_len, k_len}, -std::numeric_limits<float>::infinity(), like.options())
       .triu(1);
 }
 

@@ -55,7 +55,8 @@ UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& devic
   s.cu_seqlens = pack.cu_seqlens.to(torch::kCPU, torch::kInt64).contiguous();
   check_cu_seqlens(s.cu_seqlens, tokens);
   if (pack.pixel_values.defined()) {
-    OMNIBAL_CHECK(pack.pixel_values.dim() == 4, "PackBatch.pixel_values: expected [tiles, 3, H, W], got ",
+    OMNIBAL_CHECK(pack.pixel_values.dim() == 4,
+                  "PackBatch.pixel_values: expected [tiles, 3, H, W], got ",
                   pack.pixel_values.sizes());
     const int64_t tiles = pack.pixel_values.size(0);
     s.hidden = pack.pixel_values.to(device);
@@ -70,7 +71,9 @@ torch::Tensor UnitState::side_tensor() const {
   const int64_t tokens = input_ids.defined() ? input_ids.size(0) : 0;
   const int64_t samples = cu_seqlens.defined() ? cu_seqlens.size(0) - 1 : 0;
   const int64_t tiles = image_flags.defined() ? image_flags.size(0) : 0;
-  const auto cpu = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kInt64).reshape(-1); };
+  const auto cpu = [](const torch::Tensor& t) {
+    return t.to(torch::kCPU, torch::kInt64).reshape(-1);
+  };
   std::vector<torch::Tensor> parts{
       torch::tensor({static_cast<int64_t>(phase), tokens, samples, tiles, dropout_key},
                     torch::kInt64)};
@@ -87,8 +90,7 @@ torch::Tensor UnitState::side_tensor() const {
 UnitState UnitState::from_wire(torch::Tensor hidden, const torch::Tensor& side) {
   OMNIBAL_CHECK(side.dim() == 1 && side.size(0) >= kHeader && side.scalar_type() == torch::kInt64,
                 "UnitState::from_wire: expected a 1-D int64 side tensor of >= ", kHeader,
-                " entries, got ",
-                side.sizes(), " ", side.scalar_type());
+                " entries, got ", side.sizes(), " ", side.scalar_type());
   const torch::Tensor s = side.to(torch::kCPU);
   const auto acc = s.accessor<int64_t, 1>();
   const int64_t tokens = acc[1], samples = acc[2], tiles = acc[3];

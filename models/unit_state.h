@@ -33,13 +33,13 @@ const char* phase_name(Phase phase);
 /// hidden state's device, except cu_seqlens, which stays on the CPU (the attention loop reads it).
 struct UnitState {
   Phase phase = Phase::kPixels;
-  torch::Tensor hidden;          ///< see the phase table in the file comment
-  torch::Tensor image_flags;     ///< [tiles] int64: 1 real tile, 0 dummy (features dropped)
-  torch::Tensor input_ids;       ///< [T] int64
-  torch::Tensor position_ids;    ///< [T] int64, restarting at 0 per sample
-  torch::Tensor cu_seqlens;      ///< [n + 1] int64 on the CPU, cu_seqlens[n] == T
-  torch::Tensor labels;          ///< [T] int64, -100 = no loss; labels[t] is the target of token t
-  int64_t dropout_key = 0;       ///< key of the micro-batch's dropout masks; 0 = dropout off
+  torch::Tensor hidden;        ///< see the phase table in the file comment
+  torch::Tensor image_flags;   ///< [tiles] int64: 1 real tile, 0 dummy (features dropped)
+  torch::Tensor input_ids;     ///< [T] int64
+  torch::Tensor position_ids;  ///< [T] int64, restarting at 0 per sample
+  torch::Tensor cu_seqlens;    ///< [n + 1] int64 on the CPU, cu_seqlens[n] == T
+  torch::Tensor labels;        ///< [T] int64, -100 = no loss; labels[t] is the target of token t
+  int64_t dropout_key = 0;     ///< key of the micro-batch's dropout masks; 0 = dropout off
   // Set by the last unit (final norm + head + loss):
   torch::Tensor loss_sum;         ///< [] float32: sum of token cross-entropies (nats)
   int64_t label_count = 0;        ///< tokens that contributed to loss_sum

@@ -19,8 +19,9 @@ void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::T
   OMNIBAL_CHECK(cu_seqlens.dim() == 1 && cu_seqlens.device().is_cpu() &&
                     cu_seqlens.scalar_type() == torch::kInt64,
                 "varlen attention: cu_seqlens must be a 1-D int64 CPU tensor");
-  OMNIBAL_CHECK(cu_seqlens[-1].item<int64_t>() == q.size(0), "varlen attention: cu_seqlens ends at ",
-                cu_seqlens[-1].item<int64_t>(), " but the pack has T = ", q.size(0), " tokens");
+  OMNIBAL_CHECK(cu_seqlens[-1].item<int64_t>() == q.size(0),
+                "varlen attention: cu_seqlens ends at ", cu_seqlens[-1].item<int64_t>(),
+                " but the pack has T = ", q.size(0), " tokens");
 }
 
 }  // namespace
@@ -43,13 +44,16 @@ torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tenso
 torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, const torch::Tensor& like) {
   const int64_t tokens = cu_seqlens[-1].item<int64_t>();
   const torch::Tensor lengths = cu_seqlens.slice(0, 1) - cu_seqlens.slice(0, 0, -1);
-  const torch::Tensor sample = torch::repeat_interleave(
-      torch::arange(lengths.size(0), torch::kInt64), lengths);  // [T] sample index of each token
+  const torch::Tensor sample =
+      torch::repeat_interleave(torch::arange(lengths.size(0), torch::kInt64),
+                               lengths);  // [T] sample index of each token
   const torch::Tensor pos = torch::arange(tokens, torch::kInt64);
-  const torch::Tensor visible =
-      sample.unsqueeze(1).eq(sample.unsqueeze(0)).logical_and(pos.unsqueeze(0).le(pos.unsqueeze(1)));
+  const torch::Tensor visible = sample.unsqueeze(1)
+                                    .eq(sample.unsqueeze(0))
+                                    .logical_and(pos.unsqueeze(0).le(pos.unsqueeze(1)));
   return torch::zeros({tokens, tokens}, like.options())
-      .masked_fill(visible.logical_not().to(like.device()), -std::numeric_limits<float>::infinity());
+      .masked_fill(visible.logical_not().to(like.device()),
+                   -std::numeric_limits<float>::infinity());
 }
 
 torch::Tensor dense_reference_attention(const torch::Tensor& q, const torch::Tensor& k,
@@ -57,8 +61,9 @@ torch::Tensor dense_reference_attention(const torch::Tensor& q, const torch::Ten
   check_shapes(q, k, v, cu_seqlens);
   const int64_t group = q.size(1) / k.size(1);
   const torch::Tensor ke = k.repeat_interleave(group, 1), ve = v.repeat_interleave(group, 1);
-  const torch::Tensor out = compat::math_attention(q.transpose(0, 1), ke.transpose(0, 1),
-                                                   ve.transpose(0, 1), block_causal_mask(cu_seqlens, q));
+  const torch::Tensor out =
+      compat::math_attention(q.transpose(0, 1), ke.transpose(0, 1), ve.transpose(0, 1),
+                             block_causal_mask(cu_seqlens, q));
   return out.transpose(0, 1).contiguous();
 }
 

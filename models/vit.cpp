@@ -16,10 +16,11 @@ VitEmbedUnit::VitEmbedUnit(const VitPreset& preset)
     : PipelineUnit("vit_embed", UnitKind::kVitEmbed), preset_(preset) {
   const int64_t d = preset.width, p = preset.patch_size;
   const int64_t side = preset.tile_size / preset.patch_size;
-  patch_embedding = register_module(
-      "patch_embedding", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, d, p).stride(p)));
+  patch_embedding = register_module("patch_embedding",
+                                    torch::nn::Conv2d(torch::nn::Conv2dOptions(3, d, p).stride(p)));
   class_embedding = register_parameter("class_embedding", torch::zeros({1, 1, d}));
-  position_embedding = register_parameter("position_embedding", torch::zeros({1, 1 + side * side, d}));
+  position_embedding =
+      register_parameter("position_embedding", torch::zeros({1, 1 + side * side, d}));
 }
 
 torch::Tensor VitEmbedUnit::position_embedding_for(int64_t side) const {
@@ -27,8 +28,9 @@ torch::Tensor VitEmbedUnit::position_embedding_for(int64_t side) const {
   if (side == base) return position_embedding;
   // InternViT: interpolate the patch part of the table bicubically over the patch grid.
   const int64_t d = position_embedding.size(2);
-  const torch::Tensor grid =
-      position_embedding.narrow(1, 1, base * base).reshape({1, base, base, d}).permute({0, 3, 1, 2});
+  const torch::Tensor grid = position_embedding.narrow(1, 1, base * base)
+                                 .reshape({1, base, base, d})
+                                 .permute({0, 3, 1, 2});
   const torch::Tensor resized =
       F::interpolate(grid.to(torch::kFloat32), F::InterpolateFuncOptions()
                                                    .size(std::vector<int64_t>{side, side})
@@ -60,7 +62,9 @@ UnitState VitEmbedUnit::forward(const UnitState& state) {
 
 VitAttentionImpl::VitAttentionImpl(const VitPreset& preset) : heads_(preset.heads) {
   const int64_t d = preset.width;
-  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(d, 3 * d).bias(preset.qkv_bias)));
+  qkv =
+      register_module("qkv",
+                      torch::nn::Linear(torch::nn::LinearOptions(d, 3 * d).bias(preset.qkv_bias)));
   if (preset.qk_norm) {
     q_norm = register_module("q_norm", RmsNorm(d, kVitNormEps));
     k_norm = register_module("k_norm", RmsNorm(d, kVitNormEps));
@@ -76,8 +80,11 @@ torch::Tensor VitAttentionImpl::forward(const torch::Tensor& x) {
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  auto heads = [&](const torch::Tensor& t) { return t.reshape({b, n, heads_, hd}).transpose(1, 2); };
-  const torch::Tensor out = compat::attention(heads(q), heads(k), heads(parts[2]), /*causal=*/false);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.reshape({b, n, heads_, hd}).transpose(1, 2);
+  };
+  const torch::Tensor out =
+      compat::attention(heads(q), heads(k), heads(parts[2]), /*causal=*/false);
   return proj->forward(out.transpose(1, 2).reshape({b, n, d}));
 }
 
@@ -101,8 +108,8 @@ UnitState VitBlockUnit::forward(const UnitState& state) {
   expect_phase(state, Phase::kVit);
   if (!state.hidden.defined()) return state;
   torch::Tensor x = state.hidden;
-  torch::Tensor a = apply_dropout(attn->forward(norm1->forward(x)), state,
-                                  DropoutSite::kAttentionOutput);
+  torch::Tensor a =
+      apply_dropout(attn->forward(norm1->forward(x)), state, DropoutSite::kAttentionOutput);
   x = x + (ls1.defined() ? a * ls1 : a);
   torch::Tensor m = apply_dropout(mlp->forward(norm2->forward(x)), state, DropoutSite::kMlpOutput);
   x = x + (ls2.defined() ? m * ls2 : m);

@@ -19,7 +19,8 @@ uint64_t fnv1a(const std::string& text) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// Fills `param` from a generator seeded by (seed, name): the value depends on nothing else.
@@ -70,7 +71,8 @@ std::vector<int64_t> unit_parameter_counts(const ModelPreset& preset) {
   const VitPreset& v = preset.vit;
   const LlmPreset& l = preset.llm;
   const int64_t dv = v.width, dl = l.width, side = v.tile_size / v.patch_size;
-  std::vector<int64_t> counts{dv * 3 * v.patch_size * v.patch_size + dv + dv + (side * side + 1) * dv};
+  std::vector<int64_t> counts{dv * 3 * v.patch_size * v.patch_size + dv + dv +
+                              (side * side + 1) * dv};
   for (int i = 0; i < v.depth; ++i) counts.push_back(vit_block_params(v));
   counts.push_back(2 * 4 * dv + 4 * dv * dl + dl + dl * dl + dl);
   counts.push_back(static_cast<int64_t>(l.vocab_size) * dl);
@@ -86,20 +88,25 @@ void init_unit_parameters(PipelineUnit& unit, uint64_t seed, double std) {
   }
 }
 
-std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options,
-                                int64_t begin, int64_t end) {
+std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options, int64_t begin,
+                                int64_t end) {
   const int64_t total = preset.vit.depth + preset.llm.depth + 4;
-  OMNIBAL_CHECK(0 <= begin && begin < end && end <= total, "make_units: expected 0 <= begin < end <= ",
-                total, " units of preset '", preset.name, "', got [", begin, ", ", end, ")");
+  OMNIBAL_CHECK(0 <= begin && begin < end && end <= total,
+                "make_units: expected 0 <= begin < end <= ", total, " units of preset '",
+                preset.name, "', got [", begin, ", ", end, ")");
   const int64_t projector = preset.vit.depth + 1, embed = projector + 1, head = total - 1;
   const bool tied_here = preset.llm.tie_embeddings && begin <= embed && head < end;
   std::vector<UnitPtr> units;
   for (int64_t i = begin; i < end; ++i) {
     if (i == 0) units.push_back(std::make_shared<VitEmbedUnit>(preset.vit));
-    else if (i < projector) units.push_back(std::make_shared<VitBlockUnit>(preset.vit, static_cast<int>(i - 1)));
-    else if (i == projector) units.push_back(std::make_shared<ProjectorUnit>(preset.vit, preset.llm));
-    else if (i == embed) units.push_back(std::make_shared<LlmEmbedUnit>(preset.llm, options.img_context_id));
-    else if (i < head) units.push_back(std::make_shared<LlmBlockUnit>(preset.llm, static_cast<int>(i - embed - 1)));
+    else if (i < projector)
+      units.push_back(std::make_shared<VitBlockUnit>(preset.vit, static_cast<int>(i - 1)));
+    else if (i == projector)
+      units.push_back(std::make_shared<ProjectorUnit>(preset.vit, preset.llm));
+    else if (i == embed)
+      units.push_back(std::make_shared<LlmEmbedUnit>(preset.llm, options.img_context_id));
+    else if (i < head)
+      units.push_back(std::make_shared<LlmBlockUnit>(preset.llm, static_cast<int>(i - embed - 1)));
     else units.push_back(std::make_shared<LlmHeadUnit>(preset.llm, !tied_here));
     init_unit_parameters(*units.back(), options.seed, options.init_std);
     units.back()->set_dropout(options.dropout);
@@ -107,9 +114,11 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
   const torch::Dtype dtype = options.dtype.value_or(compat::default_dtype(options.device));
   for (auto& unit : units) unit->to(options.device, dtype);
   auto* head_unit = units.back()->kind() == UnitKind::kLlmHead
-                        ? static_cast<LlmHeadUnit*>(units.back().get()) : nullptr;
+                        ? static_cast<LlmHeadUnit*>(units.back().get())
+                        : nullptr;
   if (head_unit && tied_here) {
-    head_unit->tie_to(static_cast<LlmEmbedUnit*>(units[embed - begin].get())->tok_embeddings->weight);
+    head_unit->tie_to(
+        static_cast<LlmEmbedUnit*>(units[embed - begin].get())->tok_embeddings->weight);
   } else if (head_unit && preset.llm.tie_embeddings) {
     // Head on another stage than the embedding: start from the same values (see vlm.h).
     torch::Tensor w = head_unit->output->weight;
@@ -131,7 +140,8 @@ UnitState empty_output(const PipelineUnit& last, const UnitState& state) {
   switch (last.kind()) {
     case UnitKind::kVitEmbed:
     case UnitKind::kVitBlock: return state.with_hidden(torch::zeros({0, 0, 0}, opt), Phase::kVit);
-    case UnitKind::kProjector: return state.with_hidden(torch::zeros({0, 0}, opt), Phase::kProjected);
+    case UnitKind::kProjector:
+      return state.with_hidden(torch::zeros({0, 0}, opt), Phase::kProjected);
     case UnitKind::kLlmEmbed:
     case UnitKind::kLlmBlock: return state.with_hidden(torch::zeros({0, 0}, opt), Phase::kLlm);
     case UnitKind::kLlmHead: break;
@@ -163,7 +173,8 @@ void load_unit(PipelineUnit& unit, const std::string& path) {
     archive.load_from(path);
     unit.load(archive);
   } catch (const c10::Error& e) {
-    OMNIBAL_FAIL("load_unit ", unit.unit_name(), ": cannot load '", path, "': ", e.what_without_backtrace());
+    OMNIBAL_FAIL("load_unit ", unit.unit_name(), ": cannot load '", path,
+                 "': ", e.what_without_backtrace());
   }
 }
 

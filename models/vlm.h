@@ -25,18 +25,33 @@ namespace omnibal::models {
 
 /// How to instantiate a preset ("how we run it", as opposed to the preset's "what it is").
 struct VlmOptions {
-  int64_t img_context_id = -1;     ///< tokenizer id of <IMG_CONTEXT>; required (>= 0)
-  uint64_t seed = 0;               ///< initialisation seed
+  int64_t img_context_id = -1;  ///< tokenizer id of <IMG_CONTEXT>; required (>= 0)
+  uint64_t seed = 0;            ///< initialisation seed
   torch::Device device = torch::kCPU;
   std::optional<torch::Dtype> dtype;  ///< default: bf16 on CUDA, fp32 on CPU
-  double init_std = 0.02;          ///< std of the normal init of matrices and embeddings
-  double dropout = 0.0;            ///< residual dropout of ViT and LLM blocks (model.dropout)
+  double init_std = 0.02;             ///< std of the normal init of matrices and embeddings
+  double dropout = 0.0;               ///< residual dropout of ViT and LLM blocks (model.dropout)
 
-  VlmOptions& with_img_context_id(int64_t id) { img_context_id = id; return *this; }
-  VlmOptions& with_seed(uint64_t s) { seed = s; return *this; }
-  VlmOptions& with_device(torch::Device d) { device = d; return *this; }
-  VlmOptions& with_dtype(torch::Dtype t) { dtype = t; return *this; }
-  VlmOptions& with_dropout(double p) { dropout = p; return *this; }
+  VlmOptions& with_img_context_id(int64_t id) {
+    img_context_id = id;
+    return *this;
+  }
+  VlmOptions& with_seed(uint64_t s) {
+    seed = s;
+    return *this;
+  }
+  VlmOptions& with_device(torch::Device d) {
+    device = d;
+    return *this;
+  }
+  VlmOptions& with_dtype(torch::Dtype t) {
+    dtype = t;
+    return *this;
+  }
+  VlmOptions& with_dropout(double p) {
+    dropout = p;
+    return *this;
+  }
 };
 
 /// Names of all units of `preset` in model order (vit_embed ... llm_head):
@@ -51,8 +66,8 @@ std::vector<int64_t> unit_parameter_counts(const ModelPreset& preset);
 /// Builds units [begin, end) of `preset`, initialised from options.seed, on options.device in
 /// options.dtype. Throws omnibal::Error on an empty or out-of-range interval or a missing
 /// img_context_id.
-std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options,
-                                int64_t begin, int64_t end);
+std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options, int64_t begin,
+                                int64_t end);
 
 /// Runs units in order (run_unit(), so recompute flags apply): the forward of one pipeline
 /// stage (or of the whole model). An empty micro-batch (state.empty()) computes nothing and

@@ -84,8 +84,8 @@ PlannerOptions planner_options(const DataArgs& a) {
     o.max_seq_len_origin = "--preset " + a.preset;
   }
   OMNIBAL_CHECK(o.max_seq_len == 0 || a.q_tok <= o.max_seq_len, "--q-tok ", a.q_tok,
-                " is over the model's llm.max_seq_len ", o.max_seq_len, " (",
-                o.max_seq_len_origin, "): a pack cannot hold more tokens than the model runs");
+                " is over the model's llm.max_seq_len ", o.max_seq_len, " (", o.max_seq_len_origin,
+                "): a pack cannot hold more tokens than the model runs");
   return o;
 }
 
@@ -97,31 +97,45 @@ std::string budget_text(const MethodResult& r) {
 }
 
 void print_header() {
-  fmt::print("{:<21} {:>15} {:>6} {:>8} {:>8} {:>6} {:>6} {:>7} {:>8} {:>5} {:>6} {:>5} {:>6} {:>7}\n",
-             "method", "Q_v/Q_t/Q'_t", "pad", "dist_vit", "dist_llm", "t_fill", "k_fill", "packs",
-             "smp/pack", "max_v", "max_t", "skip", "carry", "sec");
+  fmt::print(
+      "{:<21} {:>15} {:>6} {:>8} {:>8} {:>6} {:>6} {:>7} {:>8} {:>5} {:>6} {:>5} {:>6} {:>7}\n",
+      "method", "Q_v/Q_t/Q'_t", "pad", "dist_vit", "dist_llm", "t_fill", "k_fill", "packs",
+      "smp/pack", "max_v", "max_t", "skip", "carry", "sec");
 }
 
 void print_row(const MethodResult& r) {
   const auto& m = r.metrics;
-  fmt::print("{:<21} {:>15} {:>6.3f} {:>8.5f} {:>8.5f} {:>6.3f} {:>6.3f} {:>7} {:>8.3f} {:>5} "
-             "{:>6} {:>5} {:>6} {:>7.3f}\n",
-             method_name(r.method), budget_text(r), m.pad_ratio, m.dist_ratio_vit,
-             m.dist_ratio_llm, m.tile_fill, m.token_fill, m.packs, m.samples_per_pack,
-             m.max_tiles, m.max_tokens, m.skipped, m.carried_samples, r.seconds);
+  fmt::print(
+      "{:<21} {:>15} {:>6.3f} {:>8.5f} {:>8.5f} {:>6.3f} {:>6.3f} {:>7} {:>8.3f} {:>5} "
+      "{:>6} {:>5} {:>6} {:>7.3f}\n",
+      method_name(r.method), budget_text(r), m.pad_ratio, m.dist_ratio_vit, m.dist_ratio_llm,
+      m.tile_fill, m.token_fill, m.packs, m.samples_per_pack, m.max_tiles, m.max_tokens, m.skipped,
+      m.carried_samples, r.seconds);
 }
 
 Json result_json(const MethodResult& r, const PlannerOptions& o) {
   const auto& m = r.metrics;
-  Json j = {{"method", method_name(r.method)}, {"pad_ratio", m.pad_ratio},
-            {"dist_ratio_vit", m.dist_ratio_vit}, {"dist_ratio_llm", m.dist_ratio_llm},
-            {"tile_fill", m.tile_fill}, {"token_fill", m.token_fill}, {"packs", m.packs},
-            {"samples", m.samples}, {"samples_per_pack", m.samples_per_pack},
-            {"skipped", m.skipped}, {"seconds", r.seconds}, {"max_tiles", m.max_tiles},
-            {"max_tokens", m.max_tokens}, {"steps", m.steps},
-            {"carried_packs", m.carried_packs}, {"carried_samples", m.carried_samples},
-            {"pack_seconds", r.pack_seconds}, {"place_seconds", r.place_seconds},
-            {"dp", o.dp}, {"micro_batches", o.micro_batches}, {"seed", o.seed}};
+  Json j = {{"method", method_name(r.method)},
+            {"pad_ratio", m.pad_ratio},
+            {"dist_ratio_vit", m.dist_ratio_vit},
+            {"dist_ratio_llm", m.dist_ratio_llm},
+            {"tile_fill", m.tile_fill},
+            {"token_fill", m.token_fill},
+            {"packs", m.packs},
+            {"samples", m.samples},
+            {"samples_per_pack", m.samples_per_pack},
+            {"skipped", m.skipped},
+            {"seconds", r.seconds},
+            {"max_tiles", m.max_tiles},
+            {"max_tokens", m.max_tokens},
+            {"steps", m.steps},
+            {"carried_packs", m.carried_packs},
+            {"carried_samples", m.carried_samples},
+            {"pack_seconds", r.pack_seconds},
+            {"place_seconds", r.place_seconds},
+            {"dp", o.dp},
+            {"micro_batches", o.micro_batches},
+            {"seed", o.seed}};
   if (r.budgets.q_vit || r.budgets.q_tok) {
     j["q_vit"] = r.budgets.q_vit;
     j["q_tok"] = r.budgets.q_tok;
@@ -138,15 +152,19 @@ Json result_json(const MethodResult& r, const PlannerOptions& o) {
 }
 
 int run_data(const DataArgs& a) {
-  OMNIBAL_CHECK(a.lengths.empty() != a.meta.empty(), "give either --lengths F.json ... or --meta M.json");
-  SampleTable table = a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta, a.seed);
+  OMNIBAL_CHECK(a.lengths.empty() != a.meta.empty(),
+                "give either --lengths F.json ... or --meta M.json");
+  SampleTable table =
+      a.meta.empty() ? read_length_files(a.lengths) : read_meta_file(a.meta, a.seed);
   if (a.resample > 0) table = resample(table, a.resample, a.seed);
   PlannerOptions o = planner_options(a);
-  fmt::print("data: {} samples from {} datasets ({} failed-statistics records skipped), dp {}, "
-             "m {}, target {} samples/pack, seed {}, {}\n", table.size(), table.datasets.size(),
-             table.failed_stats(), a.dp, a.micro_batches, a.samples_per_pack, a.seed,
-             o.max_seq_len ? fmt::format("at most {} tokens per pack", o.max_seq_len)
-                           : std::string("no token cap"));
+  fmt::print(
+      "data: {} samples from {} datasets ({} failed-statistics records skipped), dp {}, "
+      "m {}, target {} samples/pack, seed {}, {}\n",
+      table.size(), table.datasets.size(), table.failed_stats(), a.dp, a.micro_batches,
+      a.samples_per_pack, a.seed,
+      o.max_seq_len ? fmt::format("at most {} tokens per pack", o.max_seq_len)
+                    : std::string("no token cap"));
   const auto methods = methods_of(a.method);
   const bool searched = budgets_unset(o.budgets);
   double search_seconds = 0;
@@ -209,7 +227,8 @@ void register_data_command(CLI::App& app, Actions& actions) {
   cmd->add_flag("--search", args->search, "search the ISF budgets (Q_v, Q_t, Q'_t)");
   cmd->add_option("--q-vit", args->q_vit, "Q_v: tile budget per pack");
   cmd->add_option("--q-tok", args->q_tok, "Q_t: token budget per pack");
-  cmd->add_option("--q-tok-thresh", args->q_tok_thresh, "Q'_t: acceptance threshold (default Q_t-128)");
+  cmd->add_option("--q-tok-thresh", args->q_tok_thresh,
+                  "Q'_t: acceptance threshold (default Q_t-128)");
   cmd->add_option("--micro-batches", args->micro_batches, "m: packs per DP rank per step")
       ->capture_default_str();
   cmd->add_option("--iterations", args->iterations, "T: ISF rounds")->capture_default_str();
@@ -217,7 +236,8 @@ void register_data_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--on-bad-sample", args->on_bad_sample, "over-budget samples: error|skip")
       ->capture_default_str();
   cmd->add_option("--search-samples", args->search_samples,
-                  "score search candidates on at most N samples (0 = all)")->capture_default_str();
+                  "score search candidates on at most N samples (0 = all)")
+      ->capture_default_str();
   cmd->add_option("--resample", args->resample,
                   "draw N samples with replacement from the inputs (benchmarks at mixture scale)");
   auto* cap = cmd->add_option("--max-seq-len", args->max_seq_len,

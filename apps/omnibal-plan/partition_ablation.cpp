@@ -104,7 +104,9 @@ void use_measured_table(Context& c) {
                 analytic.units.size());
   const auto bytes = [](const partition::UnitCostTable& t) {
     return std::accumulate(t.units.begin(), t.units.end(), 0.0,
-                           [](double s, const partition::UnitCost& u) { return s + u.parameter_bytes; });
+                           [](double s, const partition::UnitCost& u) {
+                             return s + u.parameter_bytes;
+                           });
   };
   c.memory.weight_bytes_per_param *= bytes(table) / (bytes(analytic) * c.o.tp);
   c.measured.emplace(std::move(table));
@@ -203,8 +205,8 @@ memory::StagePlan balanced_plan(const Context& c, const std::vector<StepLoads>& 
   RecomputeSpec recompute;
   recompute.mode = adaptive ? RecomputeMode::kAdaptive : RecomputeMode::kFull;
   return memory::plan_stages(c.model().costs(mean_load(steps)), balanced, recompute,
-                             planner_options(c, steps), simulator_judge(c, steps, adaptive, seconds),
-                             &search);
+                             planner_options(c, steps),
+                             simulator_judge(c, steps, adaptive, seconds), &search);
 }
 
 void check_options(const AblationOptions& o) {
@@ -212,8 +214,9 @@ void check_options(const AblationOptions& o) {
                 "partition: --dp, --pp, --tp and --micro-batches must be >= 1");
   OMNIBAL_CHECK(!o.lengths.empty(), "partition: give at least one --lengths file");
   OMNIBAL_CHECK(o.global_batch % (static_cast<int64_t>(o.dp) * o.micro_batches) == 0,
-                "partition: --global-batch ", o.global_batch, " is not a multiple of dp * m = ",
-                o.dp * o.micro_batches, " (the baseline's micro-batch size would not be whole)");
+                "partition: --global-batch ", o.global_batch,
+                " is not a multiple of dp * m = ", o.dp * o.micro_batches,
+                " (the baseline's micro-batch size would not be whole)");
 }
 
 }  // namespace
@@ -221,9 +224,11 @@ void check_options(const AblationOptions& o) {
 AblationResult run_partition_ablation(const AblationOptions& o) {
   check_options(o);
   Context c{o,
-            partition::AnalyticCostModel(load_model_preset(o.model), partition::device_spec(o.device),
-                                         o.tp, o.freeze_vit),
-            {}, 0, 0};
+            partition::AnalyticCostModel(load_model_preset(o.model),
+                                         partition::device_spec(o.device), o.tp, o.freeze_vit),
+            {},
+            0,
+            0};
   c.memory.dp = o.dp;
   c.memory.zero1 = o.zero1;
   if (!o.cost_table_in.empty()) use_measured_table(c);
@@ -272,12 +277,12 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   rows.push_back(simulate_row(c, "+ balanced partition", "isf", "balanced", bmp, isf_steps, false));
   rows.push_back(simulate_row(c, "+ adaptive recompute", "isf", "balanced (memory-aware)",
                               bmp_adaptive, isf_steps, true));
-  rows.push_back(simulate_row(c, "ISF + uniform split", "isf", "uniform", uniform, isf_steps,
-                              false));
+  rows.push_back(
+      simulate_row(c, "ISF + uniform split", "isf", "uniform", uniform, isf_steps, false));
   rows.push_back(simulate_row(c, "ISF + greedy profile split", "isf", "greedy-profile",
                               res.search.greedy_anchor, isf_steps, false));
-  rows.push_back(simulate_row(c, "adaptive on the row-3 split", "isf", "balanced", bmp,
-                              isf_steps, true));
+  rows.push_back(
+      simulate_row(c, "adaptive on the row-3 split", "isf", "balanced", bmp, isf_steps, true));
   for (auto& r : rows) {
     r.speedup = rows[0].epoch_seconds / r.epoch_seconds;
     r.delta = r.components;
@@ -287,17 +292,18 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
 }
 
 std::string format_ablation_table(const AblationResult& res) {
-  std::string out = fmt::format(
-      "{:<28} {:>9} {:>8} {:>7} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>8}  {}\n", "row", "epoch_s",
-      "speedup", "bubble", "peak_GB", "d_pad_s", "d_dpwait", "d_bubble", "d_recomp", "d_other",
-      "split / recomputed blocks per stage");
+  std::string out =
+      fmt::format("{:<28} {:>9} {:>8} {:>7} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>8}  {}\n", "row",
+                  "epoch_s", "speedup", "bubble", "peak_GB", "d_pad_s", "d_dpwait", "d_bubble",
+                  "d_recomp", "d_other", "split / recomputed blocks per stage");
   for (const auto& r : res.rows) {
     std::string rc;
     for (size_t s = 0; s < r.recomputed_units.size(); ++s)
       rc += (s ? "," : "") + std::to_string(r.recomputed_units[s]);
     const double other = r.delta.useful_s + r.delta.comm_s;
     out += fmt::format(
-        "{:<28} {:>9.1f} {:>7.2f}x {:>7.3f} {:>8.1f}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.1f}  "
+        "{:<28} {:>9.1f} {:>7.2f}x {:>7.3f} {:>8.1f}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.1f} "
+        " "
         "{} {} / [{}]{}\n",
         r.name, r.epoch_seconds, r.speedup, r.bubble_fraction, r.peak_memory_gb, r.delta.padding_s,
         r.delta.dp_wait_s, r.delta.bubble_s, r.delta.recompute_s, other, r.split,
@@ -308,15 +314,25 @@ std::string format_ablation_table(const AblationResult& res) {
 
 std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
   nlohmann::json j;
-  j["config"] = {{"model", o.model}, {"lengths", o.lengths}, {"dp", o.dp}, {"pp", o.pp},
-                 {"tp", o.tp}, {"micro_batches", o.micro_batches}, {"device", o.device},
-                 {"global_batch", o.global_batch}, {"zero1", o.zero1},
-                 {"budget_gb", res.budget_bytes / 1e9}, {"epoch_samples", res.epoch_samples},
-                 {"samples_per_pack", res.samples_per_pack}, {"isf_budgets", res.isf_budgets},
+  j["config"] = {{"model", o.model},
+                 {"lengths", o.lengths},
+                 {"dp", o.dp},
+                 {"pp", o.pp},
+                 {"tp", o.tp},
+                 {"micro_batches", o.micro_batches},
+                 {"device", o.device},
+                 {"global_batch", o.global_batch},
+                 {"zero1", o.zero1},
+                 {"budget_gb", res.budget_bytes / 1e9},
+                 {"epoch_samples", res.epoch_samples},
+                 {"samples_per_pack", res.samples_per_pack},
+                 {"isf_budgets", res.isf_budgets},
                  {"cost_table_in", o.cost_table_in}};
   auto breakdown = [](const partition::TimeBreakdown& b, bool with_useful) {
-    nlohmann::json x = {{"padding_s", b.padding_s}, {"dp_wait_s", b.dp_wait_s},
-                        {"bubble_s", b.bubble_s}, {"recompute_s", b.recompute_s}};
+    nlohmann::json x = {{"padding_s", b.padding_s},
+                        {"dp_wait_s", b.dp_wait_s},
+                        {"bubble_s", b.bubble_s},
+                        {"recompute_s", b.recompute_s}};
     if (with_useful) {
       x["useful_s"] = b.useful_s;
       x["comm_s"] = b.comm_s;
@@ -327,29 +343,41 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
   };
   for (const auto& r : res.rows) {
     const int gpus = o.dp * o.pp * o.tp;
-    j["rows"].push_back({{"name", r.name}, {"data", r.data}, {"split", r.split},
-                         {"recompute", r.recompute}, {"partition", r.partition.sizes},
+    j["rows"].push_back({{"name", r.name},
+                         {"data", r.data},
+                         {"split", r.split},
+                         {"recompute", r.recompute},
+                         {"partition", r.partition.sizes},
                          {"recomputed_blocks", r.recomputed_units},
-                         {"epoch_seconds", r.epoch_seconds}, {"speedup", r.speedup},
+                         {"epoch_seconds", r.epoch_seconds},
+                         {"speedup", r.speedup},
                          {"gpu_days", r.epoch_seconds * gpus / 86400.0},
                          {"bubble_fraction", r.bubble_fraction},
-                         {"peak_memory_gb", r.peak_memory_gb}, {"fits", r.fits},
-                         {"steps", r.steps}, {"samples", r.samples},
+                         {"peak_memory_gb", r.peak_memory_gb},
+                         {"fits", r.fits},
+                         {"steps", r.steps},
+                         {"samples", r.samples},
                          {"breakdown", breakdown(r.delta, false)},
                          {"components", breakdown(r.components, true)},
-                         {"stage_busy_s", r.stage_busy_s}, {"stage_idle_s", r.stage_idle_s}});
+                         {"stage_busy_s", r.stage_busy_s},
+                         {"stage_idle_s", r.stage_idle_s}});
   }
   auto search_json = [](const partition::PartitionSearchResult& r,
                         const std::vector<double>& seconds) {
     nlohmann::json s = {{"exact_anchor", r.exact_anchor.sizes},
                         {"greedy_anchor", r.greedy_anchor.sizes},
-                        {"refined_anchor", r.refined_anchor.sizes}, {"generated", r.generated},
-                        {"non_empty", r.non_empty}, {"fitting", r.fitting}};
+                        {"refined_anchor", r.refined_anchor.sizes},
+                        {"generated", r.generated},
+                        {"non_empty", r.non_empty},
+                        {"fitting", r.fitting}};
     for (size_t i = 0; i < r.top.size(); ++i) {
       const auto& t = r.top[i];
-      s["top"].push_back({{"partition", t.partition.sizes}, {"pipeline_s", t.pipeline_s},
-                          {"score", t.score}, {"stage_std_s", t.stage_std_s},
-                          {"max_stage_s", t.max_stage_s}, {"comm_bytes", t.comm_bytes},
+      s["top"].push_back({{"partition", t.partition.sizes},
+                          {"pipeline_s", t.pipeline_s},
+                          {"score", t.score},
+                          {"stage_std_s", t.stage_std_s},
+                          {"max_stage_s", t.max_stage_s},
+                          {"comm_bytes", t.comm_bytes},
                           {"simulated_8_steps_s", seconds.at(i)}});
     }
     return s;

@@ -35,16 +35,16 @@ struct AblationOptions {
   std::string model;                 ///< preset name or path
   std::vector<std::string> lengths;  ///< OmniBal length files
   int dp = 1, pp = 1, tp = 1;
-  int micro_batches = 1;             ///< m
+  int micro_batches = 1;  ///< m
   std::string device = "a100-80g";
-  int64_t global_batch = 1024;       ///< samples per step of the baseline: dp * m * per-pack
+  int64_t global_batch = 1024;  ///< samples per step of the baseline: dp * m * per-pack
   bool zero1 = true;
-  double budget_gb = 0;              ///< 0: device memory minus 8%
+  double budget_gb = 0;  ///< 0: device memory minus 8%
   int radius = 1, top_k = 3;
-  int iterations = 50;               ///< ISF rounds
+  int iterations = 50;  ///< ISF rounds
   uint64_t seed = 1024;
   bool freeze_vit = false;
-  std::string cost_table_in;         ///< measured per-unit table (omnibal-plan profile); "": analytic
+  std::string cost_table_in;  ///< measured per-unit table (omnibal-plan profile); "": analytic
   /// Judge of the balanced searches' top K: true = simulate 8 steps of the ISF packs (standing
   /// in for the trainer's timed trials), false = predicted 1F1B time (the trainer's default
   /// without trials, memory::judge_by_pipeline_time).
@@ -66,15 +66,15 @@ struct AblationRow {
 
 /// All rows plus what the search saw.
 struct AblationResult {
-  std::vector<AblationRow> rows;       ///< baseline first; the first four are the ablation
-  partition::PartitionSearchResult search;           ///< BMP under full recomputation
-  std::vector<double> candidate_seconds;  ///< simulated seconds of each top-K candidate (8 steps)
+  std::vector<AblationRow> rows;            ///< baseline first; the first four are the ablation
+  partition::PartitionSearchResult search;  ///< BMP under full recomputation
+  std::vector<double> candidate_seconds;    ///< simulated seconds of each top-K candidate (8 steps)
   partition::PartitionSearchResult adaptive_search;  ///< last round of the memory-aware BMP
   std::vector<double> adaptive_candidate_seconds;
   double budget_bytes = 0;
   int64_t epoch_samples = 0;
   int samples_per_pack = 0;
-  std::string isf_budgets;             ///< "Q_v=20 Q_t=6656 Q't=6528"
+  std::string isf_budgets;                 ///< "Q_v=20 Q_t=6656 Q't=6528"
   partition::UnitCostTable profile_table;  ///< analytic costs at the mean ISF pack (BMP profile)
   /// What plan_stages got besides profile_table: m, r, K, bandwidth, memory accounting, budget
   /// and the heaviest micro-batch's table for memory (the trainer's planner can rerun it).

@@ -14,8 +14,9 @@ void register_partition_command(CLI::App& app, Actions& actions) {
   auto opts = std::make_shared<AblationOptions>();
   auto json_path = std::make_shared<std::string>();
   auto table_path = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand(
-      "partition", "balanced model partition, adaptive recompute and the simulated ablation");
+  CLI::App* cmd =
+      app.add_subcommand("partition",
+                         "balanced model partition, adaptive recompute and the simulated ablation");
   cmd->add_option("--model", opts->model, "preset name or models/presets/<name>.yaml")->required();
   cmd->add_option("--lengths", opts->lengths, "OmniBal length files (JSON)")->required();
   cmd->add_option("--dp", opts->dp, "data-parallel ranks")->required();
@@ -30,12 +31,14 @@ void register_partition_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--top-k", opts->top_k, "K: candidates confirmed by simulation");
   cmd->add_option("--iterations", opts->iterations, "ISF rounds T");
   cmd->add_option("--seed", opts->seed, "seed of the random baseline and ISF");
-  cmd->add_flag("--no-zero1", [opts](int64_t) { opts->zero1 = false; },
-                "keep the full optimizer state on every DP rank");
+  cmd->add_flag(
+      "--no-zero1", [opts](int64_t) { opts->zero1 = false; },
+      "keep the full optimizer state on every DP rank");
   cmd->add_flag("--freeze-vit", opts->freeze_vit, "the ViT is frozen (train.freeze: [vit])");
-  cmd->add_flag("--judge-by-pipeline-time", [opts](int64_t) { opts->judge_by_simulation = false; },
-                "pick each search round's candidate by predicted 1F1B time (the trainer without "
-                "timed trials) instead of by simulating 8 steps of the packs");
+  cmd->add_flag(
+      "--judge-by-pipeline-time", [opts](int64_t) { opts->judge_by_simulation = false; },
+      "pick each search round's candidate by predicted 1F1B time (the trainer without "
+      "timed trials) instead of by simulating 8 steps of the packs");
   cmd->add_option("--json", *json_path, "write the result as JSON here");
   cmd->add_option("--cost-table-in", opts->cost_table_in,
                   "measured per-unit cost table (omnibal-plan profile) instead of analytic costs; "
@@ -45,15 +48,17 @@ void register_partition_command(CLI::App& app, Actions& actions) {
   cmd->callback([opts, json_path, table_path, &actions] {
     actions.push_back([opts, json_path, table_path] {
       const auto result = run_partition_ablation(*opts);
-      fmt::print("{} samples, dp {} x pp {} x tp {}, m {}, {} samples per baseline micro-batch, "
-                 "ISF {}, budget {:.1f} GB\n",
-                 result.epoch_samples, opts->dp, opts->pp, opts->tp, opts->micro_batches,
-                 result.samples_per_pack, result.isf_budgets, result.budget_bytes / 1e9);
-      fmt::print("BMP: exact anchor {}, greedy anchor {}, refined anchor {}, {} candidates ({} "
-                 "non-empty, {} fit)\n",
-                 result.search.exact_anchor.to_string(), result.search.greedy_anchor.to_string(),
-                 result.search.refined_anchor.to_string(),
-                 result.search.generated, result.search.non_empty, result.search.fitting);
+      fmt::print(
+          "{} samples, dp {} x pp {} x tp {}, m {}, {} samples per baseline micro-batch, "
+          "ISF {}, budget {:.1f} GB\n",
+          result.epoch_samples, opts->dp, opts->pp, opts->tp, opts->micro_batches,
+          result.samples_per_pack, result.isf_budgets, result.budget_bytes / 1e9);
+      fmt::print(
+          "BMP: exact anchor {}, greedy anchor {}, refined anchor {}, {} candidates ({} "
+          "non-empty, {} fit)\n",
+          result.search.exact_anchor.to_string(), result.search.greedy_anchor.to_string(),
+          result.search.refined_anchor.to_string(), result.search.generated,
+          result.search.non_empty, result.search.fitting);
       fmt::print("{}", format_ablation_table(result));
       if (!json_path->empty()) {
         std::ofstream out(*json_path);

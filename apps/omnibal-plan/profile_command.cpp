@@ -33,12 +33,13 @@ void print_table(const profile::ProfileResult& r) {
              "(min-max)", "bwd ms", "(min-max)", "act KiB", "param KiB", "out KiB", "train");
   for (size_t i = 0; i < t.units.size(); ++i) {
     const auto& u = t.units[i];
-    fmt::print("{:<14} {:>10.3f} {:>8.3f}-{:<8.3f} {:>10.3f} {:>8.3f}-{:<8.3f} {:>12.1f} {:>12.1f} "
-               "{:>12.1f} {:>5}\n",
-               u.name, 1e3 * u.forward_s, 1e3 * r.forward_min_s[i], 1e3 * r.forward_max_s[i],
-               1e3 * u.backward_s, 1e3 * r.backward_min_s[i], 1e3 * r.backward_max_s[i],
-               u.activation_bytes / 1024, u.parameter_bytes / 1024, u.output_bytes / 1024,
-               u.trainable ? "yes" : "no");
+    fmt::print(
+        "{:<14} {:>10.3f} {:>8.3f}-{:<8.3f} {:>10.3f} {:>8.3f}-{:<8.3f} {:>12.1f} {:>12.1f} "
+        "{:>12.1f} {:>5}\n",
+        u.name, 1e3 * u.forward_s, 1e3 * r.forward_min_s[i], 1e3 * r.forward_max_s[i],
+        1e3 * u.backward_s, 1e3 * r.backward_min_s[i], 1e3 * r.backward_max_s[i],
+        u.activation_bytes / 1024, u.parameter_bytes / 1024, u.output_bytes / 1024,
+        u.trainable ? "yes" : "no");
   }
   double f = 0, b = 0;
   for (const auto& u : t.units) f += u.forward_s, b += u.backward_s;
@@ -66,7 +67,8 @@ int run_profile(ProfileArgs& a) {
 
 void register_profile_command(CLI::App& app, Actions& actions) {
   auto a = std::make_shared<ProfileArgs>();
-  auto* cmd = app.add_subcommand("profile", "per-unit cost table of a preset under a balanced pack");
+  auto* cmd =
+      app.add_subcommand("profile", "per-unit cost table of a preset under a balanced pack");
   cmd->add_option("--preset", a->preset, "model preset (tiny, base-100m or a .yaml)");
   cmd->add_option("--q-vit", a->options.pack.q_vit, "Q_v: ViT tiles of the profiling pack")
       ->required();

@@ -41,8 +41,9 @@ int run_scan(const ScanArgs& a) {
   const auto t0 = Clock::now();
   const auto dataset = data::ConversationDataset::load(a.meta, policy);
   const auto t1 = Clock::now();
-  const int threads = a.threads > 0 ? a.threads
-                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = a.threads > 0
+                          ? a.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto result = data::scan_lengths(dataset, processor, policy, threads);
   const auto t2 = Clock::now();
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };

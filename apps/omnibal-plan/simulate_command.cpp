@@ -57,7 +57,8 @@ std::vector<double> per_stage(const std::vector<double>& v, int stages, const ch
 /// the table's parameter bytes.
 partition::Partition resolve_split(const ParallelConfig& p, const partition::UnitCostTable& t) {
   OMNIBAL_CHECK(p.partition.method != PartitionMethod::kBalanced, "simulate: parallel.partition '",
-                choice_name(p.partition.method), "' is not simulated; give the split as {manual: "
+                choice_name(p.partition.method),
+                "' is not simulated; give the split as {manual: "
                 "[...]} (omnibal-plan partition prints the balanced one)");
   std::vector<double> bytes;
   for (const auto& u : t.units) bytes.push_back(u.parameter_bytes);
@@ -89,7 +90,8 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   setup.partition = resolve_split(cfg.parallel, table);
   const int stages = setup.partition.stages();
   setup.recompute =
-      memory::fixed_recompute(cfg.memory.recompute, setup.partition, memory::block_units(table)).per_unit;
+      memory::fixed_recompute(cfg.memory.recompute, setup.partition, memory::block_units(table))
+          .per_unit;
   setup.dp = cfg.parallel.dp;
   setup.zero1 = false;
   setup.static_bytes.assign(stages, 0.0);
@@ -106,15 +108,16 @@ Json report_step(int64_t step, const partition::StepReport& rep) {
                                  rep.step_s, rep.samples, rep.tiles, rep.tokens);
   for (size_t s = 0; s < rep.stages.size(); ++s) {
     const auto& st = rep.stages[s];
-    stages.push_back({{"forward_s", st.forward_s}, {"backward_s", st.backward_s},
-                      {"idle_s", st.idle_s}});
-    line += fmt::format("  | s{} fwd {:.4f} bwd {:.4f} idle {:.4f}", s, st.forward_s,
-                        st.backward_s, st.idle_s);
+    stages.push_back(
+        {{"forward_s", st.forward_s}, {"backward_s", st.backward_s}, {"idle_s", st.idle_s}});
+    line += fmt::format("  | s{} fwd {:.4f} bwd {:.4f} idle {:.4f}", s, st.forward_s, st.backward_s,
+                        st.idle_s);
   }
   fmt::print("{}\n", line);
-  return {{"step", step}, {"step_seconds", rep.step_s}, {"samples", rep.samples},
-          {"tiles", rep.tiles}, {"tokens", rep.tokens},
-          {"bubble_fraction", rep.breakdown.bubble_s / rep.step_s}, {"stages", stages}};
+  return {{"step", step},           {"step_seconds", rep.step_s},
+          {"samples", rep.samples}, {"tiles", rep.tiles},
+          {"tokens", rep.tokens},   {"bubble_fraction", rep.breakdown.bubble_s / rep.step_s},
+          {"stages", stages}};
 }
 
 int run_simulate(const SimulateArgs& a) {
@@ -129,8 +132,7 @@ int run_simulate(const SimulateArgs& a) {
   balance::PlannerOptions options = balance::planner_options(cfg.parallel, cfg.balance, cfg.data);
   options.max_seq_len = load_model_preset(cfg.model.preset).llm.max_seq_len;
   options.max_seq_len_origin = "preset " + cfg.model.preset;
-  balance::EpochPlanner plans(samples, cfg.balance.method,
-                              options);
+  balance::EpochPlanner plans(samples, cfg.balance.method, options);
   const partition::ScaledTableCostModel model(table);
   const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
   const std::string split = setup.partition.to_string();
@@ -148,13 +150,17 @@ int run_simulate(const SimulateArgs& a) {
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
   const double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-  fmt::print("simulated step: median {:.4f} s (min {:.4f}, max {:.4f}) over steps {}..{}\n",
-             median, times.front(), times.back(), a.first_step, a.first_step + a.steps - 1);
+  fmt::print("simulated step: median {:.4f} s (min {:.4f}, max {:.4f}) over steps {}..{}\n", median,
+             times.front(), times.back(), a.first_step, a.first_step + a.steps - 1);
   if (!a.json_out.empty()) {
     std::ofstream out(a.json_out);
     OMNIBAL_CHECK(out.good(), "cannot write '", a.json_out, "'");
-    out << Json{{"format", "omnibal.simulation.v1"}, {"plan_hash", hash}, {"partition", split},
-                {"median_step_seconds", median}, {"steps", steps}}.dump(1)
+    out << Json{{"format", "omnibal.simulation.v1"},
+                {"plan_hash", hash},
+                {"partition", split},
+                {"median_step_seconds", median},
+                {"steps", steps}}
+               .dump(1)
         << "\n";
   }
   return 0;

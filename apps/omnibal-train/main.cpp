@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   CLI::App app{"omnibal-train: DP x PP VLM trainer with OmniBal balancing"};
   app.add_option("--config", args.config, "run configuration (YAML)")->check(CLI::ExistingFile);
   app.add_option("--set", args.overrides, "override a config key: a.b=value (repeatable)");
-  app.add_option("--resume", args.resume, "auto (newest valid checkpoint of the run) or a "
+  app.add_option("--resume", args.resume,
+                 "auto (newest valid checkpoint of the run) or a "
                  "checkpoint directory");
   app.add_flag("--print-config", args.print_config, "print the resolved config and exit");
   try {

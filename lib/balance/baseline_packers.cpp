@@ -29,7 +29,8 @@ std::vector<std::vector<uint32_t>> split_to_even_chunks(const std::vector<uint32
   std::vector<int64_t> total(chunks, 0);
   const int64_t full = std::numeric_limits<int64_t>::max();
   for (uint32_t id : idx) {
-    const auto c = static_cast<size_t>(std::min_element(total.begin(), total.end()) - total.begin());
+    const auto c =
+        static_cast<size_t>(std::min_element(total.begin(), total.end()) - total.begin());
     out[c].push_back(id);
     total[c] += table.load[id].tokens();
     if (out[c].size() == per_chunk) total[c] = full;
@@ -65,8 +66,8 @@ void drop_over_cap(std::vector<uint32_t>& ids, const SampleTable& table, int64_t
 
 // Pushes ids[0, n) as consecutive packs of at most `batch` samples and `cap` tokens (0: no cap):
 // a pack closes before a sample would take it over the cap (every sample fits by itself).
-void push_capped(const uint32_t* ids, size_t n, size_t batch, int64_t cap,
-                 const SampleTable& table, PackList& packs) {
+void push_capped(const uint32_t* ids, size_t n, size_t batch, int64_t cap, const SampleTable& table,
+                 PackList& packs) {
   size_t start = 0;
   int64_t tokens = 0;
   for (size_t i = 0; i < n; ++i) {

@@ -49,8 +49,8 @@ SearchCandidate score(const SampleTable& table, const std::vector<uint32_t>& ids
   c.budgets = b;
   c.packs = static_cast<int64_t>(r.packs.size());
   c.samples_per_pack = c.packs ? static_cast<double>(r.packs.samples()) / c.packs : 0.0;
-  c.in_range = c.samples_per_pack >= o.samples_per_pack &&
-               c.samples_per_pack <= o.samples_per_pack + 1;
+  c.in_range =
+      c.samples_per_pack >= o.samples_per_pack && c.samples_per_pack <= o.samples_per_pack + 1;
   if (!c.in_range) return c;  // early exit: no placement for infeasible candidates
   const StepPlan plan = place_load_grouped(r.packs, o.dp, o.micro_batches, o.seed);
   const BalanceMetrics m = compute_metrics(r.packs, plan, {b.q_vit, b.q_tok}, 0);
@@ -69,7 +69,8 @@ int available_cpus() {
 // Scores every grid point; candidate i lands at index i whichever thread scored it, and the
 // error of the lowest failing index is rethrown, so threads change nothing but the time.
 std::vector<SearchCandidate> score_all(const SampleTable& table, const std::vector<uint32_t>& ids,
-                                       const std::vector<IsfBudgets>& grid, const SearchOptions& o) {
+                                       const std::vector<IsfBudgets>& grid,
+                                       const SearchOptions& o) {
   std::vector<SearchCandidate> out(grid.size());
   std::vector<std::exception_ptr> errors(grid.size());
   std::atomic<size_t> next{0};
@@ -82,8 +83,8 @@ std::vector<SearchCandidate> score_all(const SampleTable& table, const std::vect
       }
     }
   };
-  const int threads = std::min<int>(o.threads > 0 ? o.threads : available_cpus(),
-                                    static_cast<int>(grid.size()));
+  const int threads =
+      std::min<int>(o.threads > 0 ? o.threads : available_cpus(), static_cast<int>(grid.size()));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
@@ -134,7 +135,8 @@ std::vector<IsfBudgets> search_grid(const SampleTable& table, const std::vector<
   mean_t /= static_cast<double>(ids.size());
   const double tokens_per_tile = mean_t / mean_v;
   const int64_t lo = std::max(max_v, static_cast<int64_t>(std::floor(samples_per_pack * mean_v)));
-  const int64_t hi = std::max(lo, static_cast<int64_t>(std::ceil((samples_per_pack + 1) * mean_v)) + 1);
+  const int64_t hi =
+      std::max(lo, static_cast<int64_t>(std::ceil((samples_per_pack + 1) * mean_v)) + 1);
   const int64_t step = std::max<int64_t>(1, (hi - lo + kMaxTileValues) / kMaxTileValues);
   std::vector<IsfBudgets> grid;
   for (int64_t qv = lo; qv <= hi; qv += step) {
@@ -170,9 +172,9 @@ SearchResult search_budgets(const SampleTable& table, const std::vector<uint32_t
 }
 
 std::string format_search_table(const SearchResult& r) {
-  std::string out = fmt::format("budget search: {} candidates scored on {} samples{}\n",
-                                r.candidates.size(), r.scored_samples,
-                                r.found ? "" : " (none in range: closest shown as chosen)");
+  std::string out =
+      fmt::format("budget search: {} candidates scored on {} samples{}\n", r.candidates.size(),
+                  r.scored_samples, r.found ? "" : " (none in range: closest shown as chosen)");
   out += fmt::format("  {:>5} {:>6} {:>6} {:>7} {:>8} {:>9} {:>9} {:>8}\n", "Q_v", "Q_t", "Q'_t",
                      "packs", "smp/pack", "dist_vit", "dist_llm", "tok_fill");
   for (size_t i = 0; i < r.candidates.size(); ++i) {

@@ -31,11 +31,11 @@ namespace omnibal::balance {
 
 /// What the search optimises for.
 struct SearchOptions {
-  int dp = 8;                  ///< data-parallel ranks of the simulated plan
-  int micro_batches = 1;       ///< m: packs per rank per step
-  int samples_per_pack = 4;    ///< target s: mean samples per pack must lie in [s, s + 1]
-  int iterations = 50;         ///< ISF rounds T per candidate
-  uint64_t seed = 1024;        ///< ISF / placement / subsample seed
+  int dp = 8;                ///< data-parallel ranks of the simulated plan
+  int micro_batches = 1;     ///< m: packs per rank per step
+  int samples_per_pack = 4;  ///< target s: mean samples per pack must lie in [s, s + 1]
+  int iterations = 50;       ///< ISF rounds T per candidate
+  uint64_t seed = 1024;      ///< ISF / placement / subsample seed
   size_t max_scored_samples = size_t{1} << 17;  ///< subsample size above which scoring samples
   int64_t max_pack_tokens = 0;  ///< cap on Q_t in tokens (the model's llm.max_seq_len); 0: none
   /// Threads scoring candidates (each candidate is independent and seeded alike, so the result

@@ -13,7 +13,7 @@
 namespace omnibal::balance {
 namespace {
 
-constexpr Method kAllMethods[] = {Method::kIsf,    Method::kIsfRandomPlacement,
+constexpr Method kAllMethods[] = {Method::kIsf,         Method::kIsfRandomPlacement,
                                   Method::kMultiSource, Method::kRandom,
                                   Method::kLengthGroup, Method::kBestFit};
 
@@ -76,20 +76,18 @@ void pack(const SampleTable& table, Method method, const PlannerOptions& o, Meth
       out.budgets = resolve_budgets(table, all, o, out);
       out.packing = IsfPacker(isf_options(o, out.budgets)).pack(table);
       return;
-    case Method::kMultiSource:
-      return pack_multi_source(table, o, out, pack_source);
+    case Method::kMultiSource: return pack_multi_source(table, o, out, pack_source);
     case Method::kRandom:
-      out.packing = random_micro_batches(table, o.samples_per_pack, o.seed, o.max_seq_len,
-                                         o.on_bad_sample);
+      out.packing =
+          random_micro_batches(table, o.samples_per_pack, o.seed, o.max_seq_len, o.on_bad_sample);
       return;
     case Method::kLengthGroup:
-      out.packing = length_grouped_micro_batches(table, o.samples_per_pack, o.dp,
-                                                 o.micro_batches, o.seed, o.max_seq_len,
-                                                 o.on_bad_sample);
+      out.packing = length_grouped_micro_batches(table, o.samples_per_pack, o.dp, o.micro_batches,
+                                                 o.seed, o.max_seq_len, o.on_bad_sample);
       return;
     case Method::kBestFit:
-      out.budgets.q_tok = budgets_unset(o.budgets) ? best_fit_budget(table, o.samples_per_pack)
-                                                   : o.budgets.q_tok;
+      out.budgets.q_tok =
+          budgets_unset(o.budgets) ? best_fit_budget(table, o.samples_per_pack) : o.budgets.q_tok;
       if (o.max_seq_len > 0) out.budgets.q_tok = std::min(out.budgets.q_tok, o.max_seq_len);
       out.packing = best_fit_packing(table, out.budgets.q_tok, o.on_bad_sample, o.seed);
       return;
@@ -145,7 +143,8 @@ Method parse_method(const std::string& name, const std::string& key) {
 
 int64_t best_fit_budget(const SampleTable& table, int samples_per_pack) {
   const double mean = table.mean_load()[kTokens];
-  const auto target = static_cast<int64_t>(std::ceil((samples_per_pack + 0.5) * mean / 256.0)) * 256;
+  const auto target =
+      static_cast<int64_t>(std::ceil((samples_per_pack + 0.5) * mean / 256.0)) * 256;
   return std::max<int64_t>(target, table.max_load()[kTokens]);
 }
 

@@ -67,7 +67,7 @@ struct MethodResult {
   PackResult packing;
   StepPlan plan;
   BalanceMetrics metrics;
-  IsfBudgets budgets;             ///< budgets used (zero where the method has none)
+  IsfBudgets budgets;                      ///< budgets used (zero where the method has none)
   std::vector<IsfBudgets> source_budgets;  ///< multi-source: one per dataset
   double seconds = 0;         ///< packing + placement + metrics, wall clock (search excluded)
   double pack_seconds = 0;    ///< packing alone

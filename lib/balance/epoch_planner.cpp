@@ -6,7 +6,10 @@
 namespace omnibal::balance {
 
 EpochPlanner::EpochPlanner(const SampleTable& table, Method method, const PlannerOptions& options)
-    : table_(table), method_(method), options_(options), dp_(options.dp),
+    : table_(table),
+      method_(method),
+      options_(options),
+      dp_(options.dp),
       micro_batches_(options.micro_batches) {
   OMNIBAL_CHECK(dp_ >= 1 && micro_batches_ >= 1, "EpochPlanner: dp and m must be >= 1, got dp ",
                 dp_, " and m ", micro_batches_);
@@ -27,10 +30,11 @@ void EpochPlanner::plan_next_epoch() {
       (method_ == Method::kIsf || method_ == Method::kIsfRandomPlacement))
     options_.budgets = r.budgets;
   OMNIBAL_CHECK(r.plan.steps() > 0, "epoch ", e, " of balance.method ", method_name(method_),
-                " has no full step (", r.packing.packs.size(), " packs for dp * m = ",
-                r.plan.packs_per_step(), "); use fewer ranks, micro-batches or samples per pack");
-  first_step_.push_back(e == 0 ? 0
-                               : first_step_.back() + static_cast<int64_t>(epochs_.back().plan.steps()));
+                " has no full step (", r.packing.packs.size(),
+                " packs for dp * m = ", r.plan.packs_per_step(),
+                "); use fewer ranks, micro-batches or samples per pack");
+  first_step_.push_back(
+      e == 0 ? 0 : first_step_.back() + static_cast<int64_t>(epochs_.back().plan.steps()));
   epochs_.push_back(std::move(r));
 }
 

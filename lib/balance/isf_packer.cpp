@@ -30,9 +30,10 @@ std::vector<Item> make_pool(const SampleTable& table, const std::vector<uint32_t
     OMNIBAL_CHECK(id < table.size(), "IsfPacker: sample id ", id, " >= table size ", table.size());
     const Load& l = table.load[id];
     if (over_budget(l, caps)) {
-      OMNIBAL_CHECK(o.on_bad_sample == OnBadSample::kSkip, table.describe(id), " has ",
-                    l.tiles(), " tiles and ", l.tokens(), " tokens, over the pack budget (Q_v = ",
-                    caps[kTiles], " tiles, Q_t = ", caps[kTokens],
+      OMNIBAL_CHECK(o.on_bad_sample == OnBadSample::kSkip, table.describe(id), " has ", l.tiles(),
+                    " tiles and ", l.tokens(),
+                    " tokens, over the pack budget (Q_v = ", caps[kTiles],
+                    " tiles, Q_t = ", caps[kTokens],
                     " tokens); raise the budget or set data.on_bad_sample: skip");
       skipped.push_back(id);
       continue;
@@ -91,8 +92,8 @@ PackResult run_isf(const SampleTable& table, const std::vector<uint32_t>* ids,
   for (int r = 0; r < o.iterations && !pool.empty(); ++r) {
     const bool last = r + 1 == o.iterations;
     rest.clear();
-    result.unaccepted_packs =
-        group_round(pool, o.seed + static_cast<uint64_t>(r), caps, thresh, last, result.packs, rest);
+    result.unaccepted_packs = group_round(pool, o.seed + static_cast<uint64_t>(r), caps, thresh,
+                                          last, result.packs, rest);
     result.rounds = r + 1;
     pool.swap(rest);
   }
@@ -105,8 +106,7 @@ void IsfBudgets::validate() const {
   OMNIBAL_CHECK(q_vit > 0, "balance.q_vit: expected a positive tile budget Q_v, got ", q_vit);
   OMNIBAL_CHECK(q_tok > 0, "balance.q_tok: expected a positive token budget Q_t, got ", q_tok);
   OMNIBAL_CHECK(q_tok_thresh > 0 && q_tok_thresh <= q_tok,
-                "balance.q_tok_thresh: expected 0 < Q'_t <= Q_t = ", q_tok, ", got ",
-                q_tok_thresh);
+                "balance.q_tok_thresh: expected 0 < Q'_t <= Q_t = ", q_tok, ", got ", q_tok_thresh);
 }
 
 bool over_budget(const Load& load, const std::array<int64_t, kLoadDims>& caps) {

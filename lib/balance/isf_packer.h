@@ -38,7 +38,7 @@ struct IsfBudgets {
 /// Options of one ISF run.
 struct IsfOptions {
   IsfBudgets budgets;
-  int iterations = 50;  ///< T: grouping rounds (>= 1)
+  int iterations = 50;   ///< T: grouping rounds (>= 1)
   uint64_t seed = 1024;  ///< round r shuffles with Rng(seed + r)
   OnBadSample on_bad_sample = OnBadSample::kError;
 };

@@ -157,8 +157,8 @@ int32_t int_field(const Json& element, const char* key, int64_t lo, const std::s
 // The DOM reader: every JSON document, and the error of a malformed one. `on_size` runs once
 // the record count is known, before the records are checked (repeat_time's check comes first).
 template <typename OnSize>
-void read_length_records(const std::string& text, const std::string& path,
-                         std::vector<Load>& loads, std::vector<int32_t>& flags, OnSize on_size) {
+void read_length_records(const std::string& text, const std::string& path, std::vector<Load>& loads,
+                         std::vector<int32_t>& flags, OnSize on_size) {
   const Json doc = parse_json(text, path, "length file");
   OMNIBAL_CHECK(doc.is_array(), path, ": expected a JSON array of {vit_num, token_num, ",
                 "image_flags} records, got a JSON ", doc.type_name());

@@ -9,8 +9,8 @@ namespace omnibal::balance {
 void PackList::push(const uint32_t* ids, size_t n, const SampleTable& table) {
   PackLoad l;
   for (size_t i = 0; i < n; ++i) {
-    OMNIBAL_CHECK(ids[i] < table.size(), "PackList::push: sample id ", ids[i], " >= ",
-                  table.size());
+    OMNIBAL_CHECK(ids[i] < table.size(), "PackList::push: sample id ", ids[i],
+                  " >= ", table.size());
     const Load& s = table.load[ids[i]];
     for (int d = 0; d < kLoadDims; ++d) l.sum[d] += s.v[d];
     l.max_tokens = std::max(l.max_tokens, s.tokens());
@@ -41,7 +41,8 @@ void PackList::append(const PackList& other, const std::vector<uint32_t>& id_map
 void PackList::append(const PackList& other) {
   OMNIBAL_CHECK(other.layout_ == layout_, "PackList::append: layouts differ");
   reserve(size() + other.size(), samples() + other.samples());
-  for (size_t p = 0; p < other.size(); ++p) push(other.begin(p), other.end(p) - other.begin(p), other.load_[p]);
+  for (size_t p = 0; p < other.size(); ++p)
+    push(other.begin(p), other.end(p) - other.begin(p), other.load_[p]);
 }
 
 void PackList::reserve(size_t packs, size_t samples) {

@@ -44,13 +44,20 @@ Json pack_json(const SampleTable& t, const PackList& packs, uint32_t p) {
 }
 
 Json metrics_json(const BalanceMetrics& m) {
-  return {{"pad_ratio", m.pad_ratio},       {"dist_ratio_vit", m.dist_ratio_vit},
-          {"dist_ratio_llm", m.dist_ratio_llm}, {"tile_fill", m.tile_fill},
-          {"token_fill", m.token_fill},     {"packs", m.packs},
-          {"samples", m.samples},           {"samples_per_pack", m.samples_per_pack},
-          {"max_tiles", m.max_tiles},       {"max_tokens", m.max_tokens},
-          {"skipped", m.skipped},           {"steps", m.steps},
-          {"carried_packs", m.carried_packs}, {"carried_samples", m.carried_samples}};
+  return {{"pad_ratio", m.pad_ratio},
+          {"dist_ratio_vit", m.dist_ratio_vit},
+          {"dist_ratio_llm", m.dist_ratio_llm},
+          {"tile_fill", m.tile_fill},
+          {"token_fill", m.token_fill},
+          {"packs", m.packs},
+          {"samples", m.samples},
+          {"samples_per_pack", m.samples_per_pack},
+          {"max_tiles", m.max_tiles},
+          {"max_tokens", m.max_tokens},
+          {"skipped", m.skipped},
+          {"steps", m.steps},
+          {"carried_packs", m.carried_packs},
+          {"carried_samples", m.carried_samples}};
 }
 
 std::vector<SampleRef> read_pack(const Json& j, const std::string& where) {
@@ -111,12 +118,17 @@ void write_plan_json(const std::string& path, const SampleTable& table, const Me
   doc["micro_batches"] = r.plan.micro_batches;
   doc["seed"] = o.seed;
   doc["samples_per_pack"] = o.samples_per_pack;
-  doc["budgets"] = {{"q_vit", r.budgets.q_vit}, {"q_tok", r.budgets.q_tok},
-                    {"q_tok_thresh", r.budgets.q_tok_thresh}, {"iterations", o.iterations}};
+  doc["budgets"] = {{"q_vit", r.budgets.q_vit},
+                    {"q_tok", r.budgets.q_tok},
+                    {"q_tok_thresh", r.budgets.q_tok_thresh},
+                    {"iterations", o.iterations}};
   Json ds = Json::array();
   for (const auto& d : table.datasets)
-    ds.push_back({{"name", d.name}, {"path", d.path}, {"records", d.records},
-                  {"failed_stats", d.failed_stats}, {"repeat_time", d.repeat_time}});
+    ds.push_back({{"name", d.name},
+                  {"path", d.path},
+                  {"records", d.records},
+                  {"failed_stats", d.failed_stats},
+                  {"repeat_time", d.repeat_time}});
   doc["datasets"] = ds;
   doc["plan_hash"] = format_hash(plan_hash(table, r.packing.packs, r.plan));
   Json steps = Json::array();
@@ -181,11 +193,11 @@ PlanFile read_plan_json(const std::string& path) {
                   ": expected ", p.dp, " DP ranks");
     for (int r = 0; r < p.dp; ++r) {
       const Json& micro = steps[s][r];
-      OMNIBAL_CHECK(micro.is_array() && micro.size() == static_cast<size_t>(p.micro_batches),
-                    where, "[", r, "]: expected ", p.micro_batches, " micro-batches");
+      OMNIBAL_CHECK(micro.is_array() && micro.size() == static_cast<size_t>(p.micro_batches), where,
+                    "[", r, "]: expected ", p.micro_batches, " micro-batches");
       for (int k = 0; k < p.micro_batches; ++k)
-        p.slots.push_back(read_pack(micro[k], where + "[" + std::to_string(r) + "][" +
-                                                  std::to_string(k) + "]"));
+        p.slots.push_back(
+            read_pack(micro[k], where + "[" + std::to_string(r) + "][" + std::to_string(k) + "]"));
     }
   }
   const Json& carried = key(doc, "carried", path);

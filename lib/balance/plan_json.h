@@ -62,8 +62,8 @@ uint64_t plan_hash(const PlanFile& plan);
 
 /// Writes `result` (packs, placement, budgets, metrics) of `table` to `path`. Throws
 /// omnibal::Error when the file cannot be written.
-void write_plan_json(const std::string& path, const SampleTable& table,
-                     const MethodResult& result, const PlannerOptions& options);
+void write_plan_json(const std::string& path, const SampleTable& table, const MethodResult& result,
+                     const PlannerOptions& options);
 
 /// Reads a plan file; throws omnibal::Error naming the file and key when it is malformed or
 /// its plan_hash does not match its content.

@@ -22,7 +22,8 @@ std::vector<uint32_t> repeat_records(int64_t records, double repeat_time, uint64
                 ": repeat_time ", repeat_time, " x ", records, " records exceeds 2^32 - 1 samples");
   const auto copies = static_cast<int64_t>(whole);
   // 1e-6: a decimal fraction such as 2.3 - 2 is 0.2999..., and 0.3 * 10 must still give 3.
-  const auto extra = std::min(records, static_cast<int64_t>(std::floor((repeat_time - whole) * n + 1e-6)));
+  const auto extra =
+      std::min(records, static_cast<int64_t>(std::floor((repeat_time - whole) * n + 1e-6)));
   std::vector<uint32_t> out;
   out.reserve(static_cast<size_t>(copies * records + extra));
   for (int64_t c = 0; c < copies; ++c)

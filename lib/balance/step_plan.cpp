@@ -25,8 +25,8 @@ void sort_by_cost(const PackList& packs, std::vector<uint32_t>& ids) {
   std::vector<std::pair<uint64_t, uint32_t>> key(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t tiles = packs.cost(ids[i], kTiles), tokens = packs.cost(ids[i], kTokens);
-    OMNIBAL_CHECK(tiles < kTileLimit && tokens < kTokenLimit, "placement: pack ", ids[i],
-                  " load (", tiles, " tiles, ", tokens, " tokens) exceeds the sort key range");
+    OMNIBAL_CHECK(tiles < kTileLimit && tokens < kTokenLimit, "placement: pack ", ids[i], " load (",
+                  tiles, " tiles, ", tokens, " tokens) exceeds the sort key range");
     key[i] = {(static_cast<uint64_t>(tiles) << 44) | static_cast<uint64_t>(tokens), ids[i]};
   }
   std::sort(key.begin(), key.end());

@@ -23,8 +23,8 @@ namespace omnibal::balance {
 
 /// Pack ids per (step, DP rank, micro-batch), plus the carried epoch tail.
 struct StepPlan {
-  int dp = 1;             ///< data-parallel ranks
-  int micro_batches = 1;  ///< m: packs per rank per step
+  int dp = 1;                     ///< data-parallel ranks
+  int micro_batches = 1;          ///< m: packs per rank per step
   std::vector<uint32_t> slots;    ///< [steps][dp][m] pack ids, row-major
   std::vector<uint32_t> carried;  ///< packs of the epoch tail, carried into the next epoch
 

@@ -16,14 +16,15 @@ nlohmann::json CheckpointManifest::to_json() const {
   nlohmann::json files_json = nlohmann::json::array();
   for (const auto& f : files)
     files_json.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3_64", f.xxh3_64}});
-  nlohmann::json j = {{"format", kFormat}, {"version", kVersion},       {"step", step},
-                      {"world_size", world_size}, {"files", files_json}, {"tensors", tensors},
+  nlohmann::json j = {{"format", kFormat},         {"version", kVersion}, {"step", step},
+                      {"world_size", world_size},  {"files", files_json}, {"tensors", tensors},
                       {"config_file", kConfigFile}};
   j[kChecksumKey] = to_hex64(xxh3_of(j.dump()));
   return j;
 }
 
-CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const std::string& origin) {
+CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
+                                                 const std::string& origin) {
   CheckpointManifest m;
   try {
     OMNIBAL_CHECK(j.is_object() && j.value("format", "") == kFormat, origin,
@@ -86,7 +87,8 @@ std::vector<std::string> checkpoint_differences(const std::string& dir) {
     }
     const FileDigest digest = digest_file(path.string());
     if (digest.hex() != f.xxh3_64)
-      problems.push_back(f.name + ": checksum xxh3_64 " + digest.hex() + ", manifest says " + f.xxh3_64);
+      problems.push_back(f.name + ": checksum xxh3_64 " + digest.hex() + ", manifest says " +
+                         f.xxh3_64);
   }
   return problems;
 }

@@ -30,7 +30,8 @@ std::optional<int64_t> parse_step_dir(const std::string& path) {
   const std::string name = p.filename().string();
   if (name.size() <= 5 || name.compare(0, 5, "step-") != 0) return std::nullopt;
   const std::string digits = name.substr(5);
-  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+    return std::nullopt;
   return std::stoll(digits);
 }
 
@@ -46,7 +47,8 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
       log_info("checkpoint: ignoring {} (an interrupted save)", entry.path().string());
     }
   }
-  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(candidates.begin(), candidates.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   for (const auto& [step, dir] : candidates) {
     try {
       const CheckpointManifest manifest = CheckpointManifest::read(dir);
@@ -63,7 +65,8 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
 
 void verify_checkpoint(const std::string& dir) {
   const auto problems = checkpoint_differences(dir);
-  OMNIBAL_CHECK(problems.empty(), "checkpoint ", dir, " does not match its manifest:", join_lines(problems));
+  OMNIBAL_CHECK(problems.empty(), "checkpoint ", dir,
+                " does not match its manifest:", join_lines(problems));
 }
 
 std::vector<std::string> checkpoint_tensor_names(const std::string& dir) {
@@ -72,8 +75,8 @@ std::vector<std::string> checkpoint_tensor_names(const std::string& dir) {
   return names;
 }
 
-std::map<std::string, torch::Tensor> load_checkpoint_tensors(const std::string& dir,
-                                                             const std::vector<std::string>& names) {
+std::map<std::string, torch::Tensor> load_checkpoint_tensors(
+    const std::string& dir, const std::vector<std::string>& names) {
   const CheckpointManifest manifest = CheckpointManifest::read(dir);
   std::map<std::string, std::vector<std::string>> by_file;
   std::vector<std::string> missing;
@@ -82,8 +85,9 @@ std::map<std::string, torch::Tensor> load_checkpoint_tensors(const std::string& 
     if (it == manifest.tensors.end()) missing.push_back(name);
     else by_file[it->second].push_back(name);
   }
-  OMNIBAL_CHECK(missing.empty(), "checkpoint ", dir, " (step ", manifest.step, ") lacks ", missing.size(),
-                " of the ", names.size(), " requested tensors:", join_lines(missing));
+  OMNIBAL_CHECK(missing.empty(), "checkpoint ", dir, " (step ", manifest.step, ") lacks ",
+                missing.size(), " of the ", names.size(),
+                " requested tensors:", join_lines(missing));
   std::map<std::string, torch::Tensor> out;
   for (const auto& [file_name, file_names] : by_file) {
     const SafetensorsFile file((fs::path(dir) / file_name).string());

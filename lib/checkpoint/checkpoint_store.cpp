@@ -26,14 +26,16 @@ enum DigestColumn { kTensorBytes, kTensorHash, kStateBytes, kStateHash, kFailed,
 CheckpointStore::CheckpointStore(std::string root_dir, int keep_last, comm::Communicator& world)
     : root_(std::move(root_dir)), keep_last_(keep_last), world_(world) {
   OMNIBAL_CHECK(!root_.empty(), "checkpoint directory: empty path");
-  OMNIBAL_CHECK(keep_last_ >= 0, "train.keep_checkpoints: expected >= 0 (0 keeps all), got ", keep_last_);
+  OMNIBAL_CHECK(keep_last_ >= 0, "train.keep_checkpoints: expected >= 0 (0 keeps all), got ",
+                keep_last_);
 }
 
 std::string CheckpointStore::step_dir(int64_t step) const {
   return (fs::path(root_) / ("step-" + std::to_string(step))).string();
 }
 
-void CheckpointStore::save(int64_t step, const Shard& shard, const std::string& resolved_config_yaml) {
+void CheckpointStore::save(int64_t step, const Shard& shard,
+                           const std::string& resolved_config_yaml) {
   OMNIBAL_CHECK(step >= 0, "checkpoint: step must be >= 0, got ", step);
   const int rank = world_.rank();
   const int size = world_.size();
@@ -62,7 +64,8 @@ void CheckpointStore::save(int64_t step, const Shard& shard, const std::string& 
     const std::string tensors_path = (fs::path(tmp) / shard_file(rank)).string();
     const std::string state_path = (fs::path(tmp) / state_file(rank)).string();
     write_safetensors(tensors_path, shard.tensors,
-                      {{"format", "pt"}, {"omnibal_step", std::to_string(step)},
+                      {{"format", "pt"},
+                       {"omnibal_step", std::to_string(step)},
                        {"omnibal_rank", std::to_string(rank)}});
     write_text_file_durable(state_path, shard.state.dump(1) + "\n");
     const FileDigest t = digest_file(tensors_path);
@@ -159,14 +162,15 @@ void CheckpointStore::prune(int64_t newest_step) const {
     if (const auto step = checkpoint::parse_step_dir(name)) {
       steps.emplace_back(*step, entry.path());
     } else if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
-               checkpoint::parse_step_dir(name.substr(0, name.find('.')))
-                       .value_or(newest_step) < newest_step) {
+               checkpoint::parse_step_dir(name.substr(0, name.find('.'))).value_or(newest_step) <
+                   newest_step) {
       log_info("checkpoint: removing leftover {} of an interrupted save", entry.path().string());
       fs::remove_all(entry.path(), ec);
     }
   }
   if (keep_last_ == 0 || static_cast<int>(steps.size()) <= keep_last_) return;
-  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(steps.begin(), steps.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t i = static_cast<size_t>(keep_last_); i < steps.size(); ++i) {
     fs::remove_all(steps[i].second, ec);
     if (ec) log_info("checkpoint: could not remove {}: {}", steps[i].second.string(), ec.message());
@@ -174,7 +178,9 @@ void CheckpointStore::prune(int64_t newest_step) const {
   fsync_directory(root_);
 }
 
-std::optional<std::string> CheckpointStore::find_latest() const { return find_latest_checkpoint(root_); }
+std::optional<std::string> CheckpointStore::find_latest() const {
+  return find_latest_checkpoint(root_);
+}
 
 void CheckpointStore::verify(const std::string& dir) const { verify_checkpoint(dir); }
 

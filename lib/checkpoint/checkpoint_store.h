@@ -90,7 +90,8 @@ class CheckpointStore {
  private:
   std::string step_dir(int64_t step) const;
   /// Rank 0 after all shards are on disk: config, manifest, rename, fsync, prune.
-  void finalize(int64_t step, const std::vector<uint64_t>& digests, const std::string& config) const;
+  void finalize(int64_t step, const std::vector<uint64_t>& digests,
+                const std::string& config) const;
   void prune(int64_t newest_step) const;
 
   std::string root_;

@@ -30,7 +30,8 @@ void DurableFile::write(const void* data, size_t bytes) {
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    OMNIBAL_CHECK(n > 0, "cannot write ", path_, ": ", n < 0 ? std::strerror(errno) : "no progress");
+    OMNIBAL_CHECK(n > 0, "cannot write ", path_, ": ",
+                  n < 0 ? std::strerror(errno) : "no progress");
     p += n;
     bytes -= static_cast<size_t>(n);
   }

@@ -18,14 +18,17 @@ HfCheckpointDir::HfCheckpointDir(std::string dir) : dir_(std::move(dir)) {
       const auto j = nlohmann::json::parse(read_text_file(index.string()));
       weight_map_ = j.at("weight_map").get<std::map<std::string, std::string>>();
     } catch (const nlohmann::json::exception& e) {
-      OMNIBAL_FAIL(index.string(), ": malformed index (expected {\"weight_map\": {tensor: file}}): ", e.what());
+      OMNIBAL_FAIL(index.string(),
+                   ": malformed index (expected {\"weight_map\": {tensor: file}}): ", e.what());
     }
     for (const auto& [name, file] : weight_map_)
-      OMNIBAL_CHECK(!file.empty() && file.find('/') == std::string::npos, index.string(), ": tensor \"", name,
-                    "\" maps to \"", file, "\", expected a file name in the same directory");
+      OMNIBAL_CHECK(!file.empty() && file.find('/') == std::string::npos, index.string(),
+                    ": tensor \"", name, "\" maps to \"", file,
+                    "\", expected a file name in the same directory");
   } else if (fs::is_regular_file(single)) {
     const SafetensorsFile& file =
-        *open_.emplace(kSingleFile, std::make_unique<SafetensorsFile>(single.string())).first->second;
+        *open_.emplace(kSingleFile, std::make_unique<SafetensorsFile>(single.string()))
+             .first->second;
     for (const auto& name : file.names()) weight_map_[name] = kSingleFile;
   } else {
     OMNIBAL_FAIL(dir_, ": not a Hugging Face safetensors checkpoint (neither ", kIndexFile, " nor ",
@@ -44,13 +47,18 @@ const SafetensorsFile& HfCheckpointDir::file_of(const std::string& name) const {
   OMNIBAL_CHECK(it != weight_map_.end(), dir_, ": no tensor \"", name, "\"");
   auto& slot = open_[it->second];
   if (!slot) slot = std::make_unique<SafetensorsFile>((fs::path(dir_) / it->second).string());
-  OMNIBAL_CHECK(slot->contains(name), slot->path(), ": the index says it holds \"", name, "\" but it does not");
+  OMNIBAL_CHECK(slot->contains(name), slot->path(), ": the index says it holds \"", name,
+                "\" but it does not");
   return *slot;
 }
 
-const SafetensorsEntry& HfCheckpointDir::entry(const std::string& name) const { return file_of(name).entry(name); }
+const SafetensorsEntry& HfCheckpointDir::entry(const std::string& name) const {
+  return file_of(name).entry(name);
+}
 
-torch::Tensor HfCheckpointDir::tensor(const std::string& name) const { return file_of(name).tensor(name); }
+torch::Tensor HfCheckpointDir::tensor(const std::string& name) const {
+  return file_of(name).tensor(name);
+}
 
 std::set<std::string> HfCheckpointDir::opened_files() const {
   std::set<std::string> out;

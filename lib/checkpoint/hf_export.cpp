@@ -28,63 +28,103 @@ std::string internvl_template_name(const std::string& name) {
   // newline (SeparatorStyle.MPT), which is what data/chat_template.cpp renders ("internvl2_5"
   // adds a newline after <|im_end|>, "phi3-chat" uses <|user|> / <|end|>).
   if (name == "internlm2-chat") return "internlm2-chat";
-  OMNIBAL_FAIL("data.template \"", name, "\": no InternVL conversation template is known to match it ",
+  OMNIBAL_FAIL("data.template \"", name,
+               "\": no InternVL conversation template is known to match it ",
                "(known: internlm2-chat)");
 }
 
-nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const std::string& torch_dtype,
-                              const HfTrainingSettings& trained) {
+nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style,
+                              const std::string& torch_dtype, const HfTrainingSettings& trained) {
   const auto& v = preset.vit;
   const auto& l = preset.llm;
-  OMNIBAL_CHECK(trained.pad_token_id >= 0 && trained.pad_token_id < l.vocab_size, "export: pad_token_id ",
-                trained.pad_token_id, " is not a token of preset ", preset.name, " (vocab_size ", l.vocab_size,
-                "); give the tokenizer's pad id");
-  OMNIBAL_CHECK(trained.min_dynamic_patch >= 1 && trained.min_dynamic_patch <= trained.max_dynamic_patch,
-                "export: expected 1 <= min_dynamic_patch <= max_dynamic_patch (data.min_tiles / data.max_tiles), got ",
+  OMNIBAL_CHECK(trained.pad_token_id >= 0 && trained.pad_token_id < l.vocab_size,
+                "export: pad_token_id ", trained.pad_token_id, " is not a token of preset ",
+                preset.name, " (vocab_size ", l.vocab_size, "); give the tokenizer's pad id");
+  OMNIBAL_CHECK(trained.min_dynamic_patch >= 1 &&
+                    trained.min_dynamic_patch <= trained.max_dynamic_patch,
+                "export: expected 1 <= min_dynamic_patch <= max_dynamic_patch (data.min_tiles / "
+                "data.max_tiles), got ",
                 trained.min_dynamic_patch, " and ", trained.max_dynamic_patch);
   const bool internlm2 = style == HfLlmStyle::kInternLm2;
-  nlohmann::json vision = {{"architectures", {"InternVisionModel"}}, {"model_type", "intern_vit_6b"},
-                           {"hidden_size", v.width}, {"num_hidden_layers", v.depth},
-                           {"num_attention_heads", v.heads}, {"intermediate_size", v.mlp_dim},
-                           {"image_size", v.tile_size}, {"patch_size", v.patch_size},
-                           {"qkv_bias", v.qkv_bias}, {"qk_normalization", v.qk_norm},
+  nlohmann::json vision = {{"architectures", {"InternVisionModel"}},
+                           {"model_type", "intern_vit_6b"},
+                           {"hidden_size", v.width},
+                           {"num_hidden_layers", v.depth},
+                           {"num_attention_heads", v.heads},
+                           {"intermediate_size", v.mlp_dim},
+                           {"image_size", v.tile_size},
+                           {"patch_size", v.patch_size},
+                           {"qkv_bias", v.qkv_bias},
+                           {"qk_normalization", v.qk_norm},
                            {"norm_type", v.norm == "rmsnorm" ? "rms_norm" : "layer_norm"},
-                           {"layer_norm_eps", 1e-6}, {"hidden_act", "gelu"}, {"num_channels", 3},
-                           {"use_flash_attn", false}, {"drop_path_rate", 0.0}, {"torch_dtype", torch_dtype}};
+                           {"layer_norm_eps", 1e-6},
+                           {"hidden_act", "gelu"},
+                           {"num_channels", 3},
+                           {"use_flash_attn", false},
+                           {"drop_path_rate", 0.0},
+                           {"torch_dtype", torch_dtype}};
   // The architecture names hf_style.h reads back (Phi-3 is the fused-LLaMA family InternVL uses).
   const char* arch = "";
   const char* type = "";
   switch (style) {
-    case HfLlmStyle::kInternLm2: arch = "InternLM2ForCausalLM"; type = "internlm2"; break;
-    case HfLlmStyle::kLlama: arch = "LlamaForCausalLM"; type = "llama"; break;
-    case HfLlmStyle::kLlamaFused: arch = "Phi3ForCausalLM"; type = "phi3"; break;
+    case HfLlmStyle::kInternLm2:
+      arch = "InternLM2ForCausalLM";
+      type = "internlm2";
+      break;
+    case HfLlmStyle::kLlama:
+      arch = "LlamaForCausalLM";
+      type = "llama";
+      break;
+    case HfLlmStyle::kLlamaFused:
+      arch = "Phi3ForCausalLM";
+      type = "phi3";
+      break;
   }
   // tie_word_embeddings is false even for a tied preset: InternVLChatConfig forces it, and the
   // export writes the head as its own tensor. pad_token_id becomes nn.Embedding's padding_idx.
   nlohmann::json llm = {{"architectures", {arch}},
-                        {"model_type", type}, {"hidden_size", l.width},
-                        {"num_hidden_layers", l.depth}, {"num_attention_heads", l.heads},
-                        {"num_key_value_heads", l.kv_heads}, {"intermediate_size", l.mlp_dim},
-                        {"vocab_size", l.vocab_size}, {"rope_theta", l.rope_theta},
-                        {"max_position_embeddings", l.max_seq_len}, {"rms_norm_eps", l.norm_eps},
-                        {"tie_word_embeddings", false}, {"pad_token_id", trained.pad_token_id},
-                        {"hidden_act", "silu"}, {"torch_dtype", torch_dtype}};
+                        {"model_type", type},
+                        {"hidden_size", l.width},
+                        {"num_hidden_layers", l.depth},
+                        {"num_attention_heads", l.heads},
+                        {"num_key_value_heads", l.kv_heads},
+                        {"intermediate_size", l.mlp_dim},
+                        {"vocab_size", l.vocab_size},
+                        {"rope_theta", l.rope_theta},
+                        {"max_position_embeddings", l.max_seq_len},
+                        {"rms_norm_eps", l.norm_eps},
+                        {"tie_word_embeddings", false},
+                        {"pad_token_id", trained.pad_token_id},
+                        {"hidden_act", "silu"},
+                        {"torch_dtype", torch_dtype}};
   if (internlm2) llm["bias"] = false;
   // system_message "": omnibal trains without a system turn (data/chat_template.h); without the
   // key InternVL would prepend its template's default system message.
-  return {{"architectures", {"InternVLChatModel"}}, {"model_type", "internvl_chat"},
-          {"downsample_ratio", preset.projector.downsample_ratio}, {"force_image_size", v.tile_size},
-          {"ps_version", "v2"}, {"select_layer", -1}, {"template", internvl_template_name(trained.chat_template)},
-          {"system_message", ""}, {"dynamic_image_size", trained.dynamic_image_size},
-          {"use_thumbnail", trained.use_thumbnail}, {"min_dynamic_patch", trained.min_dynamic_patch},
-          {"max_dynamic_patch", trained.max_dynamic_patch}, {"tie_word_embeddings", false},
-          {"torch_dtype", torch_dtype}, {"vision_config", vision}, {"llm_config", llm},
-          {"omnibal", {{"preset", preset.name}, {"llm_style", hf_llm_style_name(style)},
-                       {"tie_embeddings", l.tie_embeddings}}}};
+  return {{"architectures", {"InternVLChatModel"}},
+          {"model_type", "internvl_chat"},
+          {"downsample_ratio", preset.projector.downsample_ratio},
+          {"force_image_size", v.tile_size},
+          {"ps_version", "v2"},
+          {"select_layer", -1},
+          {"template", internvl_template_name(trained.chat_template)},
+          {"system_message", ""},
+          {"dynamic_image_size", trained.dynamic_image_size},
+          {"use_thumbnail", trained.use_thumbnail},
+          {"min_dynamic_patch", trained.min_dynamic_patch},
+          {"max_dynamic_patch", trained.max_dynamic_patch},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", torch_dtype},
+          {"vision_config", vision},
+          {"llm_config", llm},
+          {"omnibal",
+           {{"preset", preset.name},
+            {"llm_style", hf_llm_style_name(style)},
+            {"tie_embeddings", l.tie_embeddings}}}};
 }
 
-HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, const ModelPreset& preset,
-                         const std::string& out_dir, const HfExportOptions& options) {
+HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors,
+                         const ModelPreset& preset, const std::string& out_dir,
+                         const HfExportOptions& options) {
   // Plan every HF tensor. A tied head maps to the embedding's name, which is planned first; the
   // head is then written as its own tensor with the same values (see the header).
   std::vector<std::pair<std::string, torch::Tensor>> planned;
@@ -92,7 +132,8 @@ HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, co
   std::vector<std::string> missing;
   for (const auto& m : hf_mappings(preset, options.style)) {
     if (written.count(m.hf_name)) {
-      const auto embedding = std::find_if(planned.begin(), planned.end(), [&](const auto& p) { return p.first == m.hf_name; });
+      const auto embedding = std::find_if(planned.begin(), planned.end(),
+                                          [&](const auto& p) { return p.first == m.hf_name; });
       if (m.parts[0] == "llm_head.output.weight" && embedding != planned.end()) {
         torch::Tensor t = embedding->second;
         planned.emplace_back(hf_lm_head_name(options.style), t);
@@ -130,8 +171,10 @@ HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, co
   std::vector<std::vector<size_t>> shards(1);
   uint64_t shard_bytes = 0;
   for (size_t i = 0; i < planned.size(); ++i) {
-    const uint64_t bytes = static_cast<uint64_t>(planned[i].second.numel()) * planned[i].second.element_size();
-    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) shards.emplace_back(), shard_bytes = 0;
+    const uint64_t bytes =
+        static_cast<uint64_t>(planned[i].second.numel()) * planned[i].second.element_size();
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes)
+      shards.emplace_back(), shard_bytes = 0;
     shards.back().push_back(i);
     shard_bytes += bytes;
     report.bytes += bytes;
@@ -149,12 +192,17 @@ HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, co
     report.files.push_back(file);
   }
   report.tensors = static_cast<int64_t>(planned.size());
-  const nlohmann::json index = {{"metadata", {{"total_size", report.bytes}}}, {"weight_map", weight_map}};
-  write_text_file_durable((fs::path(out_dir) / HfCheckpointDir::kIndexFile).string(), index.dump(2) + "\n");
-  const std::string dtype =
-      planned.empty() ? "float32" : std::string(c10::toString(planned.front().second.scalar_type()));
-  const std::map<std::string, std::string> torch_names{
-      {"BFloat16", "bfloat16"}, {"Half", "float16"}, {"Float", "float32"}, {"Double", "float64"}};
+  const nlohmann::json index = {{"metadata", {{"total_size", report.bytes}}},
+                                {"weight_map", weight_map}};
+  write_text_file_durable((fs::path(out_dir) / HfCheckpointDir::kIndexFile).string(),
+                          index.dump(2) + "\n");
+  const std::string dtype = planned.empty()
+                                ? "float32"
+                                : std::string(c10::toString(planned.front().second.scalar_type()));
+  const std::map<std::string, std::string> torch_names{{"BFloat16", "bfloat16"},
+                                                       {"Half", "float16"},
+                                                       {"Float", "float32"},
+                                                       {"Double", "float64"}};
   const auto it = torch_names.find(dtype);
   write_text_file_durable((fs::path(out_dir) / "config.json").string(),
                           config_for(it == torch_names.end() ? dtype : it->second).dump(2) + "\n");

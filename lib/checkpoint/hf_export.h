@@ -47,20 +47,41 @@ struct HfTrainingSettings {
     min_dynamic_patch = min_tiles, max_dynamic_patch = max_tiles;
     return *this;
   }
-  HfTrainingSettings& with_thumbnail(bool on) { use_thumbnail = on; return *this; }
-  HfTrainingSettings& with_chat_template(std::string name) { chat_template = std::move(name); return *this; }
-  HfTrainingSettings& with_pad_token_id(int64_t id) { pad_token_id = id; return *this; }
+  HfTrainingSettings& with_thumbnail(bool on) {
+    use_thumbnail = on;
+    return *this;
+  }
+  HfTrainingSettings& with_chat_template(std::string name) {
+    chat_template = std::move(name);
+    return *this;
+  }
+  HfTrainingSettings& with_pad_token_id(int64_t id) {
+    pad_token_id = id;
+    return *this;
+  }
 };
 
 struct HfExportOptions {
   HfLlmStyle style = HfLlmStyle::kInternLm2;
-  HfTrainingSettings trained;              ///< written to config.json
-  std::optional<torch::Dtype> dtype;       ///< cast every tensor; default keeps each dtype
-  uint64_t max_shard_bytes = 5000000000;   ///< like transformers' "5GB"
-  HfExportOptions& with_style(HfLlmStyle s) { style = s; return *this; }
-  HfExportOptions& with_dtype(torch::Dtype d) { dtype = d; return *this; }
-  HfExportOptions& with_max_shard_bytes(uint64_t b) { max_shard_bytes = b; return *this; }
-  HfExportOptions& with_trained(HfTrainingSettings t) { trained = std::move(t); return *this; }
+  HfTrainingSettings trained;             ///< written to config.json
+  std::optional<torch::Dtype> dtype;      ///< cast every tensor; default keeps each dtype
+  uint64_t max_shard_bytes = 5000000000;  ///< like transformers' "5GB"
+  HfExportOptions& with_style(HfLlmStyle s) {
+    style = s;
+    return *this;
+  }
+  HfExportOptions& with_dtype(torch::Dtype d) {
+    dtype = d;
+    return *this;
+  }
+  HfExportOptions& with_max_shard_bytes(uint64_t b) {
+    max_shard_bytes = b;
+    return *this;
+  }
+  HfExportOptions& with_trained(HfTrainingSettings t) {
+    trained = std::move(t);
+    return *this;
+  }
 };
 
 struct HfExportReport {
@@ -73,13 +94,15 @@ struct HfExportReport {
 /// Writes `tensors` (every parameter of every unit of `preset`, by omnibal name) to `out_dir`
 /// (created). Throws omnibal::Error listing every missing parameter, or naming a bad
 /// HfTrainingSettings value, before writing anything.
-HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors, const ModelPreset& preset,
-                         const std::string& out_dir, const HfExportOptions& options = {});
+HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors,
+                         const ModelPreset& preset, const std::string& out_dir,
+                         const HfExportOptions& options = {});
 
 /// InternVL-Chat's config.json for `preset` (torch_dtype e.g. "bfloat16") trained with `trained`.
 /// Throws omnibal::Error for a pad id outside [0, vocab_size), tiles outside 1 <= min <= max, or a
 /// chat template with no InternVL counterpart.
-nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style, const std::string& torch_dtype,
+nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style,
+                              const std::string& torch_dtype,
                               const HfTrainingSettings& trained = {});
 
 /// The InternVL conversation template (internvl/conversation.py) whose prompt format equals

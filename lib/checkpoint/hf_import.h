@@ -39,8 +39,9 @@ struct PretrainedLoadReport {
 /// Throws omnibal::Error listing every missing, unexpected and mismatched tensor not covered by
 /// `allow_missing` (then no parameter changed), or when `style` contradicts the tensor names
 /// (e.g. config.json says LlamaForCausalLM but the checkpoint holds attention.wqkv).
-PretrainedLoadReport load_pretrained(const std::vector<models::UnitPtr>& units, const ModelPreset& preset,
-                                     const std::string& dir, const std::vector<std::string>& allow_missing,
+PretrainedLoadReport load_pretrained(const std::vector<models::UnitPtr>& units,
+                                     const ModelPreset& preset, const std::string& dir,
+                                     const std::vector<std::string>& allow_missing,
                                      std::optional<HfLlmStyle> style = std::nullopt);
 
 }  // namespace omnibal::checkpoint

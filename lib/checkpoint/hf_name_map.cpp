@@ -20,7 +20,9 @@ int unit_index(const std::string& unit, const std::string& prefix) {
 struct MappingList {
   std::vector<HfTensorMapping> items;
   /// hf_name <- unit.local (same tensor).
-  void same(const std::string& hf, const std::string& omni) { items.push_back({hf, {omni}, HfFusion::kNone}); }
+  void same(const std::string& hf, const std::string& omni) {
+    items.push_back({hf, {omni}, HfFusion::kNone});
+  }
   void fused(const std::string& hf, std::vector<std::string> parts, HfFusion fusion) {
     items.push_back({hf, std::move(parts), fusion});
   }
@@ -29,9 +31,9 @@ struct MappingList {
 void vit_block(MappingList& m, const VitPreset& vit, int i) {
   const std::string o = "vit_block_" + std::to_string(i) + ".";
   const std::string h = "vision_model.encoder.layers." + std::to_string(i) + ".";
-  std::vector<std::string> locals{"norm1.weight", "attn.qkv.weight", "attn.proj.weight", "attn.proj.bias",
-                                  "norm2.weight", "mlp.fc1.weight",  "mlp.fc1.bias",     "mlp.fc2.weight",
-                                  "mlp.fc2.bias"};
+  std::vector<std::string> locals{"norm1.weight",   "attn.qkv.weight", "attn.proj.weight",
+                                  "attn.proj.bias", "norm2.weight",    "mlp.fc1.weight",
+                                  "mlp.fc1.bias",   "mlp.fc2.weight",  "mlp.fc2.bias"};
   if (vit.norm == "layernorm") locals.insert(locals.end(), {"norm1.bias", "norm2.bias"});
   if (vit.qkv_bias) locals.push_back("attn.qkv.bias");
   if (vit.qk_norm) locals.insert(locals.end(), {"attn.q_norm.weight", "attn.k_norm.weight"});
@@ -42,7 +44,8 @@ void vit_block(MappingList& m, const VitPreset& vit, int i) {
 void llm_block(MappingList& m, HfLlmStyle style, int i) {
   const std::string o = "llm_block_" + std::to_string(i) + ".";
   const std::string h = "language_model.model.layers." + std::to_string(i) + ".";
-  const std::vector<std::string> qkv{o + "attention.wq.weight", o + "attention.wk.weight", o + "attention.wv.weight"};
+  const std::vector<std::string> qkv{o + "attention.wq.weight", o + "attention.wk.weight",
+                                     o + "attention.wv.weight"};
   // The LLaMA family shares the norms, the output projection and the down projection.
   const auto llama_common = [&] {
     m.same(h + "input_layernorm.weight", o + "attention_norm.weight");
@@ -62,8 +65,8 @@ void llm_block(MappingList& m, HfLlmStyle style, int i) {
     case HfLlmStyle::kLlamaFused:
       llama_common();
       m.fused(h + "self_attn.qkv_proj.weight", qkv, HfFusion::kConcat);
-      m.fused(h + "mlp.gate_up_proj.weight", {o + "feed_forward.w1.weight", o + "feed_forward.w3.weight"},
-              HfFusion::kConcat);
+      m.fused(h + "mlp.gate_up_proj.weight",
+              {o + "feed_forward.w1.weight", o + "feed_forward.w3.weight"}, HfFusion::kConcat);
       return;
     case HfLlmStyle::kLlama:
       llama_common();
@@ -114,7 +117,8 @@ std::string hf_llm_style_name(HfLlmStyle style) {
 HfLlmStyle parse_hf_llm_style(const std::string& name) {
   for (auto s : {HfLlmStyle::kInternLm2, HfLlmStyle::kLlama, HfLlmStyle::kLlamaFused})
     if (hf_llm_style_name(s) == name) return s;
-  OMNIBAL_FAIL("unknown Hugging Face LLM style \"", name, "\" (expected internlm2, llama or llama-fused)");
+  OMNIBAL_FAIL("unknown Hugging Face LLM style \"", name,
+               "\" (expected internlm2, llama or llama-fused)");
 }
 
 HfLlmStyle detect_hf_llm_style(const std::vector<std::string>& hf_names) {
@@ -125,15 +129,18 @@ HfLlmStyle detect_hf_llm_style(const std::vector<std::string>& hf_names) {
   if (any(".attention.wqkv.")) return HfLlmStyle::kInternLm2;
   if (any(".self_attn.qkv_proj.")) return HfLlmStyle::kLlamaFused;
   if (any(".self_attn.q_proj.")) return HfLlmStyle::kLlama;
-  OMNIBAL_FAIL("cannot tell the LLM layout: no attention.wqkv (InternLM2), self_attn.qkv_proj "
-               "(LLaMA fused) or self_attn.q_proj (LLaMA) tensor among ", hf_names.size(), " names");
+  OMNIBAL_FAIL(
+      "cannot tell the LLM layout: no attention.wqkv (InternLM2), self_attn.qkv_proj "
+      "(LLaMA fused) or self_attn.q_proj (LLaMA) tensor among ",
+      hf_names.size(), " names");
 }
 
-std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset, const std::string& unit,
-                                                  HfLlmStyle style) {
+std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset,
+                                                  const std::string& unit, HfLlmStyle style) {
   MappingList m;
   if (unit == "vit_embed") {
-    for (const char* l : {"patch_embedding.weight", "patch_embedding.bias", "class_embedding", "position_embedding"})
+    for (const char* l : {"patch_embedding.weight", "patch_embedding.bias", "class_embedding",
+                          "position_embedding"})
       m.same(std::string("vision_model.embeddings.") + l, std::string("vit_embed.") + l);
   } else if (const int i = unit_index(unit, "vit_block_"); i >= 0 && i < preset.vit.depth) {
     vit_block(m, preset.vit, i);
@@ -150,11 +157,12 @@ std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset, con
     llm_block(m, style, j);
   } else if (unit == "llm_head") {
     m.same("language_model.model.norm.weight", "llm_head.norm.weight");
-    m.same(preset.llm.tie_embeddings ? hf_embedding_name(style) : hf_lm_head_name(style), "llm_head.output.weight");
+    m.same(preset.llm.tie_embeddings ? hf_embedding_name(style) : hf_lm_head_name(style),
+           "llm_head.output.weight");
   } else {
     OMNIBAL_FAIL("no Hugging Face names for unit \"", unit, "\" of preset ", preset.name,
-                 " (expected vit_embed, vit_block_0..", preset.vit.depth - 1, ", projector, llm_embed, llm_block_0..",
-                 preset.llm.depth - 1, ", llm_head)");
+                 " (expected vit_embed, vit_block_0..", preset.vit.depth - 1,
+                 ", projector, llm_embed, llm_block_0..", preset.llm.depth - 1, ", llm_head)");
   }
   return m.items;
 }
@@ -189,13 +197,14 @@ std::vector<int64_t> fused_shape(const HfTensorMapping& mapping,
 
 torch::Tensor fuse_for_hf(const HfTensorMapping& mapping, const std::vector<torch::Tensor>& parts,
                           const LlmPreset& llm) {
-  OMNIBAL_CHECK(parts.size() == mapping.parts.size(), mapping.hf_name, ": expected ", mapping.parts.size(),
-                " parts, got ", parts.size());
+  OMNIBAL_CHECK(parts.size() == mapping.parts.size(), mapping.hf_name, ": expected ",
+                mapping.parts.size(), " parts, got ", parts.size());
   switch (mapping.fusion) {
     case HfFusion::kNone: return parts[0];
     case HfFusion::kConcat: return torch::cat(parts, 0);
     case HfFusion::kInternLm2Qkv: {
-      const int64_t hd = llm.width / llm.heads, groups = llm.heads / llm.kv_heads, d = parts[0].size(1);
+      const int64_t hd = llm.width / llm.heads, groups = llm.heads / llm.kv_heads,
+                    d = parts[0].size(1);
       const torch::Tensor q = parts[0].reshape({llm.kv_heads, groups, hd, d});
       const torch::Tensor k = parts[1].reshape({llm.kv_heads, 1, hd, d});
       const torch::Tensor v = parts[2].reshape({llm.kv_heads, 1, hd, d});
@@ -209,8 +218,8 @@ std::vector<torch::Tensor> split_from_hf(const HfTensorMapping& mapping, const t
                                          const std::vector<std::vector<int64_t>>& part_shapes,
                                          const LlmPreset& llm) {
   const std::vector<int64_t> expected = fused_shape(mapping, part_shapes);
-  OMNIBAL_CHECK(hf.sizes().vec() == expected, mapping.hf_name, ": shape ", shape_string(hf.sizes().vec()),
-                ", the model expects ", shape_string(expected));
+  OMNIBAL_CHECK(hf.sizes().vec() == expected, mapping.hf_name, ": shape ",
+                shape_string(hf.sizes().vec()), ", the model expects ", shape_string(expected));
   switch (mapping.fusion) {
     case HfFusion::kNone: return {hf};
     case HfFusion::kConcat: {
@@ -225,9 +234,11 @@ std::vector<torch::Tensor> split_from_hf(const HfTensorMapping& mapping, const t
     case HfFusion::kInternLm2Qkv: {
       const int64_t hd = llm.width / llm.heads, groups = llm.heads / llm.kv_heads, d = hf.size(1);
       OMNIBAL_CHECK(part_shapes[0][0] == llm.heads * hd && part_shapes[1][0] == llm.kv_heads * hd,
-                    mapping.hf_name, ": q/k rows do not match heads ", llm.heads, " / kv_heads ", llm.kv_heads);
+                    mapping.hf_name, ": q/k rows do not match heads ", llm.heads, " / kv_heads ",
+                    llm.kv_heads);
       const torch::Tensor grouped = hf.reshape({llm.kv_heads, groups + 2, hd, d});
-      return {grouped.narrow(1, 0, groups).reshape({-1, d}), grouped.select(1, groups).reshape({-1, d}),
+      return {grouped.narrow(1, 0, groups).reshape({-1, d}),
+              grouped.select(1, groups).reshape({-1, d}),
               grouped.select(1, groups + 1).reshape({-1, d})};
     }
   }

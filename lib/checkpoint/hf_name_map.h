@@ -69,8 +69,8 @@ struct HfTensorMapping {
 /// The mappings of one unit ("vit_block_3", "llm_head", ...), covering every parameter the unit
 /// has for `preset` (optional ones such as qkv bias, q/k norm, layer scale, LayerNorm bias
 /// follow the preset). Throws omnibal::Error for an unknown unit name.
-std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset, const std::string& unit,
-                                                  HfLlmStyle style);
+std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset,
+                                                  const std::string& unit, HfLlmStyle style);
 /// The mappings of every unit of `preset`, in model order.
 std::vector<HfTensorMapping> hf_mappings(const ModelPreset& preset, HfLlmStyle style);
 

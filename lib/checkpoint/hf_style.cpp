@@ -8,7 +8,8 @@ namespace omnibal::checkpoint {
 
 HfLlmStyle hf_style_from_config(const nlohmann::json& config, const std::string& where) {
   OMNIBAL_CHECK(config.is_object(), where, ": expected a JSON object");
-  if (config.contains("omnibal") && config["omnibal"].is_object() && config["omnibal"].contains("llm_style")) {
+  if (config.contains("omnibal") && config["omnibal"].is_object() &&
+      config["omnibal"].contains("llm_style")) {
     const auto& s = config["omnibal"]["llm_style"];
     OMNIBAL_CHECK(s.is_string(), where, ": omnibal.llm_style: expected a string");
     return parse_hf_llm_style(s.get<std::string>());
@@ -21,16 +22,18 @@ HfLlmStyle hf_style_from_config(const nlohmann::json& config, const std::string&
   if (arch == "InternLM2ForCausalLM") return HfLlmStyle::kInternLm2;
   if (arch == "LlamaForCausalLM") return HfLlmStyle::kLlama;
   if (arch == "Phi3ForCausalLM") return HfLlmStyle::kLlamaFused;
-  OMNIBAL_FAIL(where, ": llm_config.architectures[0] is ", arch.empty() ? "absent" : "\"" + arch + "\"",
-               "; omnibal reads InternLM2ForCausalLM (internlm2), LlamaForCausalLM (llama) and ",
-               "Phi3ForCausalLM (llama-fused). Set model.hf_style: internlm2 | llama | llama-fused if the ",
-               "tensors follow one of these layouts");
+  OMNIBAL_FAIL(
+      where, ": llm_config.architectures[0] is ", arch.empty() ? "absent" : "\"" + arch + "\"",
+      "; omnibal reads InternLM2ForCausalLM (internlm2), LlamaForCausalLM (llama) and ",
+      "Phi3ForCausalLM (llama-fused). Set model.hf_style: internlm2 | llama | llama-fused if the ",
+      "tensors follow one of these layouts");
 }
 
 HfLlmStyle hf_style_of_dir(const std::string& dir) {
   const std::string path = dir + "/config.json";
   std::ifstream in(path);
-  OMNIBAL_CHECK(in.good(), path, ": cannot open (model.init_from needs the checkpoint's config.json to tell ",
+  OMNIBAL_CHECK(in.good(), path,
+                ": cannot open (model.init_from needs the checkpoint's config.json to tell ",
                 "the LLM layout; or set model.hf_style)");
   nlohmann::json config;
   try {
@@ -43,7 +46,8 @@ HfLlmStyle hf_style_of_dir(const std::string& dir) {
 
 HfLlmStyle resolve_hf_style(HfStyle value, const std::string& init_from) {
   switch (value) {
-    case HfStyle::kAuto: return init_from.empty() ? HfLlmStyle::kInternLm2 : hf_style_of_dir(init_from);
+    case HfStyle::kAuto:
+      return init_from.empty() ? HfLlmStyle::kInternLm2 : hf_style_of_dir(init_from);
     case HfStyle::kInternLm2: return HfLlmStyle::kInternLm2;
     case HfStyle::kLlama: return HfLlmStyle::kLlama;
     case HfStyle::kLlamaFused: return HfLlmStyle::kLlamaFused;

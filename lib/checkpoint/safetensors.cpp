@@ -28,10 +28,10 @@ struct DtypeName {
   at::ScalarType dtype;
   const char* name;
 };
-constexpr DtypeName kDtypes[] = {
-    {at::kBFloat16, "BF16"}, {at::kHalf, "F16"}, {at::kFloat, "F32"}, {at::kDouble, "F64"},
-    {at::kLong, "I64"},      {at::kInt, "I32"},  {at::kShort, "I16"}, {at::kChar, "I8"},
-    {at::kByte, "U8"},       {at::kBool, "BOOL"}};
+constexpr DtypeName kDtypes[] = {{at::kBFloat16, "BF16"}, {at::kHalf, "F16"}, {at::kFloat, "F32"},
+                                 {at::kDouble, "F64"},    {at::kLong, "I64"}, {at::kInt, "I32"},
+                                 {at::kShort, "I16"},     {at::kChar, "I8"},  {at::kByte, "U8"},
+                                 {at::kBool, "BOOL"}};
 
 at::ScalarType dtype_from_name(const std::string& name, const std::string& where) {
   for (const auto& d : kDtypes)
@@ -63,7 +63,8 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& valu
   const auto& shape = value["shape"];
   OMNIBAL_CHECK(shape.is_array(), where, ": shape must be an array of integers");
   for (const auto& d : shape) {
-    OMNIBAL_CHECK(d.is_number_integer(), where, ": shape must be an array of integers, got ", shape.dump());
+    OMNIBAL_CHECK(d.is_number_integer(), where, ": shape must be an array of integers, got ",
+                  shape.dump());
     e.shape.push_back(d.get<int64_t>());
   }
   const auto& offsets = value["data_offsets"];
@@ -78,8 +79,9 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& valu
   OMNIBAL_CHECK(e.end <= data_bytes, where, ": data_offsets [", e.begin, ", ", e.end,
                 "] out of range: the data section has ", data_bytes, " bytes");
   const uint64_t expected = checked_numel(e.shape, where) * c10::elementSize(e.dtype);
-  OMNIBAL_CHECK(e.end - e.begin == expected, where, ": ", e.end - e.begin, " bytes in data_offsets but ",
-                value["dtype"].get<std::string>(), " ", shape.dump(), " needs ", expected, " bytes");
+  OMNIBAL_CHECK(e.end - e.begin == expected, where, ": ", e.end - e.begin,
+                " bytes in data_offsets but ", value["dtype"].get<std::string>(), " ", shape.dump(),
+                " needs ", expected, " bytes");
   return e;
 }
 
@@ -88,21 +90,22 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& valu
 std::string safetensors_dtype_name(at::ScalarType dtype) {
   for (const auto& d : kDtypes)
     if (dtype == d.dtype) return d.name;
-  OMNIBAL_FAIL("safetensors: unsupported dtype ", c10::toString(dtype),
-               " (supported: bfloat16, float16, float32, float64, int64, int32, int16, int8, uint8, bool)");
+  OMNIBAL_FAIL(
+      "safetensors: unsupported dtype ", c10::toString(dtype),
+      " (supported: bfloat16, float16, float32, float64, int64, int32, int16, int8, uint8, bool)");
 }
 
-std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& json_text,
-                                                       uint64_t data_bytes,
-                                                       const std::string& origin,
-                                                       std::map<std::string, std::string>* metadata) {
+std::vector<SafetensorsEntry> parse_safetensors_header(
+    const std::string& json_text, uint64_t data_bytes, const std::string& origin,
+    std::map<std::string, std::string>* metadata) {
   nlohmann::json header;
   // nlohmann keeps the last of duplicate keys silently; a header naming a tensor twice lies.
   std::set<std::string> keys;
   std::string duplicate;
-  const auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second &&
-        duplicate.empty())
+  const auto on_event = [&](int depth, nlohmann::json::parse_event_t event,
+                            nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+        !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
       duplicate = parsed.get<std::string>();
     return true;
   };
@@ -111,7 +114,8 @@ std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& json_t
   } catch (const nlohmann::json::exception& e) {
     OMNIBAL_FAIL(origin, ": the safetensors header is not valid JSON: ", e.what());
   }
-  OMNIBAL_CHECK(duplicate.empty(), origin, ": tensor \"", duplicate, "\" appears twice in the header");
+  OMNIBAL_CHECK(duplicate.empty(), origin, ": tensor \"", duplicate,
+                "\" appears twice in the header");
   OMNIBAL_CHECK(header.is_object(), origin, ": the safetensors header must be a JSON object");
   std::vector<SafetensorsEntry> entries;
   for (const auto& [name, value] : header.items()) {
@@ -135,14 +139,16 @@ std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& json_t
     OMNIBAL_CHECK(e.begin >= covered, origin, ": tensor \"", e.name, "\" bytes [", e.begin, ", ",
                   e.end, ") overlap tensor \"", previous ? previous->name : "", "\" bytes [",
                   previous ? previous->begin : 0, ", ", covered, ")");
-    OMNIBAL_CHECK(e.begin == covered, origin, ": gap of ", e.begin - covered, " bytes before tensor \"",
-                  e.name, "\" (bytes [", covered, ", ", e.begin, ") belong to no tensor)");
+    OMNIBAL_CHECK(e.begin == covered, origin, ": gap of ", e.begin - covered,
+                  " bytes before tensor \"", e.name, "\" (bytes [", covered, ", ", e.begin,
+                  ") belong to no tensor)");
     covered = e.end;
     previous = &e;
   }
   OMNIBAL_CHECK(covered == data_bytes, origin, ": ", data_bytes - covered,
-                " trailing bytes after the last tensor", previous ? " \"" + previous->name + "\"" : "",
-                " (data section ", data_bytes, " bytes, tensors cover ", covered, ")");
+                " trailing bytes after the last tensor",
+                previous ? " \"" + previous->name + "\"" : "", " (data section ", data_bytes,
+                " bytes, tensors cover ", covered, ")");
   return entries;
 }
 
@@ -210,7 +216,8 @@ torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
   if (e.begin == e.end) return torch::empty(e.shape, options);
   char* data = static_cast<char*>(mapping_->base) + data_start_ + e.begin;
   std::shared_ptr<Mapping> keep = mapping_;
-  torch::Tensor view = torch::from_blob(data, e.shape, [keep](void*) mutable { keep.reset(); }, options);
+  torch::Tensor view = torch::from_blob(
+      data, e.shape, [keep](void*) mutable { keep.reset(); }, options);
   if (reinterpret_cast<uintptr_t>(data) % c10::elementSize(e.dtype) != 0) return view.clone();
   return view;
 }
@@ -225,7 +232,8 @@ void write_safetensors(const std::string& path, const std::map<std::string, torc
   std::vector<torch::Tensor> data;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    OMNIBAL_CHECK(!name.empty() && name != "__metadata__", path, ": invalid tensor name \"", name, "\"");
+    OMNIBAL_CHECK(!name.empty() && name != "__metadata__", path, ": invalid tensor name \"", name,
+                  "\"");
     OMNIBAL_CHECK(tensor.defined(), path, ": tensor \"", name, "\" is undefined");
     std::string dtype;
     try {
@@ -235,18 +243,22 @@ void write_safetensors(const std::string& path, const std::map<std::string, torc
     }
     torch::Tensor cpu = tensor.detach().to(torch::kCPU).contiguous();
     const uint64_t bytes = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
-    header[name] = {{"dtype", dtype}, {"shape", cpu.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {{"dtype", dtype},
+                    {"shape", cpu.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     data.push_back(std::move(cpu));
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(uint64_t{text.size()} >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    length[i] = static_cast<unsigned char>(uint64_t{text.size()} >> (8 * i));
   DurableFile file(path);
   file.write(length, sizeof length);
   file.write(text.data(), text.size());
-  for (const auto& t : data) file.write(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  for (const auto& t : data)
+    file.write(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
   file.finish(durable);
 }
 

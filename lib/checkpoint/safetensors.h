@@ -75,10 +75,9 @@ class SafetensorsFile {
 /// Parses and validates a header (the JSON text) against a data section of `data_bytes` bytes.
 /// Returns the entries in ascending offset order and fills `metadata`. `origin` names the file
 /// in errors. Exposed for tests of malformed headers without writing files.
-std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& json_text,
-                                                       uint64_t data_bytes,
-                                                       const std::string& origin,
-                                                       std::map<std::string, std::string>* metadata);
+std::vector<SafetensorsEntry> parse_safetensors_header(
+    const std::string& json_text, uint64_t data_bytes, const std::string& origin,
+    std::map<std::string, std::string>* metadata);
 
 /// Writes `tensors` (any device, any strides; written in name order) to `path`, replacing it.
 /// With `durable`, the file is fsync'ed before returning. Throws omnibal::Error naming the file

@@ -37,8 +37,10 @@ Request::Request(std::unique_ptr<RequestImpl> impl, std::string what,
     : impl_(std::move(impl)), what_(std::move(what)), watchdog_(std::move(dog)), done_(!impl_) {}
 
 Request::Request(Request&& other) noexcept
-    : impl_(std::move(other.impl_)), what_(std::move(other.what_)),
-      watchdog_(std::move(other.watchdog_)), done_(other.done_) {
+    : impl_(std::move(other.impl_)),
+      what_(std::move(other.what_)),
+      watchdog_(std::move(other.watchdog_)),
+      done_(other.done_) {
   other.done_ = true;
 }
 
@@ -109,7 +111,8 @@ int64_t Communicator::all_reduce_int(int64_t value, ReduceOp op, std::string wha
 
 bool same_on_every_rank(Communicator& group, uint64_t value, std::string what) {
   // Both halves fit in 32 bits, so their negations cannot overflow: max(-x) = -min(x).
-  const int64_t hi = static_cast<int64_t>(value >> 32), lo = static_cast<int64_t>(value & 0xffffffffu);
+  const int64_t hi = static_cast<int64_t>(value >> 32),
+                lo = static_cast<int64_t>(value & 0xffffffffu);
   auto t = torch::tensor({hi, -hi, lo, -lo}, torch::kInt64);
   if (what.empty()) what = "agreement check over " + group.name();
   group.all_reduce(t, ReduceOp::kMax, std::move(what));

@@ -43,9 +43,8 @@ void check_cpu_contiguous(const torch::Tensor& t, const std::string& what) {
   OMNIBAL_CHECK(t.defined(), what, ": undefined tensor");
   OMNIBAL_CHECK(t.device().is_cpu(), what, ": the MPI backend takes CPU tensors, got a tensor on ",
                 t.device().str());
-  OMNIBAL_CHECK(t.is_contiguous(), what, ": expected a contiguous tensor, got ",
-                describe_tensor(t), " with strides [", fmt::format("{}", fmt::join(t.strides().vec(), ", ")),
-                "]");
+  OMNIBAL_CHECK(t.is_contiguous(), what, ": expected a contiguous tensor, got ", describe_tensor(t),
+                " with strides [", fmt::format("{}", fmt::join(t.strides().vec(), ", ")), "]");
 }
 
 /// Any number of MPI requests plus the tensors they read or write.
@@ -128,12 +127,15 @@ class MpiCommunicator : public Communicator {
     auto req = std::make_unique<MpiRequest>(tensor);
     const int64_t elem = tensor.element_size();
     auto* base = static_cast<char*>(tensor.data_ptr());
-    for_chunks(tensor.nbytes(), [&](int64_t off, int count) {
-      MPI_Request h;
-      OMNIBAL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, base + off, static_cast<int>(count / elem),
-                                       type, mop, comm_, &h));
-      req->handles().push_back(h);
-    }, elem);
+    for_chunks(
+        tensor.nbytes(),
+        [&](int64_t off, int count) {
+          MPI_Request h;
+          OMNIBAL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, base + off, static_cast<int>(count / elem),
+                                           type, mop, comm_, &h));
+          req->handles().push_back(h);
+        },
+        elem);
     return Request(std::move(req), std::move(what), watchdog_);
   }
 
@@ -167,8 +169,7 @@ class MpiCommunicator : public Communicator {
   }
 
   /// Calls fn(offset, count) for consecutive chunks of at most 1 GiB (a multiple of `align`).
-  template <class Fn>
-  static void for_chunks(int64_t nbytes, Fn&& fn, int64_t align = 1) {
+  template <class Fn> static void for_chunks(int64_t nbytes, Fn&& fn, int64_t align = 1) {
     const int64_t chunk = kChunkBytes / align * align;
     if (nbytes == 0) {
       fn(0, 0);

@@ -22,17 +22,17 @@
 namespace omnibal::comm {
 namespace {
 
-#define OMNIBAL_NCCL_CHECK(call)                                                          \
-  do {                                                                                    \
-    ncclResult_t r_ = (call);                                                             \
+#define OMNIBAL_NCCL_CHECK(call)                                                       \
+  do {                                                                                 \
+    ncclResult_t r_ = (call);                                                          \
     OMNIBAL_CHECK(r_ == ncclSuccess, #call, " failed: ", ncclGetErrorString(r_), " (", \
-                  static_cast<int>(r_), ")");                                             \
+                  static_cast<int>(r_), ")");                                          \
   } while (0)
-#define OMNIBAL_CUDA_CHECK(call)                                                             \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
+#define OMNIBAL_CUDA_CHECK(call)                                                       \
+  do {                                                                                 \
+    cudaError_t e_ = (call);                                                           \
     OMNIBAL_CHECK(e_ == cudaSuccess, #call, " failed: ", cudaGetErrorString(e_), " (", \
-                  static_cast<int>(e_), ")");                                                \
+                  static_cast<int>(e_), ")");                                          \
   } while (0)
 
 ncclDataType_t nccl_type(at::ScalarType dtype) {
@@ -47,8 +47,7 @@ ncclDataType_t nccl_type(at::ScalarType dtype) {
     case at::kLong: return ncclInt64;
     case at::kByte: return ncclUint8;
     case at::kChar: return ncclInt8;
-    default:
-      OMNIBAL_FAIL("the NCCL backend cannot reduce ", dtype_name(dtype), " tensors");
+    default: OMNIBAL_FAIL("the NCCL backend cannot reduce ", dtype_name(dtype), " tensors");
   }
 }
 
@@ -96,7 +95,9 @@ class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(MPI_Comm parent, std::string name, std::shared_ptr<const Watchdog> dog,
                    int device)
-      : name_(std::move(name)), watchdog_(std::move(dog)), device_(device),
+      : name_(std::move(name)),
+        watchdog_(std::move(dog)),
+        device_(device),
         cpu_(make_mpi_communicator(parent, name_ + " (cpu)", watchdog_)) {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     ncclUniqueId id;
@@ -163,8 +164,8 @@ class NcclCommunicator : public Communicator {
 
  private:
   void check_cuda(const torch::Tensor& t, const std::string& what) const {
-    OMNIBAL_CHECK(t.is_cuda() && t.device().index() == device_, what, ": expected a tensor on cuda:",
-                  device_, ", got one on ", t.device().str());
+    OMNIBAL_CHECK(t.is_cuda() && t.device().index() == device_, what,
+                  ": expected a tensor on cuda:", device_, ", got one on ", t.device().str());
     OMNIBAL_CHECK(t.is_contiguous(), what, ": expected a contiguous tensor, got ",
                   describe_tensor(t));
   }
@@ -174,8 +175,7 @@ class NcclCommunicator : public Communicator {
     OMNIBAL_CUDA_CHECK(cudaEventRecord(e.event, stream));
     e.recorded = true;
   }
-  template <class Fn>
-  Request enqueue(const torch::Tensor& t, std::string what, Fn&& launch) {
+  template <class Fn> Request enqueue(const torch::Tensor& t, std::string what, Fn&& launch) {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     auto event = std::make_shared<NcclEvent>();
     OMNIBAL_CUDA_CHECK(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming));

@@ -9,7 +9,8 @@ bool nccl_available() { return false; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, std::string name,
                                                      std::shared_ptr<const Watchdog>, int) {
-  OMNIBAL_FAIL("communicator '", name, "': this build has no NCCL backend (it needs a CUDA "
+  OMNIBAL_FAIL("communicator '", name,
+               "': this build has no NCCL backend (it needs a CUDA "
                "LibTorch and NCCL at configure time; see OMNIBAL_WITH_NCCL); use the MPI backend "
                "with CPU tensors");
 }

@@ -29,8 +29,10 @@ ParallelComms::ParallelComms(const ProcessGrid& grid, const WaitPolicy& policy, 
   const GridShape& s = grid.shape();
   MPI_Comm dp_comm, pp_comm;
   // Colour = the coordinates that stay fixed within the group; key = the varying index.
-  OMNIBAL_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, coord_.pp * s.tp + coord_.tp, coord_.dp, &dp_comm));
-  OMNIBAL_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, coord_.dp * s.tp + coord_.tp, coord_.pp, &pp_comm));
+  OMNIBAL_MPI_CHECK(
+      MPI_Comm_split(MPI_COMM_WORLD, coord_.pp * s.tp + coord_.tp, coord_.dp, &dp_comm));
+  OMNIBAL_MPI_CHECK(
+      MPI_Comm_split(MPI_COMM_WORLD, coord_.dp * s.tp + coord_.tp, coord_.pp, &pp_comm));
   world_ = make(backend, MPI_COMM_WORLD, "world", watchdog_, device);
   dp_ = make(backend, dp_comm, fmt::format("dp group of stage {}", coord_.pp), watchdog_, device);
   pp_ = make(backend, pp_comm, fmt::format("pipeline of dp {}", coord_.dp), watchdog_, device);

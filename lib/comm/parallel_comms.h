@@ -27,8 +27,8 @@ class ParallelComms {
                 int device = 0);
 
   const ProcessGrid& grid() const { return grid_; }
-  int rank() const { return rank_; }           ///< world rank
-  GridCoord coord() const { return coord_; }   ///< this rank's (dp, stage)
+  int rank() const { return rank_; }          ///< world rank
+  GridCoord coord() const { return coord_; }  ///< this rank's (dp, stage)
   Communicator& world() { return *world_; }
   /// Ranks holding this stage in every replica; group rank = dp index.
   Communicator& dp_group() { return *dp_; }

@@ -33,8 +33,8 @@ void request_stop() { g_stop.store(1, std::memory_order_relaxed); }
 
 bool should_stop(Communicator& world) {
   const int64_t local = stop_requested() ? 1 : 0;
-  return world.all_reduce_int(local, ReduceOp::kMax, "stop agreement (should_stop) over " +
-                                                         world.name()) != 0;
+  return world.all_reduce_int(local, ReduceOp::kMax,
+                              "stop agreement (should_stop) over " + world.name()) != 0;
 }
 
 }  // namespace omnibal::comm

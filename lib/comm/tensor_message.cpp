@@ -57,14 +57,14 @@ torch::Tensor MessageHeader::encode() const {
   w[3] = static_cast<int64_t>(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& m = tensors[i];
-    OMNIBAL_CHECK(static_cast<int>(m.shape.size()) <= kMaxDims, "message ", describe(),
-                  ": tensor ", i, " has ", m.shape.size(), " dims, at most ", kMaxDims);
+    OMNIBAL_CHECK(static_cast<int>(m.shape.size()) <= kMaxDims, "message ", describe(), ": tensor ",
+                  i, " has ", m.shape.size(), " dims, at most ", kMaxDims);
     int64_t* slot = w + 4 + i * (2 + kMaxDims);
     slot[0] = static_cast<int64_t>(m.dtype);
     slot[1] = static_cast<int64_t>(m.shape.size());
     for (size_t d = 0; d < m.shape.size(); ++d) {
-      OMNIBAL_CHECK(m.shape[d] >= 0, "message ", describe(), ": tensor ", i, " dim ", d,
-                    " is ", m.shape[d], "; a sent shape must be concrete");
+      OMNIBAL_CHECK(m.shape[d] >= 0, "message ", describe(), ": tensor ", i, " dim ", d, " is ",
+                    m.shape[d], "; a sent shape must be concrete");
       slot[2 + d] = m.shape[d];
     }
   }
@@ -73,7 +73,8 @@ torch::Tensor MessageHeader::encode() const {
 
 MessageHeader MessageHeader::decode(const torch::Tensor& words) {
   OMNIBAL_CHECK(words.scalar_type() == at::kLong && words.numel() == kHeaderWords,
-                "message header: expected int64 [", kHeaderWords, "], got ", describe_tensor(words));
+                "message header: expected int64 [", kHeaderWords, "], got ",
+                describe_tensor(words));
   const auto* w = words.data_ptr<int64_t>();
   OMNIBAL_CHECK(w[0] == kMagic, "message header: bad magic number ", w[0],
                 " (the peer sent something that is not an omnibal tensor message)");
@@ -107,8 +108,8 @@ PendingMessage::PendingMessage(Communicator* comm, MessageHeader expected, int p
   what_ = fmt::format("recv {} mb {} from rank {}", kind_name(expected_.kind),
                       expected_.micro_batch, comm_->world_rank(peer_));
   header_words_ = torch::empty({MessageHeader::kHeaderWords}, torch::kInt64);
-  header_request_ = comm_->irecv(header_words_, peer_,
-                                 TensorMessenger::header_tag(expected_.kind), what_ + " (header)");
+  header_request_ = comm_->irecv(header_words_, peer_, TensorMessenger::header_tag(expected_.kind),
+                                 what_ + " (header)");
 }
 
 void PendingMessage::check_header() {
@@ -135,9 +136,9 @@ void PendingMessage::post_payload() {
   std::vector<Request> parts;
   const int tag = TensorMessenger::payload_tag(expected_.kind, expected_.micro_batch);
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    parts.push_back(comm_->irecv(tensors_[i], peer_, tag,
-                                 fmt::format("{} (tensor {}: {})", what_, i,
-                                             describe_tensor(tensors_[i]))));
+    parts.push_back(
+        comm_->irecv(tensors_[i], peer_, tag,
+                     fmt::format("{} (tensor {}: {})", what_, i, describe_tensor(tensors_[i]))));
   }
   payload_request_ = Request::all(std::move(parts), what_);
   payload_started_ = true;
@@ -168,8 +169,8 @@ Request TensorMessenger::send_header(const TensorMessage& message, int peer) {
 }
 
 Request TensorMessenger::send_payload(const TensorMessage& message, int peer) {
-  const std::string what = fmt::format("send {} to rank {}", message.header().describe(),
-                                       comm_->world_rank(peer));
+  const std::string what =
+      fmt::format("send {} to rank {}", message.header().describe(), comm_->world_rank(peer));
   std::vector<Request> parts;
   for (const auto& t : message.tensors) {
     parts.push_back(
@@ -186,7 +187,8 @@ Request TensorMessenger::send(const TensorMessage& message, int peer) {
   return Request::all(std::move(parts), std::move(what));
 }
 
-PendingMessage TensorMessenger::recv(const MessageHeader& expected, int peer, torch::Device device) {
+PendingMessage TensorMessenger::recv(const MessageHeader& expected, int peer,
+                                     torch::Device device) {
   return PendingMessage(comm_, expected, peer, device);
 }
 

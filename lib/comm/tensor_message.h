@@ -40,7 +40,7 @@ struct MessageHeader {
   static constexpr int kHeaderWords = 4 + kMaxTensors * (2 + kMaxDims);
 
   MessageKind kind = MessageKind::kActivation;
-  int micro_batch = 0;            ///< index of the micro-batch within the step
+  int micro_batch = 0;  ///< index of the micro-batch within the step
   std::vector<TensorMeta> tensors;
 
   /// "activation mb 3 [float32 [128, 64], int32 [5]]".

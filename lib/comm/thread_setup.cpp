@@ -28,8 +28,8 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
 
 std::string ThreadPlan::describe() const {
   const std::string source = from_config
-      ? "runtime.threads"
-      : fmt::format("{} cores / {} ranks on node", cores, local_ranks);
+                                 ? "runtime.threads"
+                                 : fmt::format("{} cores / {} ranks on node", cores, local_ranks);
   return fmt::format("threads {} intra-op / {} inter-op ({}); bound to cpus {}", threads, interop,
                      source, affinity.empty() ? "?" : format_cpu_list(affinity));
 }
@@ -78,8 +78,10 @@ ThreadPlan configure_threads(int requested, int local_ranks) {
   // Every rank logs its own plan: bindings differ per rank ("[rank r]" names which).
   log_info_every_rank("{}", plan.describe());
   if (!plan.affinity.empty() && static_cast<int>(plan.affinity.size()) < plan.threads) {
-    log_info_every_rank("warning: {} threads but this rank is bound to {} cpu(s); launch with "
-             "`mpirun --bind-to none` or set runtime.threads", plan.threads, plan.affinity.size());
+    log_info_every_rank(
+        "warning: {} threads but this rank is bound to {} cpu(s); launch with "
+        "`mpirun --bind-to none` or set runtime.threads",
+        plan.threads, plan.affinity.size());
   }
   return plan;
 }

@@ -12,11 +12,11 @@ namespace omnibal::comm {
 
 /// The thread decision of one rank.
 struct ThreadPlan {
-  int threads = 1;        ///< intra-op threads
-  int interop = 1;        ///< inter-op threads
-  int cores = 1;          ///< online CPUs of the node
-  int local_ranks = 1;    ///< ranks on this node
-  bool from_config = false;  ///< runtime.threads overrode the default
+  int threads = 1;            ///< intra-op threads
+  int interop = 1;            ///< inter-op threads
+  int cores = 1;              ///< online CPUs of the node
+  int local_ranks = 1;        ///< ranks on this node
+  bool from_config = false;   ///< runtime.threads overrode the default
   std::vector<int> affinity;  ///< CPUs this process may run on (sched_getaffinity)
   /// "threads 1 intra-op / 1 inter-op (2 cores / 2 ranks on node); bound to cpus 0-1".
   std::string describe() const;

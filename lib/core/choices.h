@@ -29,7 +29,14 @@ enum class RecomputeMode { kAdaptive, kFull, kNone, kPerStage };
 
 /// `balance.method`: the data-balance method (kIsfRandomPlacement: ISF packs dealt out in random
 /// order, an ablation of `omnibal-plan data` only).
-enum class BalanceMethod { kIsf, kIsfRandomPlacement, kMultiSource, kRandom, kLengthGroup, kBestFit };
+enum class BalanceMethod {
+  kIsf,
+  kIsfRandomPlacement,
+  kMultiSource,
+  kRandom,
+  kLengthGroup,
+  kBestFit
+};
 
 /// `data.on_bad_sample`: a sample that cannot be read, tokenized or packed stops the run (kError)
 /// or is left out and counted (kSkip).
@@ -55,100 +62,87 @@ enum class FailWhere { kForward, kBackward, kLoader, kStep };
 /// The name table of enum E: `names` lists (value, name) for every value that has a name, in the
 /// order error messages list them; `unnamed` values (the mapping / list forms) are printed with
 /// their own spelling but never parsed.
-template <class E>
-struct Choices;
+template <class E> struct Choices;
 
-template <>
-struct Choices<PartitionMethod> {
-  static constexpr std::array<std::pair<PartitionMethod, std::string_view>, 4> names{{
-      {PartitionMethod::kBalanced, "balanced"},
-      {PartitionMethod::kUniform, "uniform"},
-      {PartitionMethod::kParameters, "parameters"},
-      {PartitionMethod::kManual, "manual"}}};
+template <> struct Choices<PartitionMethod> {
+  static constexpr std::array<std::pair<PartitionMethod, std::string_view>, 4> names{
+      {{PartitionMethod::kBalanced, "balanced"},
+       {PartitionMethod::kUniform, "uniform"},
+       {PartitionMethod::kParameters, "parameters"},
+       {PartitionMethod::kManual, "manual"}}};
   static constexpr std::size_t parsed = 3;  ///< the first `parsed` names are accepted as text
 };
-template <>
-struct Choices<RecomputeMode> {
-  static constexpr std::array<std::pair<RecomputeMode, std::string_view>, 4> names{{
-      {RecomputeMode::kAdaptive, "adaptive"},
-      {RecomputeMode::kFull, "full"},
-      {RecomputeMode::kNone, "none"},
-      {RecomputeMode::kPerStage, "per_stage"}}};
+template <> struct Choices<RecomputeMode> {
+  static constexpr std::array<std::pair<RecomputeMode, std::string_view>, 4> names{
+      {{RecomputeMode::kAdaptive, "adaptive"},
+       {RecomputeMode::kFull, "full"},
+       {RecomputeMode::kNone, "none"},
+       {RecomputeMode::kPerStage, "per_stage"}}};
   static constexpr std::size_t parsed = 3;
 };
-template <>
-struct Choices<BalanceMethod> {
-  static constexpr std::array<std::pair<BalanceMethod, std::string_view>, 6> names{{
-      {BalanceMethod::kIsf, "isf"},
-      {BalanceMethod::kRandom, "random"},
-      {BalanceMethod::kLengthGroup, "length-group"},
-      {BalanceMethod::kBestFit, "best-fit"},
-      {BalanceMethod::kMultiSource, "multi-source"},
-      {BalanceMethod::kIsfRandomPlacement, "isf-random-placement"}}};
+template <> struct Choices<BalanceMethod> {
+  static constexpr std::array<std::pair<BalanceMethod, std::string_view>, 6> names{
+      {{BalanceMethod::kIsf, "isf"},
+       {BalanceMethod::kRandom, "random"},
+       {BalanceMethod::kLengthGroup, "length-group"},
+       {BalanceMethod::kBestFit, "best-fit"},
+       {BalanceMethod::kMultiSource, "multi-source"},
+       {BalanceMethod::kIsfRandomPlacement, "isf-random-placement"}}};
   static constexpr std::size_t parsed = 5;  ///< isf-random-placement: omnibal-plan data only
 };
-template <>
-struct Choices<OnBadSample> {
-  static constexpr std::array<std::pair<OnBadSample, std::string_view>, 2> names{{
-      {OnBadSample::kError, "error"}, {OnBadSample::kSkip, "skip"}}};
+template <> struct Choices<OnBadSample> {
+  static constexpr std::array<std::pair<OnBadSample, std::string_view>, 2> names{
+      {{OnBadSample::kError, "error"}, {OnBadSample::kSkip, "skip"}}};
   static constexpr std::size_t parsed = 2;
 };
-template <>
-struct Choices<HfStyle> {
-  static constexpr std::array<std::pair<HfStyle, std::string_view>, 4> names{{
-      {HfStyle::kAuto, "auto"},
-      {HfStyle::kInternLm2, "internlm2"},
-      {HfStyle::kLlama, "llama"},
-      {HfStyle::kLlamaFused, "llama-fused"}}};
+template <> struct Choices<HfStyle> {
+  static constexpr std::array<std::pair<HfStyle, std::string_view>, 4> names{
+      {{HfStyle::kAuto, "auto"},
+       {HfStyle::kInternLm2, "internlm2"},
+       {HfStyle::kLlama, "llama"},
+       {HfStyle::kLlamaFused, "llama-fused"}}};
   static constexpr std::size_t parsed = 4;
 };
-template <>
-struct Choices<LossReduction> {
-  static constexpr std::array<std::pair<LossReduction, std::string_view>, 3> names{{
-      {LossReduction::kToken, "token"},
-      {LossReduction::kSample, "sample"},
-      {LossReduction::kSquare, "square"}}};
+template <> struct Choices<LossReduction> {
+  static constexpr std::array<std::pair<LossReduction, std::string_view>, 3> names{
+      {{LossReduction::kToken, "token"},
+       {LossReduction::kSample, "sample"},
+       {LossReduction::kSquare, "square"}}};
   static constexpr std::size_t parsed = 3;
 };
-template <>
-struct Choices<ChatTemplateName> {
-  static constexpr std::array<std::pair<ChatTemplateName, std::string_view>, 1> names{{
-      {ChatTemplateName::kInternLm2Chat, "internlm2-chat"}}};
+template <> struct Choices<ChatTemplateName> {
+  static constexpr std::array<std::pair<ChatTemplateName, std::string_view>, 1> names{
+      {{ChatTemplateName::kInternLm2Chat, "internlm2-chat"}}};
   static constexpr std::size_t parsed = 1;
 };
-template <>
-struct Choices<UnitGroup> {
-  static constexpr std::array<std::pair<UnitGroup, std::string_view>, 3> names{{
-      {UnitGroup::kVit, "vit"}, {UnitGroup::kProjector, "projector"}, {UnitGroup::kLlm, "llm"}}};
+template <> struct Choices<UnitGroup> {
+  static constexpr std::array<std::pair<UnitGroup, std::string_view>, 3> names{
+      {{UnitGroup::kVit, "vit"}, {UnitGroup::kProjector, "projector"}, {UnitGroup::kLlm, "llm"}}};
   static constexpr std::size_t parsed = 3;
 };
-template <>
-struct Choices<FailWhere> {
-  static constexpr std::array<std::pair<FailWhere, std::string_view>, 4> names{{
-      {FailWhere::kForward, "forward"},
-      {FailWhere::kBackward, "backward"},
-      {FailWhere::kLoader, "loader"},
-      {FailWhere::kStep, "step"}}};
+template <> struct Choices<FailWhere> {
+  static constexpr std::array<std::pair<FailWhere, std::string_view>, 4> names{
+      {{FailWhere::kForward, "forward"},
+       {FailWhere::kBackward, "backward"},
+       {FailWhere::kLoader, "loader"},
+       {FailWhere::kStep, "step"}}};
   static constexpr std::size_t parsed = 4;
 };
 
 /// True for the enums that have a Choices table (the config reader and writer use it).
-template <class E, class = void>
-struct HasChoices : std::false_type {};
-template <class E>
-struct HasChoices<E, std::void_t<decltype(Choices<E>::names)>> : std::true_type {};
+template <class E, class = void> struct HasChoices : std::false_type {};
+template <class E> struct HasChoices<E, std::void_t<decltype(Choices<E>::names)>> : std::true_type {
+};
 
 /// The name of `value` ("adaptive"); every value has one.
-template <class E>
-std::string choice_name(E value) {
+template <class E> std::string choice_name(E value) {
   for (const auto& [v, name] : Choices<E>::names)
     if (v == value) return std::string(name);
   return "?";  // unreachable for a valid enum value: every value is in its table
 }
 
 /// "a | b | c": the names accepted as text, for error messages and --help.
-template <class E>
-std::string choice_list() {
+template <class E> std::string choice_list() {
   std::string out;
   for (std::size_t i = 0; i < Choices<E>::parsed; ++i)
     out += (i ? " | " : "") + std::string(Choices<E>::names[i].second);
@@ -157,8 +151,7 @@ std::string choice_list() {
 
 /// Parses `text` as one of E's names. Throws omnibal::Error
 /// "<key>: expected a | b | c, got '<text>'" otherwise (`key` names the config key or flag).
-template <class E>
-E parse_choice(std::string_view text, const std::string& key) {
+template <class E> E parse_choice(std::string_view text, const std::string& key) {
   for (std::size_t i = 0; i < Choices<E>::parsed; ++i)
     if (Choices<E>::names[i].second == text) return Choices<E>::names[i].first;
   OMNIBAL_FAIL(key, ": expected ", choice_list<E>(), ", got '", std::string(text), "'");

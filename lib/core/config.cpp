@@ -129,8 +129,7 @@ std::vector<std::string> config_differences(const Config& a, const Config& b,
 // ---- validation: one function per section, each naming the full key ----
 
 namespace {
-template <class T>
-void check_positive(const std::string& key, T value) {
+template <class T> void check_positive(const std::string& key, T value) {
   OMNIBAL_CHECK(value > 0, key, ": expected a positive value, got ", value);
 }
 }  // namespace
@@ -148,7 +147,8 @@ void ParallelConfig::validate(const std::string& w) const {
   }
   OMNIBAL_CHECK(partition_trials >= -1, w, "partition_trials: expected -1 (top K) or >= 0, got ",
                 partition_trials);
-  OMNIBAL_CHECK(partition_radius >= 0, w, "partition_radius: expected >= 0, got ", partition_radius);
+  OMNIBAL_CHECK(partition_radius >= 0, w, "partition_radius: expected >= 0, got ",
+                partition_radius);
   check_positive(w + "partition_top_k", partition_top_k);
 }
 
@@ -160,14 +160,16 @@ void BalanceConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(q_vit >= 0, w, "q_vit: expected a tile count >= 0 (0 = search), got ", q_vit);
   OMNIBAL_CHECK(q_tok >= 0, w, "q_tok: expected a token count >= 0 (0 = search), got ", q_tok);
   OMNIBAL_CHECK(q_tok_thresh >= 0 && (q_tok == 0 || q_tok_thresh <= q_tok), w,
-                "q_tok_thresh: expected 0 <= q_tok_thresh <= q_tok (", q_tok, "), got ", q_tok_thresh);
+                "q_tok_thresh: expected 0 <= q_tok_thresh <= q_tok (", q_tok, "), got ",
+                q_tok_thresh);
   check_positive(w + "iterations", iterations);
 }
 
 void MemoryConfig::validate(const std::string& w) const {
   for (int n : recompute.per_stage)
     OMNIBAL_CHECK(n >= 0, w, "recompute: expected unit counts >= 0, got ", n);
-  OMNIBAL_CHECK(budget_gb >= 0, w, "budget_gb: expected GiB >= 0 (0 = device memory), got ", budget_gb);
+  OMNIBAL_CHECK(budget_gb >= 0, w, "budget_gb: expected GiB >= 0 (0 = device memory), got ",
+                budget_gb);
 }
 
 void DataConfig::validate(const std::string& w) const {
@@ -181,7 +183,8 @@ void TrainConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(steps >= 0, w, "steps: expected >= 0, got ", steps);
   OMNIBAL_CHECK(lr >= 0, w, "lr: expected >= 0, got ", lr);
   OMNIBAL_CHECK(warmup_steps >= 0, w, "warmup_steps: expected >= 0, got ", warmup_steps);
-  OMNIBAL_CHECK(checkpoint_every >= 0, w, "checkpoint_every: expected >= 0, got ", checkpoint_every);
+  OMNIBAL_CHECK(checkpoint_every >= 0, w, "checkpoint_every: expected >= 0, got ",
+                checkpoint_every);
   check_positive(w + "keep_checkpoints", keep_checkpoints);
   OMNIBAL_CHECK(eval_every >= 0, w, "eval_every: expected >= 0, got ", eval_every);
   OMNIBAL_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, w, "min_lr_ratio: expected [0, 1], got ",
@@ -212,8 +215,8 @@ void CommConfig::validate(const std::string& w) const {
 
 void ModelConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!preset.empty(), w, "preset: expected a preset name (models/presets/<name>.yaml)");
-  OMNIBAL_CHECK(dropout >= 0.0 && dropout < 1.0, w, "dropout: expected a probability in [0, 1), got ",
-                dropout);
+  OMNIBAL_CHECK(dropout >= 0.0 && dropout < 1.0, w,
+                "dropout: expected a probability in [0, 1), got ", dropout);
 }
 
 void LossConfig::validate(const std::string&) const {}  // the reader accepts only the names

@@ -31,11 +31,11 @@ struct RecomputeSpec {
 
 /// 3D-parallel layout and pipeline schedule.
 struct ParallelConfig {
-  int dp = 1;               ///< data-parallel ranks
-  int pp = 1;               ///< pipeline stages
-  int tp = 1;               ///< tensor-parallel ranks (1 until TP exists)
-  int micro_batches = 1;    ///< m: micro-batches (packs) per DP rank per step
-  PartitionSpec partition;  ///< how pipeline units are split into stages
+  int dp = 1;                 ///< data-parallel ranks
+  int pp = 1;                 ///< pipeline stages
+  int tp = 1;                 ///< tensor-parallel ranks (1 until TP exists)
+  int micro_batches = 1;      ///< m: micro-batches (packs) per DP rank per step
+  PartitionSpec partition;    ///< how pipeline units are split into stages
   int partition_trials = -1;  ///< candidates timed for real; -1 = top K of the search
   int partition_radius = 1;   ///< r: how far each boundary moves around the anchor (units)
   int partition_top_k = 3;    ///< K: candidates kept after ranking
@@ -43,9 +43,14 @@ struct ParallelConfig {
   /// adaptive; empty = profile the model at start-up under the run's largest pack.
   std::string cost_table;
   template <class V> void visit_fields(V& v) {
-    v("dp", dp); v("pp", pp); v("tp", tp); v("micro_batches", micro_batches);
-    v("partition", partition); v("partition_trials", partition_trials);
-    v("partition_radius", partition_radius); v("partition_top_k", partition_top_k);
+    v("dp", dp);
+    v("pp", pp);
+    v("tp", tp);
+    v("micro_batches", micro_batches);
+    v("partition", partition);
+    v("partition_trials", partition_trials);
+    v("partition_radius", partition_radius);
+    v("partition_top_k", partition_top_k);
     v("cost_table", cost_table);
   }
   void validate(const std::string& where) const;
@@ -53,16 +58,21 @@ struct ParallelConfig {
 
 /// Data balance (OmniBal §3.1, ISF). Budgets left at 0 are searched.
 struct BalanceConfig {
-  BalanceMethod method = BalanceMethod::kIsf;  ///< isf | random | length-group | best-fit | multi-source
-  int samples_per_pack = 4;    ///< ISF target, stands in for the per-device batch size
-  int64_t q_vit = 0;           ///< Q_v: tile budget of one pack (0 = search)
-  int64_t q_tok = 0;           ///< Q_t: token budget of one pack (0 = search)
-  int64_t q_tok_thresh = 0;    ///< Q'_t: token acceptance threshold (0 = search / Q_t - 128)
-  int iterations = 50;         ///< T: ISF sampling-and-filtering rounds
+  BalanceMethod method =
+      BalanceMethod::kIsf;   ///< isf | random | length-group | best-fit | multi-source
+  int samples_per_pack = 4;  ///< ISF target, stands in for the per-device batch size
+  int64_t q_vit = 0;         ///< Q_v: tile budget of one pack (0 = search)
+  int64_t q_tok = 0;         ///< Q_t: token budget of one pack (0 = search)
+  int64_t q_tok_thresh = 0;  ///< Q'_t: token acceptance threshold (0 = search / Q_t - 128)
+  int iterations = 50;       ///< T: ISF sampling-and-filtering rounds
   uint64_t seed = 1024;
   template <class V> void visit_fields(V& v) {
-    v("method", method); v("samples_per_pack", samples_per_pack); v("q_vit", q_vit);
-    v("q_tok", q_tok); v("q_tok_thresh", q_tok_thresh); v("iterations", iterations);
+    v("method", method);
+    v("samples_per_pack", samples_per_pack);
+    v("q_vit", q_vit);
+    v("q_tok", q_tok);
+    v("q_tok_thresh", q_tok_thresh);
+    v("iterations", iterations);
     v("seed", seed);
   }
   void validate(const std::string& where) const;
@@ -74,24 +84,33 @@ struct MemoryConfig {
   /// Per-device budget in GiB; 0 = default (CPU: 75% of physical memory / ranks on the node,
   /// CUDA: device memory minus 8%), taken as the smallest over all ranks.
   double budget_gb = 0;
-  template <class V> void visit_fields(V& v) { v("recompute", recompute); v("budget_gb", budget_gb); }
+  template <class V> void visit_fields(V& v) {
+    v("recompute", recompute);
+    v("budget_gb", budget_gb);
+  }
   void validate(const std::string& where) const;
 };
 
 /// Training data (lib/data).
 struct DataConfig {
-  std::string meta;                    ///< InternVL-style meta file (datasets -> annotation, lengths)
-  std::string eval_meta;               ///< held-out meta file; empty = no evaluation set
-  std::string tokenizer;               ///< SentencePiece .model with the special tokens
-  ChatTemplateName template_name = ChatTemplateName::kInternLm2Chat;  ///< key `template`: chat template
-  int min_tiles = 1;                   ///< dynamic tiling: fewest tiles per sample (thumbnail aside)
-  int max_tiles = 6;                   ///< dynamic tiling: most tiles per sample, split over images
-  int workers = 2;                     ///< loader threads materialising packs ahead of training
+  std::string meta;       ///< InternVL-style meta file (datasets -> annotation, lengths)
+  std::string eval_meta;  ///< held-out meta file; empty = no evaluation set
+  std::string tokenizer;  ///< SentencePiece .model with the special tokens
+  ChatTemplateName template_name =
+      ChatTemplateName::kInternLm2Chat;  ///< key `template`: chat template
+  int min_tiles = 1;  ///< dynamic tiling: fewest tiles per sample (thumbnail aside)
+  int max_tiles = 6;  ///< dynamic tiling: most tiles per sample, split over images
+  int workers = 2;    ///< loader threads materialising packs ahead of training
   OnBadSample on_bad_sample = OnBadSample::kError;  ///< error | skip (counted)
   template <class V> void visit_fields(V& v) {
-    v("meta", meta); v("eval_meta", eval_meta); v("tokenizer", tokenizer);
-    v("template", template_name); v("min_tiles", min_tiles); v("max_tiles", max_tiles);
-    v("workers", workers); v("on_bad_sample", on_bad_sample);
+    v("meta", meta);
+    v("eval_meta", eval_meta);
+    v("tokenizer", tokenizer);
+    v("template", template_name);
+    v("min_tiles", min_tiles);
+    v("max_tiles", max_tiles);
+    v("workers", workers);
+    v("on_bad_sample", on_bad_sample);
   }
   void validate(const std::string& where) const;
 };
@@ -101,15 +120,15 @@ struct TrainConfig {
   int steps = 100;
   double lr = 1e-3;
   int warmup_steps = 10;
-  std::vector<UnitGroup> freeze;    ///< unit groups to freeze: vit, projector, llm
-  int checkpoint_every = 0;         ///< 0 = only at the end
+  std::vector<UnitGroup> freeze;  ///< unit groups to freeze: vit, projector, llm
+  int checkpoint_every = 0;       ///< 0 = only at the end
   int keep_checkpoints = 2;
-  int eval_every = 0;               ///< 0 = no periodic evaluation
+  int eval_every = 0;  ///< 0 = no periodic evaluation
   uint64_t seed = 1234;
-  double min_lr_ratio = 0.1;        ///< cosine decay ends at lr * min_lr_ratio
-  double weight_decay = 0.05;       ///< AdamW decoupled decay (not on norms, biases, scales)
-  double beta1 = 0.9, beta2 = 0.95; ///< AdamW moment decays
-  double grad_clip = 1.0;           ///< global gradient-norm clip; 0 = off
+  double min_lr_ratio = 0.1;         ///< cosine decay ends at lr * min_lr_ratio
+  double weight_decay = 0.05;        ///< AdamW decoupled decay (not on norms, biases, scales)
+  double beta1 = 0.9, beta2 = 0.95;  ///< AdamW moment decays
+  double grad_clip = 1.0;            ///< global gradient-norm clip; 0 = off
   /// For scheduler time slots (Megatron's --exit-interval / --exit-duration-in-mins): after
   /// this many steps of this process (not the global step), write a checkpoint and exit 0 at
   /// the step boundary; `--resume auto` with the same config continues bitwise. 0 = off.
@@ -118,11 +137,20 @@ struct TrainConfig {
   /// over all ranks at each step boundary. 0 = off.
   double exit_duration_min = 0;
   template <class V> void visit_fields(V& v) {
-    v("steps", steps); v("lr", lr); v("warmup_steps", warmup_steps); v("freeze", freeze);
-    v("checkpoint_every", checkpoint_every); v("keep_checkpoints", keep_checkpoints);
-    v("eval_every", eval_every); v("seed", seed); v("min_lr_ratio", min_lr_ratio);
-    v("weight_decay", weight_decay); v("beta1", beta1); v("beta2", beta2);
-    v("grad_clip", grad_clip); v("exit_after_steps", exit_after_steps);
+    v("steps", steps);
+    v("lr", lr);
+    v("warmup_steps", warmup_steps);
+    v("freeze", freeze);
+    v("checkpoint_every", checkpoint_every);
+    v("keep_checkpoints", keep_checkpoints);
+    v("eval_every", eval_every);
+    v("seed", seed);
+    v("min_lr_ratio", min_lr_ratio);
+    v("weight_decay", weight_decay);
+    v("beta1", beta1);
+    v("beta2", beta2);
+    v("grad_clip", grad_clip);
+    v("exit_after_steps", exit_after_steps);
     v("exit_duration_min", exit_duration_min);
   }
   void validate(const std::string& where) const;
@@ -130,9 +158,12 @@ struct TrainConfig {
 
 /// Process-level settings.
 struct RuntimeConfig {
-  int threads = 0;               ///< intra-op threads per rank; 0 = max(1, cores / local ranks)
+  int threads = 0;  ///< intra-op threads per rank; 0 = max(1, cores / local ranks)
   std::string run_dir = "runs/default";
-  template <class V> void visit_fields(V& v) { v("threads", threads); v("run_dir", run_dir); }
+  template <class V> void visit_fields(V& v) {
+    v("threads", threads);
+    v("run_dir", run_dir);
+  }
   void validate(const std::string& where) const;
 };
 
@@ -143,16 +174,23 @@ struct CommConfig {
   /// has most likely died (mpirun signals the survivors of an MPI_Abort). Keep it below
   /// mpirun's odls_base_sigkill_timeout and above the slowest checkpoint write.
   double stop_grace_s = 20;
-  template <class V> void visit_fields(V& v) { v("timeout_s", timeout_s); v("stop_grace_s", stop_grace_s); }
+  template <class V> void visit_fields(V& v) {
+    v("timeout_s", timeout_s);
+    v("stop_grace_s", stop_grace_s);
+  }
   void validate(const std::string& where) const;
 };
 
 /// `debug.fail_at`: throw an injected error on `rank` at `step` (tests of job failure).
 struct FailAtConfig {
-  int rank = -1;                  ///< world rank; -1 = never
-  int step = 0;                   ///< 0-based training step
+  int rank = -1;                          ///< world rank; -1 = never
+  int step = 0;                           ///< 0-based training step
   FailWhere where = FailWhere::kForward;  ///< forward | backward | loader | step
-  template <class V> void visit_fields(V& v) { v("rank", rank); v("step", step); v("where", where); }
+  template <class V> void visit_fields(V& v) {
+    v("rank", rank);
+    v("step", step);
+    v("where", where);
+  }
 };
 
 /// Fault injection and diagnostics.
@@ -165,7 +203,7 @@ struct DebugConfig {
 /// Which architecture to build (models/presets/<preset>.yaml).
 struct ModelConfig {
   std::string preset = "tiny";
-  std::string init_from;                   ///< Hugging Face InternVL directory to start from ("" = none)
+  std::string init_from;  ///< Hugging Face InternVL directory to start from ("" = none)
   std::vector<std::string> allow_missing;  ///< glob patterns of tensors init_from may lack
   /// Residual dropout of every ViT and LLM block during training, in [0, 1) (models/dropout.h:
   /// counter-based masks; evaluation runs without). 0 = off.
@@ -175,15 +213,19 @@ struct ModelConfig {
   /// init_from's config.json, else internlm2); the run saves the resolved value, export uses it.
   HfStyle hf_style = HfStyle::kAuto;
   template <class V> void visit_fields(V& v) {
-    v("preset", preset); v("init_from", init_from); v("allow_missing", allow_missing);
-    v("dropout", dropout); v("hf_style", hf_style);
+    v("preset", preset);
+    v("init_from", init_from);
+    v("allow_missing", allow_missing);
+    v("dropout", dropout);
+    v("hf_style", hf_style);
   }
   void validate(const std::string& where) const;
 };
 
 /// How per-token losses are reduced (models/loss_reduction.h has the formulas).
 struct LossConfig {
-  LossReduction reduction = LossReduction::kToken;  ///< token | sample | square (InternVL's len2weight)
+  LossReduction reduction =
+      LossReduction::kToken;  ///< token | sample | square (InternVL's len2weight)
   template <class V> void visit_fields(V& v) { v("reduction", reduction); }
   void validate(const std::string& where) const;
 };
@@ -201,9 +243,16 @@ struct Config {
   LossConfig loss;
   DebugConfig debug;
   template <class V> void visit_fields(V& v) {
-    v("model", model); v("parallel", parallel); v("balance", balance); v("memory", memory);
-    v("data", data); v("train", train); v("runtime", runtime); v("comm", comm);
-    v("loss", loss); v("debug", debug);
+    v("model", model);
+    v("parallel", parallel);
+    v("balance", balance);
+    v("memory", memory);
+    v("data", data);
+    v("train", train);
+    v("runtime", runtime);
+    v("comm", comm);
+    v("loss", loss);
+    v("debug", debug);
   }
   /// Checks every section; throws omnibal::Error naming the key.
   void validate() const;

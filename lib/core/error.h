@@ -39,8 +39,8 @@ template <typename... Parts>
 
 /// Throws omnibal::Error with the streamed message parts when cond is false:
 ///   OMNIBAL_CHECK(q_vit > 0, "balance.q_vit: expected a positive tile count, got ", q_vit);
-#define OMNIBAL_CHECK(cond, ...)                                        \
-  do {                                                                  \
+#define OMNIBAL_CHECK(cond, ...)                                                  \
+  do {                                                                            \
     if (!(cond)) ::omnibal::detail::throw_error(__FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 

@@ -22,8 +22,7 @@ void log_line(const std::string& line);
 void log_line_every_rank(const std::string& line);
 
 /// fmt-style info message: log_info("packs {} over {} steps", n, steps).
-template <typename... Args>
-void log_info(fmt::format_string<Args...> format, Args&&... args) {
+template <typename... Args> void log_info(fmt::format_string<Args...> format, Args&&... args) {
   log_line(fmt::format(format, std::forward<Args>(args)...));
 }
 

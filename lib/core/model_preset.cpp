@@ -39,9 +39,10 @@ void ModelPreset::validate(const std::string& origin) const {
                 ": vit.norm: expected layernorm | rmsnorm, got '", vit.norm, "'");
   OMNIBAL_CHECK(vit.mean.size() == 3 && vit.std.size() == 3, origin,
                 ": vit.mean / vit.std: expected 3 values each");
-  OMNIBAL_CHECK(projector.downsample_ratio == 0.5, origin,
-                ": projector.downsample_ratio: only 0.5 (InternVL pixel shuffle v2) is supported, got ",
-                projector.downsample_ratio);
+  OMNIBAL_CHECK(
+      projector.downsample_ratio == 0.5, origin,
+      ": projector.downsample_ratio: only 0.5 (InternVL pixel shuffle v2) is supported, got ",
+      projector.downsample_ratio);
   positive("llm.vocab_size", llm.vocab_size);
   positive("llm.width", llm.width);
   positive("llm.depth", llm.depth);
@@ -54,7 +55,8 @@ void ModelPreset::validate(const std::string& origin) const {
   OMNIBAL_CHECK(llm.heads % llm.kv_heads == 0, origin,
                 ": llm.kv_heads: expected a divisor of heads ", llm.heads, ", got ", llm.kv_heads);
   OMNIBAL_CHECK((llm.width / llm.heads) % 2 == 0, origin,
-                ": llm: head dimension must be even for rotary embeddings, got ", llm.width / llm.heads);
+                ": llm: head dimension must be even for rotary embeddings, got ",
+                llm.width / llm.heads);
 }
 
 std::string model_preset_path(const std::string& name_or_path) {

@@ -13,22 +13,31 @@ namespace omnibal {
 /// Vision encoder (InternViT style): patch embedding, class token, learned positions, pre-norm
 /// blocks. Tiles are tile_size x tile_size pixels; tokens per tile = (tile_size / patch_size)^2 + 1.
 struct VitPreset {
-  int tile_size = 448;     ///< pixels; must divide by 2 * patch_size (pixel shuffle at 0.5)
-  int patch_size = 14;     ///< pixels
-  int width = 1024;        ///< d_vit
-  int depth = 24;          ///< blocks
+  int tile_size = 448;  ///< pixels; must divide by 2 * patch_size (pixel shuffle at 0.5)
+  int patch_size = 14;  ///< pixels
+  int width = 1024;     ///< d_vit
+  int depth = 24;       ///< blocks
   int heads = 16;
   int mlp_dim = 4096;
   bool layer_scale = true;
   bool qkv_bias = true;
-  bool qk_norm = false;    ///< InternViT-6B normalises q and k
-  std::string norm = "layernorm";  ///< layernorm | rmsnorm
+  bool qk_norm = false;                           ///< InternViT-6B normalises q and k
+  std::string norm = "layernorm";                 ///< layernorm | rmsnorm
   std::vector<double> mean{0.485, 0.456, 0.406};  ///< per-channel pixel normalisation
   std::vector<double> std{0.229, 0.224, 0.225};
   template <class V> void visit_fields(V& v) {
-    v("tile_size", tile_size); v("patch_size", patch_size); v("width", width); v("depth", depth);
-    v("heads", heads); v("mlp_dim", mlp_dim); v("layer_scale", layer_scale);
-    v("qkv_bias", qkv_bias); v("qk_norm", qk_norm); v("norm", norm); v("mean", mean); v("std", std);
+    v("tile_size", tile_size);
+    v("patch_size", patch_size);
+    v("width", width);
+    v("depth", depth);
+    v("heads", heads);
+    v("mlp_dim", mlp_dim);
+    v("layer_scale", layer_scale);
+    v("qkv_bias", qkv_bias);
+    v("qk_norm", qk_norm);
+    v("norm", norm);
+    v("mean", mean);
+    v("std", std);
   }
 };
 
@@ -41,19 +50,26 @@ struct ProjectorPreset {
 /// Language model (LLaMA / InternLM2 style): RMSNorm, RoPE, grouped-query attention, SwiGLU.
 struct LlmPreset {
   int vocab_size = 32000;
-  int width = 4096;         ///< d_llm
+  int width = 4096;  ///< d_llm
   int depth = 32;
   int heads = 32;
-  int kv_heads = 32;        ///< grouped-query attention: heads % kv_heads == 0
-  int mlp_dim = 11008;      ///< SwiGLU hidden size
+  int kv_heads = 32;    ///< grouped-query attention: heads % kv_heads == 0
+  int mlp_dim = 11008;  ///< SwiGLU hidden size
   double rope_theta = 10000;
-  int max_seq_len = 4096;   ///< tokens of one pack
+  int max_seq_len = 4096;  ///< tokens of one pack
   bool tie_embeddings = false;
   double norm_eps = 1e-5;
   template <class V> void visit_fields(V& v) {
-    v("vocab_size", vocab_size); v("width", width); v("depth", depth); v("heads", heads);
-    v("kv_heads", kv_heads); v("mlp_dim", mlp_dim); v("rope_theta", rope_theta);
-    v("max_seq_len", max_seq_len); v("tie_embeddings", tie_embeddings); v("norm_eps", norm_eps);
+    v("vocab_size", vocab_size);
+    v("width", width);
+    v("depth", depth);
+    v("heads", heads);
+    v("kv_heads", kv_heads);
+    v("mlp_dim", mlp_dim);
+    v("rope_theta", rope_theta);
+    v("max_seq_len", max_seq_len);
+    v("tie_embeddings", tie_embeddings);
+    v("norm_eps", norm_eps);
   }
 };
 
@@ -64,7 +80,10 @@ struct ModelPreset {
   ProjectorPreset projector;
   LlmPreset llm;
   template <class V> void visit_fields(V& v) {
-    v("name", name); v("vit", vit); v("projector", projector); v("llm", llm);
+    v("name", name);
+    v("vit", vit);
+    v("projector", projector);
+    v("llm", llm);
   }
 
   /// LLM tokens one tile becomes after pixel shuffle: (tile/patch)^2 * ratio^2 (256 for 448/14).

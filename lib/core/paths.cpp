@@ -14,7 +14,9 @@ std::string source_dir() {
 
 std::string shared_data_dir() {
   if (const char* env = std::getenv("OMNIBAL_SHARED_DATA"); env && *env) return env;
-  return (std::filesystem::path(source_dir()) / ".." / "shared" / "data").lexically_normal().string();
+  return (std::filesystem::path(source_dir()) / ".." / "shared" / "data")
+      .lexically_normal()
+      .string();
 }
 
 std::string require_shared_file(const std::string& relative_path) {

@@ -59,8 +59,7 @@ class Rng {
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
   /// Fisher–Yates shuffle of v in place.
-  template <typename T>
-  void shuffle(std::vector<T>& v) {
+  template <typename T> void shuffle(std::vector<T>& v) {
     for (size_t i = v.size(); i > 1; --i) {
       const size_t j = static_cast<size_t>(below(i));
       std::swap(v[i - 1], v[j]);

@@ -18,10 +18,9 @@
 
 namespace omnibal::yaml_struct {
 
-template <class T, class = void>
-struct IsSection : std::false_type {};
-template <class T>
-struct IsSection<T, std::void_t<decltype(&T::template visit_fields<int>)>> : std::true_type {};
+template <class T, class = void> struct IsSection : std::false_type {};
+template <class T> struct IsSection<T, std::void_t<decltype(&T::template visit_fields<int>)>>
+    : std::true_type {};
 
 /// Where a node came from: "file:line" (1-based), or the origin alone for nodes without a
 /// position and for an origin that is a command-line override ("--set 'key=value'").
@@ -43,8 +42,7 @@ class Reader {
   Reader(std::string origin, std::string prefix, const YAML::Node& node)
       : origin_(std::move(origin)), prefix_(std::move(prefix)), node_(node) {}
 
-  template <class T>
-  void operator()(const char* name, T& value) {
+  template <class T> void operator()(const char* name, T& value) {
     known_.insert(name);
     const YAML::Node child = node_[name];
     if (!child.IsDefined() || child.IsNull()) return;
@@ -59,7 +57,8 @@ class Reader {
       std::string list;
       for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
       OMNIBAL_FAIL(where(origin_, kv.first), ": unknown key '", prefix_, key, "' (known keys of ",
-                   prefix_.empty() ? std::string("the config") : prefix_.substr(0, prefix_.size() - 1),
+                   prefix_.empty() ? std::string("the config")
+                                   : prefix_.substr(0, prefix_.size() - 1),
                    ": ", list, ")");
     }
   }
@@ -69,8 +68,7 @@ class Reader {
     OMNIBAL_FAIL(where(origin_, n), ": ", key, ": expected ", expected, ", got ", scalar_text(n));
   }
 
-  template <class T>
-  void read(const YAML::Node& n, const std::string& key, T& out) {
+  template <class T> void read(const YAML::Node& n, const std::string& key, T& out) {
     if constexpr (IsSection<T>::value) {
       if (!n.IsMap()) bad(n, key, "a mapping of keys");
       Reader sub(origin_, key + ".", n);
@@ -78,13 +76,25 @@ class Reader {
       sub.reject_unknown();
     } else if constexpr (std::is_same_v<T, bool>) {
       if (!n.IsScalar()) bad(n, key, "true or false");
-      try { out = n.as<bool>(); } catch (const YAML::Exception&) { bad(n, key, "true or false"); }
+      try {
+        out = n.as<bool>();
+      } catch (const YAML::Exception&) {
+        bad(n, key, "true or false");
+      }
     } else if constexpr (std::is_integral_v<T>) {
       if (!n.IsScalar()) bad(n, key, "an integer");
-      try { out = n.as<T>(); } catch (const YAML::Exception&) { bad(n, key, "an integer"); }
+      try {
+        out = n.as<T>();
+      } catch (const YAML::Exception&) {
+        bad(n, key, "an integer");
+      }
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!n.IsScalar()) bad(n, key, "a number");
-      try { out = n.as<T>(); } catch (const YAML::Exception&) { bad(n, key, "a number"); }
+      try {
+        out = n.as<T>();
+      } catch (const YAML::Exception&) {
+        bad(n, key, "a number");
+      }
     } else if constexpr (std::is_same_v<T, std::string>) {
       if (!n.IsScalar()) bad(n, key, "a string");
       out = n.Scalar();
@@ -129,9 +139,8 @@ class Reader {
 
   /// One of E's names, else "<file>:<line>: <key>: expected a | b | c, got 'x'" (`form`: the
   /// other spelling the key accepts, appended to the choices).
-  template <class E>
-  E choice(const YAML::Node& n, const std::string& key, const std::string& text, E,
-           const char* form = nullptr) const {
+  template <class E> E choice(const YAML::Node& n, const std::string& key, const std::string& text,
+                              E, const char* form = nullptr) const {
     for (std::size_t i = 0; i < Choices<E>::parsed; ++i)
       if (Choices<E>::names[i].second == text) return Choices<E>::names[i].first;
     const std::string expected = choice_list<E>() + (form ? std::string(" | ") + form : "");
@@ -147,15 +156,13 @@ class Reader {
 class Writer {
  public:
   explicit Writer(YAML::Emitter& out) : out_(out) {}
-  template <class T>
-  void operator()(const char* name, const T& value) {
+  template <class T> void operator()(const char* name, const T& value) {
     out_ << YAML::Key << name << YAML::Value;
     write(value);
   }
 
  private:
-  template <class T>
-  void write(const T& v) {
+  template <class T> void write(const T& v) {
     if constexpr (IsSection<T>::value) {
       out_ << YAML::BeginMap;
       const_cast<T&>(v).visit_fields(*this);
@@ -188,16 +195,14 @@ class Writer {
 };
 
 /// Reads a whole section struct from `node`; `origin` names the file in errors.
-template <class T>
-void read_section(const YAML::Node& node, const std::string& origin, T& out) {
+template <class T> void read_section(const YAML::Node& node, const std::string& origin, T& out) {
   Reader reader(origin, "", node);
   out.visit_fields(reader);
   reader.reject_unknown();
 }
 
 /// Emits every field of a section struct as a YAML mapping.
-template <class T>
-std::string write_section(const T& value) {
+template <class T> std::string write_section(const T& value) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   Writer writer(out);

@@ -16,13 +16,13 @@ namespace omnibal::data {
 
 /// Why a sample was rejected. Order fixes the order of reports.
 enum class BadSampleReason : int {
-  kMalformedJson = 0,    ///< the line (or array element) is not a JSON object of the format
-  kMissingImage,         ///< an image file does not exist
-  kCorruptImage,         ///< an image file exists but cannot be decoded / its header read
-  kImageCountMismatch,   ///< `<image>` placeholders do not match the record's images
-  kEmptyConversation,    ///< no turns, or no assistant reply to learn from
-  kNonAlternating,       ///< turns are not human, gpt, human, gpt, ...
-  kOverBudget,           ///< expanded sample is longer than the pack budget (never truncated)
+  kMalformedJson = 0,   ///< the line (or array element) is not a JSON object of the format
+  kMissingImage,        ///< an image file does not exist
+  kCorruptImage,        ///< an image file exists but cannot be decoded / its header read
+  kImageCountMismatch,  ///< `<image>` placeholders do not match the record's images
+  kEmptyConversation,   ///< no turns, or no assistant reply to learn from
+  kNonAlternating,      ///< turns are not human, gpt, human, gpt, ...
+  kOverBudget,          ///< expanded sample is longer than the pack budget (never truncated)
   kCount
 };
 
@@ -36,8 +36,8 @@ const char* reason_name(BadSampleReason reason);
 /// (JSON array).
 struct SampleOrigin {
   std::string file;
-  int64_t line = 0;        ///< 1-based line for JSONL; 0-based element index for a JSON array
-  bool is_element = false; ///< true when `line` is a JSON-array element index
+  int64_t line = 0;         ///< 1-based line for JSONL; 0-based element index for a JSON array
+  bool is_element = false;  ///< true when `line` is a JSON-array element index
   /// "file:12" or "file[element 3]".
   std::string to_string() const;
 };

@@ -34,9 +34,9 @@ void ChatTemplate::append_text(const std::string& text, bool trained, TokenizedS
   for (int32_t id : tokenizer_.encode(text)) push(out, id, trained);
 }
 
-void ChatTemplate::append_value(const std::string& value, bool trained, const std::vector<int>& tiles,
-                                int tokens_per_tile, size_t& next_image,
-                                TokenizedSample& out) const {
+void ChatTemplate::append_value(const std::string& value, bool trained,
+                                const std::vector<int>& tiles, int tokens_per_tile,
+                                size_t& next_image, TokenizedSample& out) const {
   const SpecialTokens& sp = tokenizer_.special();
   const std::string placeholder = kImagePlaceholder;
   size_t pos = 0;

@@ -34,8 +34,8 @@ ConversationDataset::ConversationDataset(std::vector<DatasetMetaEntry> metas,
 }
 
 std::pair<int, int64_t> ConversationDataset::locate(int64_t global) const {
-  OMNIBAL_CHECK(global >= 0 && global < size_, "sample index ", global, " out of range [0, ",
-                size_, ")");
+  OMNIBAL_CHECK(global >= 0 && global < size_, "sample index ", global, " out of range [0, ", size_,
+                ")");
   const auto it = std::upper_bound(sources_.begin(), sources_.end(), global,
                                    [](int64_t g, const Source& s) { return g < s.offset; });
   const auto d = static_cast<int>(it - sources_.begin()) - 1;

@@ -24,7 +24,8 @@ std::string string_field(const ordered_json& d, const char* key, const std::stri
     OMNIBAL_CHECK(!required, where, ": missing required key '", key, "'");
     return "";
   }
-  OMNIBAL_CHECK(d[key].is_string(), where, ".", key, ": expected a path string, got ", d[key].dump());
+  OMNIBAL_CHECK(d[key].is_string(), where, ".", key, ": expected a path string, got ",
+                d[key].dump());
   return d[key].get<std::string>();
 }
 

@@ -16,10 +16,10 @@ namespace omnibal::data {
 
 /// Tiling settings: preset tile size, `data.min_tiles` / `data.max_tiles`, thumbnail on.
 struct TilingOptions {
-  int tile_size = 448;   ///< pixels per tile side (ModelPreset vit.tile_size)
-  int min_tiles = 1;     ///< smallest cols * rows considered
-  int max_tiles = 6;     ///< largest cols * rows considered (per sample; split across images)
-  bool thumbnail = true; ///< append a whole-image tile when the grid has more than one tile
+  int tile_size = 448;    ///< pixels per tile side (ModelPreset vit.tile_size)
+  int min_tiles = 1;      ///< smallest cols * rows considered
+  int max_tiles = 6;      ///< largest cols * rows considered (per sample; split across images)
+  bool thumbnail = true;  ///< append a whole-image tile when the grid has more than one tile
 };
 
 /// A grid of cols x rows tiles (cols along the width).

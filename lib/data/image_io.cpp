@@ -70,7 +70,8 @@ RgbImage resize_image(const RgbImage& image, int width, int height) {
 
 void write_png(const std::string& path, int width, int height, int channels,
                const uint8_t* pixels) {
-  OMNIBAL_CHECK(channels == 1 || channels == 3, "write_png: channels must be 1 or 3, got ", channels);
+  OMNIBAL_CHECK(channels == 1 || channels == 3, "write_png: channels must be 1 or 3, got ",
+                channels);
   const int ok = stbi_write_png(path.c_str(), width, height, channels, pixels, width * channels);
   OMNIBAL_CHECK(ok, "cannot write PNG '", path, "'");
 }

@@ -33,7 +33,6 @@ RgbImage resize_image(const RgbImage& image, int width, int height);
 
 /// Writes an 8-bit image with `channels` (1 grey or 3 RGB) as PNG. Throws omnibal::Error on
 /// failure.
-void write_png(const std::string& path, int width, int height, int channels,
-               const uint8_t* pixels);
+void write_png(const std::string& path, int width, int height, int channels, const uint8_t* pixels);
 
 }  // namespace omnibal::data

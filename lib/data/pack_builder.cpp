@@ -87,7 +87,8 @@ models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, con
     cu.push_back(cu.back() + s.token_num);
     for (int64_t p = 0; p < s.token_num; ++p) positions.push_back(p);
     flags.insert(flags.end(), s.image_flags.begin(), s.image_flags.end());
-    if (parts.input_ids) ids.insert(ids.end(), s.tokens.input_ids.begin(), s.tokens.input_ids.end());
+    if (parts.input_ids)
+      ids.insert(ids.end(), s.tokens.input_ids.begin(), s.tokens.input_ids.end());
     if (parts.labels) labels.insert(labels.end(), s.tokens.labels.begin(), s.tokens.labels.end());
   }
   batch.cu_seqlens = int64_tensor(cu);

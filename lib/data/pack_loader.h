@@ -19,9 +19,9 @@ namespace omnibal::data {
 
 /// Loader settings.
 struct LoaderOptions {
-  int workers = 2;    ///< threads building packs (data.workers)
-  int prefetch = 4;   ///< packs built ahead of the consumer, >= 1
-  PackParts parts;    ///< what each pack holds (PackParts::for_stage for pipeline stages)
+  int workers = 2;   ///< threads building packs (data.workers)
+  int prefetch = 4;  ///< packs built ahead of the consumer, >= 1
+  PackParts parts;   ///< what each pack holds (PackParts::for_stage for pipeline stages)
 };
 
 /// Iterates the packs of a plan, built on worker threads.

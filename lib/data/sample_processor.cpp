@@ -62,7 +62,8 @@ std::vector<ImageSize> SampleProcessor::sizes_without_decoding(const SampleRecor
     std::string why;
     const auto size = probe_image(path, missing, why);
     if (!size) {
-      throw BadSampleError(missing ? BadSampleReason::kMissingImage : BadSampleReason::kCorruptImage,
+      throw BadSampleError(missing ? BadSampleReason::kMissingImage
+                                   : BadSampleReason::kCorruptImage,
                            record.origin, why);
     }
     sizes.push_back(*size);
@@ -73,9 +74,11 @@ std::vector<ImageSize> SampleProcessor::sizes_without_decoding(const SampleRecor
 void SampleProcessor::check_budget(const SampleRecord& record, int64_t tokens) const {
   if (tokens > options_.max_tokens) {
     throw BadSampleError(BadSampleReason::kOverBudget, record.origin,
-                         std::to_string(tokens) + " tokens after image expansion exceed the pack "
-                         "budget of " + std::to_string(options_.max_tokens) +
-                         " (llm.max_seq_len); samples are never truncated");
+                         std::to_string(tokens) +
+                             " tokens after image expansion exceed the pack "
+                             "budget of " +
+                             std::to_string(options_.max_tokens) +
+                             " (llm.max_seq_len); samples are never truncated");
   }
 }
 
@@ -101,7 +104,8 @@ std::vector<RgbImage> decode_all(const SampleRecord& record, const std::string& 
     std::string why;
     auto image = decode_image(path, missing, why);
     if (!image) {
-      throw BadSampleError(missing ? BadSampleReason::kMissingImage : BadSampleReason::kCorruptImage,
+      throw BadSampleError(missing ? BadSampleReason::kMissingImage
+                                   : BadSampleReason::kCorruptImage,
                            record.origin, why);
     }
     if (!record.sizes.empty() &&
@@ -139,7 +143,8 @@ ProcessedSample SampleProcessor::process(const SampleRecord& record, const std::
   for (int t : tiles) total_tiles += t;
   out.image_flags.assign(record.text_only() ? 1 : total_tiles, record.text_only() ? 0 : 1);
   if (!parts.pixels) return out;
-  const size_t tile_floats = 3 * static_cast<size_t>(options_.tiling.tile_size) * options_.tiling.tile_size;
+  const size_t tile_floats =
+      3 * static_cast<size_t>(options_.tiling.tile_size) * options_.tiling.tile_size;
   out.pixels.resize(out.image_flags.size() * tile_floats);
   if (record.text_only()) {
     dummy_tile_pixels(options_.tiling, options_.norm, out.pixels.data());

@@ -19,10 +19,10 @@ namespace omnibal::data {
 
 /// Settings of the per-sample pipeline (from DataConfig + ModelPreset via sample_options()).
 struct SampleOptions {
-  TilingOptions tiling;         ///< tile size from the preset, min/max tiles from data.*
-  PixelNorm norm;               ///< preset vit.mean / vit.std
-  int tokens_per_tile = 256;    ///< ModelPreset::tokens_per_tile()
-  int64_t max_tokens = 4096;    ///< pack token budget: a longer sample is bad (over_budget)
+  TilingOptions tiling;       ///< tile size from the preset, min/max tiles from data.*
+  PixelNorm norm;             ///< preset vit.mean / vit.std
+  int tokens_per_tile = 256;  ///< ModelPreset::tokens_per_tile()
+  int64_t max_tokens = 4096;  ///< pack token budget: a longer sample is bad (over_budget)
   std::string template_name = "internlm2-chat";
 };
 
@@ -55,10 +55,10 @@ struct SampleParts {
 
 /// One sample ready to be packed.
 struct ProcessedSample {
-  TokenizedSample tokens;     ///< empty unless SampleParts::tokens
-  std::vector<float> pixels;  ///< [tiles, 3, tile, tile] normalised; empty unless pixels
+  TokenizedSample tokens;            ///< empty unless SampleParts::tokens
+  std::vector<float> pixels;         ///< [tiles, 3, tile, tile] normalised; empty unless pixels
   std::vector<int64_t> image_flags;  ///< [tiles] 1 real, 0 dummy (always filled)
-  int64_t token_num = 0;      ///< tokens (always filled, also without SampleParts::tokens)
+  int64_t token_num = 0;             ///< tokens (always filled, also without SampleParts::tokens)
 };
 
 /// Runs the per-sample pipeline with one tokenizer and template. Thread-safe (const methods).

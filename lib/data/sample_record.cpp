@@ -43,7 +43,8 @@ std::vector<int> parse_dims(const json& j, const char* key, size_t n, const Samp
     dims.push_back(v.get<int>());
   } else if (v.is_array() && v.size() == n) {
     for (const auto& d : v) {
-      if (!d.is_number_integer()) malformed(origin, std::string("'") + key + "' must hold integers");
+      if (!d.is_number_integer())
+        malformed(origin, std::string("'") + key + "' must hold integers");
       dims.push_back(d.get<int>());
     }
   } else {
@@ -51,7 +52,8 @@ std::vector<int> parse_dims(const json& j, const char* key, size_t n, const Samp
                           std::to_string(n) + " image(s))");
   }
   for (int d : dims) {
-    if (d <= 0) malformed(origin, std::string("'") + key + "' must be positive, got " + std::to_string(d));
+    if (d <= 0)
+      malformed(origin, std::string("'") + key + "' must be positive, got " + std::to_string(d));
   }
   return dims;
 }
@@ -96,7 +98,8 @@ std::vector<Turn> parse_turns(const json& j, const SampleOrigin& origin) {
 
 void check_turns(const std::vector<Turn>& turns, const SampleOrigin& origin) {
   if (turns.empty()) {
-    throw BadSampleError(BadSampleReason::kEmptyConversation, origin, "the conversation has no turns");
+    throw BadSampleError(BadSampleReason::kEmptyConversation, origin,
+                         "the conversation has no turns");
   }
   for (size_t i = 0; i < turns.size(); ++i) {
     const Role expected = i % 2 == 0 ? Role::kHuman : Role::kGpt;
@@ -191,7 +194,9 @@ std::vector<AnnotationEntry> read_annotation_file(const std::string& path) {
       array = json::parse(text);
     } catch (const json::parse_error& e) {
       if (const auto bad = find_invalid_utf8(text)) {
-        const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad->offset), '\n');
+        const auto line =
+            1 +
+            std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad->offset), '\n');
         OMNIBAL_FAIL(path, ":", line, ": invalid UTF-8 at byte offset ", bad->offset,
                      " of the file ", bad->hex(), "; a JSON array of records must be UTF-8");
       }

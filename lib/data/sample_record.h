@@ -35,11 +35,11 @@ struct ImageSize {
 
 /// A parsed, structurally valid record.
 struct SampleRecord {
-  std::string id;                    ///< "id" field as text (may be empty)
-  std::vector<std::string> images;   ///< image paths as written (relative to the dataset root)
-  std::vector<ImageSize> sizes;      ///< one per image when the record has width/height, else empty
-  std::vector<Turn> turns;           ///< human, gpt, human, gpt, ... ending with gpt
-  SampleOrigin origin;               ///< file and line it came from
+  std::string id;                   ///< "id" field as text (may be empty)
+  std::vector<std::string> images;  ///< image paths as written (relative to the dataset root)
+  std::vector<ImageSize> sizes;     ///< one per image when the record has width/height, else empty
+  std::vector<Turn> turns;          ///< human, gpt, human, gpt, ... ending with gpt
+  SampleOrigin origin;              ///< file and line it came from
   /// True when the record has no image (a text-only sample: one dummy tile, image_flags 0).
   bool text_only() const { return images.empty(); }
 };

@@ -56,7 +56,9 @@ int omnibal_spm_decode(void* handle, const int* ids, int n, char* out, int capac
   return copy_out(text, out, capacity);
 }
 
-int omnibal_spm_piece_to_id(void* handle, const char* piece) { return as_sp(handle)->PieceToId(piece); }
+int omnibal_spm_piece_to_id(void* handle, const char* piece) {
+  return as_sp(handle)->PieceToId(piece);
+}
 
 int omnibal_spm_id_to_piece(void* handle, int id, char* out, int capacity) {
   return copy_out(as_sp(handle)->IdToPiece(id), out, capacity);

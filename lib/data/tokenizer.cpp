@@ -26,8 +26,7 @@ struct Tokenizer::Api {
 
 namespace {
 
-template <typename F>
-void bind(void* lib, const char* name, F& fn, const std::string& path) {
+template <typename F> void bind(void* lib, const char* name, F& fn, const std::string& path) {
   fn = reinterpret_cast<F>(dlsym(lib, name));
   OMNIBAL_CHECK(fn != nullptr, "SentencePiece shim '", path, "' lacks ", name);
 }

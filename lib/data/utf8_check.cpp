@@ -8,7 +8,8 @@ namespace omnibal::data {
 
 std::string Utf8Error::hex() const {
   std::string out = "(";
-  for (size_t i = 0; i < bytes.size(); ++i) out += fmt::format("{}0x{:02X}", i ? " " : "", bytes[i]);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    out += fmt::format("{}0x{:02X}", i ? " " : "", bytes[i]);
   return out + ")";
 }
 
@@ -33,7 +34,8 @@ std::optional<Utf8Error> find_invalid_utf8(std::string_view text) {
     else if (b >= 0xF1 && b <= 0xF3) len = 4;
     if (len == 0) return Utf8Error{i, {b}};  // 0x80..0xC1 or 0xF5..0xFF cannot start a sequence
     for (size_t k = 1; k < len; ++k) {
-      const bool ok = i + k < n && s[i + k] >= (k == 1 ? lo : 0x80) && s[i + k] <= (k == 1 ? hi : 0xBF);
+      const bool ok =
+          i + k < n && s[i + k] >= (k == 1 ? lo : 0x80) && s[i + k] <= (k == 1 ? hi : 0xBF);
       if (!ok) {
         const size_t end = std::min(n, i + k + 1);  // include the wrong byte when there is one
         return Utf8Error{i, std::vector<uint8_t>(s + i, s + end)};

@@ -21,9 +21,9 @@ double kept_activation_bytes(const partition::UnitCostTable& table, int begin, i
 StageMemory stage_memory(const partition::UnitCostTable& table,
                          const partition::Partition& partition, int stage, int micro_batches,
                          const std::vector<bool>& recompute, const MemoryOptions& options) {
-  OMNIBAL_CHECK(partition.units() == static_cast<int>(table.units.size()), "memory model: partition ",
-                partition.to_string(), " covers ", partition.units(), " units, the table has ",
-                table.units.size());
+  OMNIBAL_CHECK(partition.units() == static_cast<int>(table.units.size()),
+                "memory model: partition ", partition.to_string(), " covers ", partition.units(),
+                " units, the table has ", table.units.size());
   OMNIBAL_CHECK(recompute.size() == table.units.size(), "memory model: ", recompute.size(),
                 " recompute flags for ", table.units.size(), " units");
   OMNIBAL_CHECK(options.dp >= 1, "memory model: dp must be >= 1, got ", options.dp);
@@ -35,13 +35,11 @@ StageMemory stage_memory(const partition::UnitCostTable& table,
     mem.weights += unit.parameter_bytes;
     if (!unit.trainable) continue;
     mem.gradients += params * options.grad_bytes_per_param;
-    mem.optimizer +=
-        params * options.optimizer_bytes_per_param / (options.zero1 ? options.dp : 1);
+    mem.optimizer += params * options.optimizer_bytes_per_param / (options.zero1 ? options.dp : 1);
     if (recompute[u] && unit.recomputable())
       mem.transient = std::max(mem.transient, unit.activation_bytes);
   }
-  const int in_flight =
-      schedule::in_flight_micro_batches(stage, partition.stages(), micro_batches);
+  const int in_flight = schedule::in_flight_micro_batches(stage, partition.stages(), micro_batches);
   mem.activations = in_flight * kept_activation_bytes(table, begin, end, recompute);
   const double input = table.checkpoint_bytes(begin);
   const double output = table.units[end - 1].output_bytes;

@@ -23,11 +23,11 @@ namespace omnibal::memory {
 
 /// Memory accounting options.
 struct MemoryOptions {
-  int dp = 1;                        ///< data-parallel ranks (ZeRO-1 shards over these)
-  bool zero1 = true;                 ///< shard optimizer state over DP
-  double weight_bytes_per_param = 2;     ///< bf16 weights (the table's parameter_bytes unit)
-  double grad_bytes_per_param = 4;       ///< fp32 gradient accumulation buffer
-  double optimizer_bytes_per_param = 12; ///< fp32 master + Adam m + v
+  int dp = 1;                                   ///< data-parallel ranks (ZeRO-1 shards over these)
+  bool zero1 = true;                            ///< shard optimizer state over DP
+  double weight_bytes_per_param = 2;            ///< bf16 weights (the table's parameter_bytes unit)
+  double grad_bytes_per_param = 4;              ///< fp32 gradient accumulation buffer
+  double optimizer_bytes_per_param = 12;        ///< fp32 master + Adam m + v
   double workspace_bytes = 1.0 * (1ull << 30);  ///< cuBLAS/NCCL workspaces, 1 GiB
 };
 

@@ -6,7 +6,8 @@
 namespace omnibal::memory {
 
 bool stored_plan_fits(const StagePlanRequest& r) {
-  return r.stored && r.stored->partition.stages() == r.stages && r.stored->unit_names == r.unit_names;
+  return r.stored && r.stored->partition.stages() == r.stages &&
+         r.stored->unit_names == r.unit_names;
 }
 
 SplitSource split_source(const StagePlanRequest& r) {
@@ -32,9 +33,11 @@ void take_split(const StagePlanRequest& r, SplitSource source, StagePlan& plan) 
       plan.partition = fixed_split(r.partition, r.parameter_weights, r.stages);
       plan.partition_source = "config: " + choice_name(r.partition.method);
       if (r.log && stored_plan_fits(r) && !(r.stored->partition == plan.partition))
-        log_info("stage plan: parallel.partition: {} {} from the config wins over the checkpoint's "
-                 "split {}", choice_name(r.partition.method), plan.partition.to_string(),
-                 r.stored->partition.to_string());
+        log_info(
+            "stage plan: parallel.partition: {} {} from the config wins over the checkpoint's "
+            "split {}",
+            choice_name(r.partition.method), plan.partition.to_string(),
+            r.stored->partition.to_string());
       return;
     case SplitSource::kSingleStage:
       plan.partition = partition::Partition{{static_cast<int>(r.unit_names.size())}};
@@ -46,8 +49,7 @@ void take_split(const StagePlanRequest& r, SplitSource source, StagePlan& plan) 
       plan.chosen = r.stored->chosen;
       plan.partition_source = r.stored_origin + " (" + r.stored->partition_source + ")";
       return;
-    case SplitSource::kSearch:
-      return;
+    case SplitSource::kSearch: return;
   }
 }
 
@@ -74,8 +76,9 @@ void take_recompute(const StagePlanRequest& r, RecomputeSource source, StagePlan
 }  // namespace
 
 StagePlan fixed_stage_plan(const StagePlanRequest& r) {
-  OMNIBAL_CHECK(r.parameter_weights.size() == r.unit_names.size(), "stage plan: ",
-                r.parameter_weights.size(), " parameter weights for ", r.unit_names.size(), " units");
+  OMNIBAL_CHECK(r.parameter_weights.size() == r.unit_names.size(),
+                "stage plan: ", r.parameter_weights.size(), " parameter weights for ",
+                r.unit_names.size(), " units");
   StagePlan plan;
   plan.model = r.model;
   plan.micro_batches = r.micro_batches;
@@ -86,12 +89,16 @@ StagePlan fixed_stage_plan(const StagePlanRequest& r) {
   return plan;
 }
 
-StagePlan resolve_stage_plan(const StagePlanRequest& r, const std::function<PlanningInputs()>& inputs) {
-  OMNIBAL_CHECK(r.parameter_weights.size() == r.unit_names.size(), "stage plan: ",
-                r.parameter_weights.size(), " parameter weights for ", r.unit_names.size(), " units");
+StagePlan resolve_stage_plan(const StagePlanRequest& r,
+                             const std::function<PlanningInputs()>& inputs) {
+  OMNIBAL_CHECK(r.parameter_weights.size() == r.unit_names.size(),
+                "stage plan: ", r.parameter_weights.size(), " parameter weights for ",
+                r.unit_names.size(), " units");
   if (r.stored && !stored_plan_fits(r) && r.log)
-    log_info("stage plan: the checkpoint's plan ({} stages) does not fit parallel.pp {}; planning "
-             "again", r.stored->partition.stages(), r.stages);
+    log_info(
+        "stage plan: the checkpoint's plan ({} stages) does not fit parallel.pp {}; planning "
+        "again",
+        r.stored->partition.stages(), r.stages);
   StagePlan plan;
   plan.model = r.model;
   plan.micro_batches = r.micro_batches;

@@ -94,7 +94,8 @@ bool adaptive_stage(const partition::UnitCostTable& table, const partition::Part
       }
     }
     if (base > o.budget_bytes) continue;
-    const long capacity = static_cast<long>(std::floor((o.budget_bytes - base) / o.granularity_bytes));
+    const long capacity =
+        static_cast<long>(std::floor((o.budget_bytes - base) / o.granularity_bytes));
     double v = 0;
     const auto keep = knapsack(weight, value, capacity, &v);
     if (forced_value + v > best_value) {
@@ -128,7 +129,8 @@ RecomputePlan plan_with_flags(const partition::UnitCostTable& table,
 }
 
 RecomputePlan plan_full_recompute(const partition::UnitCostTable& table,
-                                  const partition::Partition& partition, const RecomputeOptions& o) {
+                                  const partition::Partition& partition,
+                                  const RecomputeOptions& o) {
   RecomputeSpec full;
   full.mode = RecomputeMode::kFull;
   return finish(table, partition, fixed_recompute(full, partition, block_units(table)).per_unit, o);

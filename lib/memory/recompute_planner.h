@@ -30,9 +30,9 @@ struct RecomputePlan {
 /// Options of the planner.
 struct RecomputeOptions {
   MemoryOptions memory;
-  int micro_batches = 1;              ///< m
-  double budget_bytes = 0;            ///< per device; must be > 0
-  double granularity_bytes = 1 << 20; ///< knapsack resolution (1 MiB)
+  int micro_batches = 1;               ///< m
+  double budget_bytes = 0;             ///< per device; must be > 0
+  double granularity_bytes = 1 << 20;  ///< knapsack resolution (1 MiB)
 };
 
 /// No recomputation.

@@ -38,8 +38,7 @@ RecomputePlan recompute_plan(const UnitCostTable& table, const Partition& p,
       return o.budget_bytes > 0 ? plan_adaptive_recompute(mt, p, ro) : plan_no_recompute(mt, p, ro);
     case RecomputeMode::kNone:
     case RecomputeMode::kFull:
-    case RecomputeMode::kPerStage:
-      break;
+    case RecomputeMode::kPerStage: break;
   }
   return plan_with_flags(mt, p, fixed_recompute(spec, p, block_units(mt)).per_unit, ro);
 }
@@ -56,13 +55,10 @@ std::vector<double> totals(const RecomputePlan& plan) {
 RecomputeFlags search_flags(const UnitCostTable& table, const RecomputeSpec& spec) {
   const int n = static_cast<int>(table.units.size());
   switch (spec.mode) {
-    case RecomputeMode::kFull:
-      return RecomputeFlags::full(block_units(table));
-    case RecomputeMode::kAdaptive:
-      return first_round_recompute(table);
+    case RecomputeMode::kFull: return RecomputeFlags::full(block_units(table));
+    case RecomputeMode::kAdaptive: return first_round_recompute(table);
     case RecomputeMode::kNone:
-    case RecomputeMode::kPerStage:
-      break;
+    case RecomputeMode::kPerStage: break;
   }
   return RecomputeFlags::none(n);
 }
@@ -112,9 +108,10 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
       rounds > 1 ? "s" : "", search.exact_anchor.to_string(), search.greedy_anchor.to_string(),
       search.refined_anchor.to_string());
   if (plan.chosen != 0)
-    plan.partition_source += fmt::format("; {} chose candidate {}",
-                                         plan.candidates[plan.chosen].trial_s.empty()
-                                             ? "the judge" : "timed trials", plan.chosen);
+    plan.partition_source +=
+        fmt::format("; {} chose candidate {}",
+                    plan.candidates[plan.chosen].trial_s.empty() ? "the judge" : "timed trials",
+                    plan.chosen);
 }
 
 std::vector<int> sizes_of(const nlohmann::json& j, const std::string& where) {
@@ -124,8 +121,7 @@ std::vector<int> sizes_of(const nlohmann::json& j, const std::string& where) {
   return out;
 }
 
-template <class T>
-T get(const nlohmann::json& j, const char* key, const std::string& origin) {
+template <class T> T get(const nlohmann::json& j, const char* key, const std::string& origin) {
   OMNIBAL_CHECK(j.is_object() && j.contains(key), origin, ": stage plan lacks '", key, "'");
   try {
     return j.at(key).get<T>();
@@ -184,9 +180,9 @@ RecomputeFlags first_round_recompute(const UnitCostTable& table) {
 partition::PartitionSearchInput search_input(const UnitCostTable& table,
                                              const RecomputeFlags& recompute,
                                              const StagePlannerOptions& o) {
-  OMNIBAL_CHECK(recompute.units() == static_cast<int>(table.units.size()), "stage plan: ",
-                recompute.units(), " recompute flags for a cost table of ", table.units.size(),
-                " units");
+  OMNIBAL_CHECK(recompute.units() == static_cast<int>(table.units.size()),
+                "stage plan: ", recompute.units(), " recompute flags for a cost table of ",
+                table.units.size(), " units");
   partition::PartitionSearchInput in;
   for (size_t u = 0; u < table.units.size(); ++u) {
     const auto& c = table.units[u];
@@ -215,35 +211,36 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
   plan.full_bytes = totals(plan_full_recompute(mt, plan.partition, ro));
   if (spec.mode == RecomputeMode::kAdaptive) {
     for (int s = 0; s < plan.partition.stages(); ++s)
-      OMNIBAL_CHECK(rp.fits[s], "memory.budget_gb: ", o.budget_bytes / kGiB, " GiB is too small: ",
-                    "stage ", s, " of split ", plan.partition.to_string(), " needs ",
-                    plan.full_bytes[s] / kGiB, " GiB even with every block recomputed (",
+      OMNIBAL_CHECK(rp.fits[s], "memory.budget_gb: ", o.budget_bytes / kGiB,
+                    " GiB is too small: ", "stage ", s, " of split ", plan.partition.to_string(),
+                    " needs ", plan.full_bytes[s] / kGiB, " GiB even with every block recomputed (",
                     plan.none_bytes[s] / kGiB, " GiB without); raise memory.budget_gb or use ",
                     "more pipeline stages");
     plan.recompute_source =
-        o.budget_bytes > 0
-            ? fmt::format("adaptive: knapsack per stage, budget {:.3f} GiB, m {}, recompute "
-                          "{:.2f} ms of forward per micro-batch",
-                          o.budget_bytes / kGiB, o.micro_batches, 1e3 * rp.recompute_s)
-            : std::string("adaptive: no memory budget, nothing recomputed");
+        o.budget_bytes > 0 ? fmt::format(
+                                 "adaptive: knapsack per stage, budget {:.3f} GiB, m {}, recompute "
+                                 "{:.2f} ms of forward per micro-batch",
+                                 o.budget_bytes / kGiB, o.micro_batches, 1e3 * rp.recompute_s)
+                           : std::string("adaptive: no memory budget, nothing recomputed");
   } else {
-    plan.recompute_source = "config: " + (spec.mode == RecomputeMode::kPerStage ? std::string("per-stage counts")
-                                                                   : choice_name(spec.mode));
+    plan.recompute_source =
+        "config: " + (spec.mode == RecomputeMode::kPerStage ? std::string("per-stage counts")
+                                                            : choice_name(spec.mode));
   }
 }
 
 StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
                       const RecomputeSpec& recompute, const StagePlannerOptions& o,
-                      const CandidateJudge& judge,
-                      partition::PartitionSearchResult* last_search) {
+                      const CandidateJudge& judge, partition::PartitionSearchResult* last_search) {
   const int n = static_cast<int>(table.units.size());
   OMNIBAL_CHECK(static_cast<int>(o.unit_names.size()) == n, "stage plan: ", o.unit_names.size(),
                 " unit names for a cost table of ", n, " units");
   OMNIBAL_CHECK(o.stages >= 1 && o.stages <= n, "parallel.pp: ", o.stages,
-                " pipeline stages but the model has ", n, " pipeline units; use parallel.pp <= ", n);
+                " pipeline stages but the model has ", n,
+                " pipeline units; use parallel.pp <= ", n);
   OMNIBAL_CHECK(!o.memory_table || o.memory_table->units.size() == table.units.size(),
-                "stage plan: the memory table has ", o.memory_table ? o.memory_table->units.size() : 0,
-                " units, the cost table ", n);
+                "stage plan: the memory table has ",
+                o.memory_table ? o.memory_table->units.size() : 0, " units, the cost table ", n);
   StagePlan plan;
   plan.model = table.model;
   plan.micro_batches = o.micro_batches;
@@ -266,14 +263,23 @@ nlohmann::json stage_plan_json(const StagePlan& p) {
   for (int u = 0; u < p.recompute.units(); ++u)
     if (p.recompute[u]) rc.push_back(p.unit_names.at(u));
   for (const auto& c : p.candidates)
-    cands.push_back({{"partition", c.partition.sizes}, {"pipeline_s", c.pipeline_s},
-                     {"trial_s", c.trial_s}});
-  return {{"format", kFormat}, {"model", p.model}, {"micro_batches", p.micro_batches},
-          {"partition", p.partition.sizes}, {"units", p.unit_names}, {"recompute", rc},
-          {"partition_source", p.partition_source}, {"recompute_source", p.recompute_source},
-          {"budget_bytes", p.budget_bytes}, {"predicted_bytes", p.predicted_bytes},
-          {"none_bytes", p.none_bytes}, {"full_bytes", p.full_bytes}, {"candidates", cands},
-          {"chosen", p.chosen}, {"hash", fmt::format("{:016x}", stage_plan_hash(p))}};
+    cands.push_back(
+        {{"partition", c.partition.sizes}, {"pipeline_s", c.pipeline_s}, {"trial_s", c.trial_s}});
+  return {{"format", kFormat},
+          {"model", p.model},
+          {"micro_batches", p.micro_batches},
+          {"partition", p.partition.sizes},
+          {"units", p.unit_names},
+          {"recompute", rc},
+          {"partition_source", p.partition_source},
+          {"recompute_source", p.recompute_source},
+          {"budget_bytes", p.budget_bytes},
+          {"predicted_bytes", p.predicted_bytes},
+          {"none_bytes", p.none_bytes},
+          {"full_bytes", p.full_bytes},
+          {"candidates", cands},
+          {"chosen", p.chosen},
+          {"hash", fmt::format("{:016x}", stage_plan_hash(p))}};
 }
 
 StagePlan parse_stage_plan(const nlohmann::json& j, const std::string& origin) {

@@ -40,25 +40,25 @@ namespace omnibal::memory {
 /// One candidate split of a balanced search.
 struct PlanCandidate {
   partition::Partition partition;
-  double pipeline_s = 0;       ///< simulated 1F1B step time at the table's load, seconds
-  std::vector<double> trial_s; ///< measured step times of the timed trials (empty: not timed)
+  double pipeline_s = 0;        ///< simulated 1F1B step time at the table's load, seconds
+  std::vector<double> trial_s;  ///< measured step times of the timed trials (empty: not timed)
 };
 
 /// The layout a run trains with (see the file comment).
 struct StagePlan {
-  std::string model;                    ///< preset name
-  int micro_batches = 1;                ///< m the recompute plan was made for
-  partition::Partition partition;       ///< units per stage
-  std::vector<std::string> unit_names;  ///< every unit, chain order
-  RecomputeFlags recompute;             ///< per unit: rerun its forward inside the backward
-  std::string partition_source;         ///< e.g. "balanced: search on profiled:cpu, top 3"
-  std::string recompute_source;         ///< e.g. "adaptive: budget 0.50 GiB"
-  double budget_bytes = 0;              ///< memory budget per device (0 = none)
-  std::vector<double> predicted_bytes;  ///< per stage, under `recompute` (empty: no table)
-  std::vector<double> none_bytes;       ///< per stage without recomputation
-  std::vector<double> full_bytes;       ///< per stage with every block recomputed
+  std::string model;                      ///< preset name
+  int micro_batches = 1;                  ///< m the recompute plan was made for
+  partition::Partition partition;         ///< units per stage
+  std::vector<std::string> unit_names;    ///< every unit, chain order
+  RecomputeFlags recompute;               ///< per unit: rerun its forward inside the backward
+  std::string partition_source;           ///< e.g. "balanced: search on profiled:cpu, top 3"
+  std::string recompute_source;           ///< e.g. "adaptive: budget 0.50 GiB"
+  double budget_bytes = 0;                ///< memory budget per device (0 = none)
+  std::vector<double> predicted_bytes;    ///< per stage, under `recompute` (empty: no table)
+  std::vector<double> none_bytes;         ///< per stage without recomputation
+  std::vector<double> full_bytes;         ///< per stage with every block recomputed
   std::vector<PlanCandidate> candidates;  ///< balanced: the last round's top K by pipeline_s
-  int chosen = -1;                      ///< index into candidates of the split in use (-1: none)
+  int chosen = -1;                        ///< index into candidates of the split in use (-1: none)
 
   int stages() const { return partition.stages(); }
   /// First unit of `stage`.
@@ -94,13 +94,13 @@ RecomputeFlags first_round_recompute(const partition::UnitCostTable& table);
 
 /// What plan_stages needs besides the cost table and the two config specs.
 struct StagePlannerOptions {
-  int stages = 1;               ///< P
-  int micro_batches = 1;        ///< m
-  int radius = 1;               ///< r of the balanced search
-  int top_k = 3;                ///< K candidates kept
-  double link_bandwidth = 10e9; ///< bytes/s between neighbouring stages
-  MemoryOptions memory;         ///< bytes per parameter, dp, ZeRO-1, workspace
-  double budget_bytes = 0;      ///< per device; 0 = no limit (adaptive then recomputes nothing)
+  int stages = 1;                ///< P
+  int micro_batches = 1;         ///< m
+  int radius = 1;                ///< r of the balanced search
+  int top_k = 3;                 ///< K candidates kept
+  double link_bandwidth = 10e9;  ///< bytes/s between neighbouring stages
+  MemoryOptions memory;          ///< bytes per parameter, dp, ZeRO-1, workspace
+  double budget_bytes = 0;       ///< per device; 0 = no limit (adaptive then recomputes nothing)
   std::vector<std::string> unit_names;  ///< model unit names, chain order (size = table units)
   /// The table memory is predicted from (e.g. the heaviest pack) when it differs from the one
   /// stage times are taken from (e.g. the mean pack); unset: the same table.

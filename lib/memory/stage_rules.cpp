@@ -30,11 +30,10 @@ partition::Partition fixed_split(const PartitionSpec& spec,
                                  const std::vector<double>& parameter_weights, int stages) {
   const int units = static_cast<int>(parameter_weights.size());
   OMNIBAL_CHECK(stages >= 1 && stages <= units, "parallel.pp: ", stages,
-                " pipeline stages but the model has ", units, " pipeline units; use parallel.pp <= ",
-                units);
+                " pipeline stages but the model has ", units,
+                " pipeline units; use parallel.pp <= ", units);
   switch (spec.method) {
-    case PartitionMethod::kUniform:
-      return partition::uniform_partition(units, stages);
+    case PartitionMethod::kUniform: return partition::uniform_partition(units, stages);
     case PartitionMethod::kParameters:
       return partition::min_max_partition(parameter_weights, stages);
     case PartitionMethod::kManual: {
@@ -49,8 +48,7 @@ partition::Partition fixed_split(const PartitionSpec& spec,
                       "least one unit, got ", part.sizes[s]);
       return part;
     }
-    case PartitionMethod::kBalanced:
-      break;
+    case PartitionMethod::kBalanced: break;
   }
   OMNIBAL_FAIL("parallel.partition: '", choice_name(spec.method), "' has no fixed rule: it needs ",
                "a per-unit cost table and the search (memory::plan_stages), which the trainer's ",
@@ -63,20 +61,17 @@ RecomputeFlags fixed_recompute(const RecomputeSpec& spec, const partition::Parti
   OMNIBAL_CHECK(split.units() == units, "recompute rule: split ", split.to_string(), " covers ",
                 split.units(), " units, the chain has ", units);
   switch (spec.mode) {
-    case RecomputeMode::kNone:
-      return RecomputeFlags::none(units);
-    case RecomputeMode::kFull:
-      return RecomputeFlags::full(blocks);
-    case RecomputeMode::kPerStage:
-      break;
+    case RecomputeMode::kNone: return RecomputeFlags::none(units);
+    case RecomputeMode::kFull: return RecomputeFlags::full(blocks);
+    case RecomputeMode::kPerStage: break;
     case RecomputeMode::kAdaptive:
       OMNIBAL_FAIL("memory.recompute: 'adaptive' has no fixed rule: it needs a per-unit cost ",
                    "table (memory::plan_stages), which the trainer's start-up planner ",
                    "(train/startup_planner.h) supplies");
   }
-  OMNIBAL_CHECK(static_cast<int>(spec.per_stage.size()) == split.stages(), "memory.recompute: ",
-                "expected one count per pipeline stage (", split.stages(), "), got ",
-                spec.per_stage.size(), " per-stage counts");
+  OMNIBAL_CHECK(static_cast<int>(spec.per_stage.size()) == split.stages(),
+                "memory.recompute: ", "expected one count per pipeline stage (", split.stages(),
+                "), got ", spec.per_stage.size(), " per-stage counts");
   RecomputeFlags flags = RecomputeFlags::none(units);
   for (int s = 0; s < split.stages(); ++s) {
     const int want = spec.per_stage[s];

@@ -10,9 +10,12 @@ constexpr double kInt64 = 8.0;  // ids, labels, positions
 
 }  // namespace
 
-AnalyticCostModel::AnalyticCostModel(ModelPreset preset, DeviceSpec device, int tp,
-                                     bool freeze_vit, AnalyticEfficiency efficiency)
-    : preset_(std::move(preset)), device_(std::move(device)), tp_(tp), freeze_vit_(freeze_vit),
+AnalyticCostModel::AnalyticCostModel(ModelPreset preset, DeviceSpec device, int tp, bool freeze_vit,
+                                     AnalyticEfficiency efficiency)
+    : preset_(std::move(preset)),
+      device_(std::move(device)),
+      tp_(tp),
+      freeze_vit_(freeze_vit),
       eff_(efficiency) {
   OMNIBAL_CHECK(tp_ >= 1, "analytic cost model: tp must be >= 1, got ", tp_);
   OMNIBAL_CHECK(device_.peak_flops > 0 && device_.hbm_bandwidth > 0,
@@ -85,9 +88,9 @@ UnitCost AnalyticCostModel::unit_cost(int unit, const MicroBatchLoad& load) cons
   const double mem_s = w.memory_bytes / (device_.hbm_bandwidth * eff_.memory);
   c.forward_s = tp_scale * (gemm_s + mem_s +
                             w.attention_flops / (device_.peak_flops * eff_.attention_forward));
-  c.backward_s = tp_scale * (2 * gemm_s + 2 * mem_s +
-                             2.5 * w.attention_flops /
-                                 (device_.peak_flops * eff_.attention_backward));
+  c.backward_s =
+      tp_scale * (2 * gemm_s + 2 * mem_s +
+                  2.5 * w.attention_flops / (device_.peak_flops * eff_.attention_backward));
   c.parameter_bytes /= tp_;
   c.activation_bytes /= tp_;
   if (freeze_vit_ && (c.kind == UnitKind::VitEmbed || c.kind == UnitKind::VitBlock)) {

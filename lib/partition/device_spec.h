@@ -11,10 +11,10 @@ namespace omnibal::partition {
 
 /// One accelerator type (per GPU figures).
 struct DeviceSpec {
-  std::string name;               ///< "a100-80g" | "h100" | "h200"
-  double peak_flops = 0;          ///< dense bf16 tensor-core FLOP/s
-  double memory_bytes = 0;        ///< HBM capacity, bytes
-  double hbm_bandwidth = 0;       ///< bytes/s
+  std::string name;                 ///< "a100-80g" | "h100" | "h200"
+  double peak_flops = 0;            ///< dense bf16 tensor-core FLOP/s
+  double memory_bytes = 0;          ///< HBM capacity, bytes
+  double hbm_bandwidth = 0;         ///< bytes/s
   double intra_node_bandwidth = 0;  ///< NVLink, bytes/s per direction per GPU
   double inter_node_bandwidth = 0;  ///< network per GPU (one NIC per GPU), bytes/s per direction
   int gpus_per_node = 8;

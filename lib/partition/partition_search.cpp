@@ -117,12 +117,13 @@ Partition refine_anchor(const Partition& start, const PartitionSearchInput& inpu
 
 PartitionSearchResult search_partitions(const PartitionSearchInput& input) {
   const int n = static_cast<int>(input.unit_seconds.size());
-  OMNIBAL_CHECK(static_cast<int>(input.output_bytes.size()) == n, "partition search: ",
-                input.output_bytes.size(), " output sizes for ", n, " units");
+  OMNIBAL_CHECK(static_cast<int>(input.output_bytes.size()) == n,
+                "partition search: ", input.output_bytes.size(), " output sizes for ", n, " units");
   OMNIBAL_CHECK(input.link_bandwidth > 0, "partition search: link bandwidth must be > 0");
   OMNIBAL_CHECK(input.top_k >= 1, "partition search: top_k must be >= 1, got ", input.top_k);
   OMNIBAL_CHECK(input.unit_forward_s.empty() || static_cast<int>(input.unit_forward_s.size()) == n,
-                "partition search: ", input.unit_forward_s.size(), " forward times for ", n, " units");
+                "partition search: ", input.unit_forward_s.size(), " forward times for ", n,
+                " units");
   PartitionSearchResult r;
   r.exact_anchor = min_max_partition(input.unit_seconds, input.stages);
   r.greedy_anchor = greedy_anchor_partition(input.unit_seconds, input.stages);
@@ -130,7 +131,8 @@ PartitionSearchResult search_partitions(const PartitionSearchInput& input) {
   r.refined_anchor = refine_anchor(r.exact_anchor, input);
   for (const Partition& start : {r.greedy_anchor, uniform_partition(n, input.stages)}) {
     const Partition p = refine_anchor(start, input);
-    if (pipeline_seconds(p, input) < pipeline_seconds(r.refined_anchor, input)) r.refined_anchor = p;
+    if (pipeline_seconds(p, input) < pipeline_seconds(r.refined_anchor, input))
+      r.refined_anchor = p;
   }
   std::set<std::vector<int>> seen;
   std::vector<ScoredPartition> fitting;
@@ -163,7 +165,8 @@ PartitionSearchResult search_partitions(const PartitionSearchInput& input) {
   const bool by_pipeline = input.rank_by == PartitionSearchInput::RankBy::kPipelineTime;
   std::stable_sort(fitting.begin(), fitting.end(),
                    [by_pipeline](const ScoredPartition& a, const ScoredPartition& b) {
-                     if (by_pipeline && a.pipeline_s != b.pipeline_s) return a.pipeline_s < b.pipeline_s;
+                     if (by_pipeline && a.pipeline_s != b.pipeline_s)
+                       return a.pipeline_s < b.pipeline_s;
                      return a.score < b.score;
                    });
   fitting.resize(std::min<size_t>(fitting.size(), input.top_k));

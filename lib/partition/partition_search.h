@@ -35,9 +35,9 @@ struct PartitionSearchInput {
   std::vector<double> output_bytes;  ///< bytes a cut after unit u sends forward
   double link_bandwidth = 25e9;      ///< bytes/s between neighbouring stages
   int stages = 1;
-  int radius = 1;                    ///< r
-  int top_k = 3;                     ///< K
-  int micro_batches = 1;             ///< m, for pipeline_s
+  int radius = 1;         ///< r
+  int top_k = 3;          ///< K
+  int micro_batches = 1;  ///< m, for pipeline_s
   /// Forward share of unit_seconds per unit (the rest is backward); empty = one third.
   std::vector<double> unit_forward_s;
   enum class RankBy { kPipelineTime, kVarianceTraffic } rank_by = RankBy::kPipelineTime;
@@ -57,12 +57,12 @@ struct ScoredPartition {
 
 /// What the search saw and kept.
 struct PartitionSearchResult {
-  Partition exact_anchor;    ///< min-max split of unit_seconds
-  Partition greedy_anchor;   ///< the paper's greedy anchor
-  Partition refined_anchor;  ///< fastest descent end point on pipeline_s (see above)
-  int generated = 0;         ///< candidates before filtering ((2r+1)^(P-1) per anchor)
-  int non_empty = 0;         ///< distinct candidates without an empty stage
-  int fitting = 0;           ///< of those, within the memory budget
+  Partition exact_anchor;            ///< min-max split of unit_seconds
+  Partition greedy_anchor;           ///< the paper's greedy anchor
+  Partition refined_anchor;          ///< fastest descent end point on pipeline_s (see above)
+  int generated = 0;                 ///< candidates before filtering ((2r+1)^(P-1) per anchor)
+  int non_empty = 0;                 ///< distinct candidates without an empty stage
+  int fitting = 0;                   ///< of those, within the memory budget
   std::vector<ScoredPartition> top;  ///< best K by score, best first
 };
 

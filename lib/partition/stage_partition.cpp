@@ -16,7 +16,8 @@ int Partition::units() const {
 }
 
 int Partition::begin(int stage) const {
-  OMNIBAL_CHECK(stage >= 0 && stage < stages(), "stage ", stage, " out of range [0, ", stages(), ")");
+  OMNIBAL_CHECK(stage >= 0 && stage < stages(), "stage ", stage, " out of range [0, ", stages(),
+                ")");
   int b = 0;
   for (int s = 0; s < stage; ++s) b += sizes[s];
   return b;
@@ -63,8 +64,8 @@ std::string Partition::to_string() const {
 }
 
 Partition uniform_partition(int units, int stages) {
-  OMNIBAL_CHECK(stages >= 1 && stages <= units, "uniform partition: expected 1 <= stages <= units (",
-                units, "), got ", stages);
+  OMNIBAL_CHECK(stages >= 1 && stages <= units,
+                "uniform partition: expected 1 <= stages <= units (", units, "), got ", stages);
   Partition p;
   for (int s = 0; s < stages; ++s) p.sizes.push_back(units / stages + (s < units % stages ? 1 : 0));
   return p;
@@ -72,8 +73,8 @@ Partition uniform_partition(int units, int stages) {
 
 Partition min_max_partition(const std::vector<double>& weights, int stages) {
   const int n = static_cast<int>(weights.size());
-  OMNIBAL_CHECK(stages >= 1 && stages <= n, "min-max partition: expected 1 <= stages <= units (",
-                n, "), got ", stages);
+  OMNIBAL_CHECK(stages >= 1 && stages <= n, "min-max partition: expected 1 <= stages <= units (", n,
+                "), got ", stages);
   std::vector<double> prefix(n + 1, 0.0);
   for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + weights[i];
   const double inf = std::numeric_limits<double>::infinity();

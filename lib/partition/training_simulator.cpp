@@ -44,11 +44,11 @@ std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const Simulator
 
 void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   OMNIBAL_CHECK(setup.model != nullptr, "simulator: no cost model");
-  OMNIBAL_CHECK(static_cast<int>(loads.size()) == setup.dp, "simulator: loads for ",
-                loads.size(), " DP ranks, expected dp = ", setup.dp);
+  OMNIBAL_CHECK(static_cast<int>(loads.size()) == setup.dp, "simulator: loads for ", loads.size(),
+                " DP ranks, expected dp = ", setup.dp);
   for (size_t r = 0; r < loads.size(); ++r)
-    OMNIBAL_CHECK(!loads[r].empty() && loads[r].size() == loads[0].size(), "simulator: DP rank ",
-                  r, " has ", loads[r].size(), " micro-batches, rank 0 has ", loads[0].size(),
+    OMNIBAL_CHECK(!loads[r].empty() && loads[r].size() == loads[0].size(), "simulator: DP rank ", r,
+                  " has ", loads[r].size(), " micro-batches, rank 0 has ", loads[0].size(),
                   " (every rank runs the same m >= 1)");
   OMNIBAL_CHECK(static_cast<int>(setup.recompute.size()) == setup.partition.units(),
                 "simulator: recompute flags for ", setup.recompute.size(), " units, partition has ",
@@ -69,8 +69,12 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
 }  // namespace
 
 TimeBreakdown& TimeBreakdown::operator+=(const TimeBreakdown& o) {
-  useful_s += o.useful_s; padding_s += o.padding_s; recompute_s += o.recompute_s;
-  bubble_s += o.bubble_s; dp_wait_s += o.dp_wait_s; comm_s += o.comm_s;
+  useful_s += o.useful_s;
+  padding_s += o.padding_s;
+  recompute_s += o.recompute_s;
+  bubble_s += o.bubble_s;
+  dp_wait_s += o.dp_wait_s;
+  comm_s += o.comm_s;
   return *this;
 }
 
@@ -83,7 +87,8 @@ double pipeline_link_bandwidth(const DeviceSpec& device, int dp, int tp) {
 }
 
 double data_parallel_bandwidth(const DeviceSpec& device, int dp, int tp) {
-  return dp * tp <= device.gpus_per_node ? device.intra_node_bandwidth : device.inter_node_bandwidth;
+  return dp * tp <= device.gpus_per_node ? device.intra_node_bandwidth
+                                         : device.inter_node_bandwidth;
 }
 
 namespace {
@@ -119,8 +124,8 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
       // (recomputation of padded positions included), so recompute counts unpadded work only.
       out.recompute_s[s] += unpadded.empty() ? sc[s].recompute_s : unpadded[s].recompute_s;
       if (!unpadded.empty())
-        out.padding_s[s] += sc[s].forward_s + sc[s].backward_s - unpadded[s].forward_s -
-                            unpadded[s].backward_s;
+        out.padding_s[s] +=
+            sc[s].forward_s + sc[s].backward_s - unpadded[s].forward_s - unpadded[s].backward_s;
     }
     rep.samples += load.samples();
     rep.tiles += load.tiles();

@@ -48,19 +48,21 @@ struct StageOverheads {
 struct SimulatorSetup {
   const CostModel* model = nullptr;
   Partition partition;
-  std::vector<bool> recompute;      ///< per unit: checkpointed (re-run forward in backward)
+  std::vector<bool> recompute;  ///< per unit: checkpointed (re-run forward in backward)
   int dp = 1;
-  int tp = 1;                       ///< only for rank placement (TP innermost, then DP, then PP)
+  int tp = 1;  ///< only for rank placement (TP innermost, then DP, then PP)
   DeviceSpec device;
-  std::vector<double> static_bytes; ///< per stage: params + grads + optimizer + buffers
-  bool zero1 = true;                ///< optimizer state sharded over DP (optimizer time / dp)
-  StageOverheads overheads;         ///< host costs outside the unit table (default: none)
+  std::vector<double> static_bytes;  ///< per stage: params + grads + optimizer + buffers
+  bool zero1 = true;                 ///< optimizer state sharded over DP (optimizer time / dp)
+  StageOverheads overheads;          ///< host costs outside the unit table (default: none)
 };
 
 /// Device-averaged time components of one step or a whole epoch, seconds.
 struct TimeBreakdown {
   double useful_s = 0, padding_s = 0, recompute_s = 0, bubble_s = 0, dp_wait_s = 0, comm_s = 0;
-  double total() const { return useful_s + padding_s + recompute_s + bubble_s + dp_wait_s + comm_s; }
+  double total() const {
+    return useful_s + padding_s + recompute_s + bubble_s + dp_wait_s + comm_s;
+  }
   TimeBreakdown& operator+=(const TimeBreakdown& o);
   TimeBreakdown scaled(double f) const;
 };
@@ -74,19 +76,19 @@ struct StageReport {
 /// One simulated step.
 struct StepReport {
   double step_s = 0;
-  TimeBreakdown breakdown;       ///< device averages; breakdown.total() == step_s
+  TimeBreakdown breakdown;  ///< device averages; breakdown.total() == step_s
   std::vector<StageReport> stages;
   double peak_memory_bytes = 0;  ///< max over devices
   int64_t samples = 0;
   int64_t tiles = 0;
-  int64_t tokens = 0;            ///< real LLM tokens
+  int64_t tokens = 0;  ///< real LLM tokens
 };
 
 /// A run of steps (an epoch or part of one).
 struct RunReport {
-  double seconds = 0;            ///< sum of step times
-  TimeBreakdown breakdown;       ///< sums of the step breakdowns
-  double bubble_fraction = 0;    ///< bubble / seconds
+  double seconds = 0;          ///< sum of step times
+  TimeBreakdown breakdown;     ///< sums of the step breakdowns
+  double bubble_fraction = 0;  ///< bubble / seconds
   double peak_memory_bytes = 0;
   std::vector<double> stage_busy_s, stage_idle_s;  ///< per stage, summed over steps
   int64_t steps = 0, samples = 0;

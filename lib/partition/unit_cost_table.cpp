@@ -13,8 +13,7 @@ constexpr const char* kFormat = "omnibal.unit_costs.v1";
 constexpr UnitKind kKinds[] = {UnitKind::VitEmbed, UnitKind::VitBlock, UnitKind::Projector,
                                UnitKind::LlmEmbed, UnitKind::LlmBlock, UnitKind::Head};
 
-template <class T>
-T field(const nlohmann::json& obj, const char* key, const std::string& where) {
+template <class T> T field(const nlohmann::json& obj, const char* key, const std::string& where) {
   OMNIBAL_CHECK(obj.is_object() && obj.contains(key), where, ": missing key '", key, "'");
   try {
     return obj.at(key).get<T>();
@@ -59,14 +58,18 @@ std::string unit_cost_table_json(const UnitCostTable& table) {
   j["format"] = kFormat;
   j["model"] = table.model;
   j["source"] = table.source;
-  j["load"] = {{"tiles", table.load.tiles}, {"tokens", table.load.tokens},
+  j["load"] = {{"tiles", table.load.tiles},
+               {"tokens", table.load.tokens},
                {"samples", table.load.samples}};
   j["units"] = nlohmann::json::array();
   for (const auto& u : table.units)
-    j["units"].push_back({{"name", u.name}, {"kind", unit_kind_name(u.kind)},
-                          {"forward_s", u.forward_s}, {"backward_s", u.backward_s},
+    j["units"].push_back({{"name", u.name},
+                          {"kind", unit_kind_name(u.kind)},
+                          {"forward_s", u.forward_s},
+                          {"backward_s", u.backward_s},
                           {"activation_bytes", u.activation_bytes},
-                          {"parameter_bytes", u.parameter_bytes}, {"trainable", u.trainable},
+                          {"parameter_bytes", u.parameter_bytes},
+                          {"trainable", u.trainable},
                           {"output_bytes", u.output_bytes}});
   return j.dump(2);
 }

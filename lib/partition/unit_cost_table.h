@@ -27,7 +27,7 @@ UnitKind parse_unit_kind(const std::string& name, const std::string& where);
 
 /// Costs of one unit for one micro-batch.
 struct UnitCost {
-  std::string name;             ///< e.g. "llm_block.17"
+  std::string name;  ///< e.g. "llm_block.17"
   UnitKind kind = UnitKind::LlmBlock;
   double forward_s = 0;         ///< forward seconds
   double backward_s = 0;        ///< backward seconds, without recomputation

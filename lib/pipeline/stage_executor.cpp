@@ -137,8 +137,8 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
       case Op::RecvActivation: received_[mb] = receive_activation(mb); break;
       case Op::Forward:
         if (hooks.before_op) hooks.before_op("forward", mb);
-        forward(mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result,
-                loss_scale, hooks);
+        forward(mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result, loss_scale,
+                hooks);
         break;
       case Op::SendActivation: {
         const models::UnitState& out = flight_[mb].output;
@@ -198,8 +198,9 @@ std::optional<models::UnitState> StageExecutor::forward_only(int index,
   flight_[index] = InFlight{};
   received_side_[index] = torch::Tensor();
   if (is_last()) return out;
-  comm::Request r = pipe_->send({comm::MessageKind::kActivation, index,
-                                 {out.hidden, out.side_tensor()}}, stage_ + 1);
+  comm::Request r =
+      pipe_->send({comm::MessageKind::kActivation, index, {out.hidden, out.side_tensor()}},
+                  stage_ + 1);
   r.wait();
   return std::nullopt;
 }

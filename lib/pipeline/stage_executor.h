@@ -36,7 +36,7 @@ struct StageTimes {
 /// What one step produced on this stage.
 struct StageStepResult {
   StageTimes times;
-  double loss_sum = 0;      ///< last stage: sum of token cross-entropies over its micro-batches
+  double loss_sum = 0;  ///< last stage: sum of token cross-entropies over its micro-batches
   /// last stage: sum over its micro-batches of the backpropagated term before loss_scale
   /// (StepHooks::loss_term; == loss_sum without one)
   double loss_term_sum = 0;
@@ -87,10 +87,10 @@ class StageExecutor {
 
  private:
   struct InFlight {
-    torch::Tensor input;         ///< received hidden (leaf with requires_grad), not on stage 0
-    models::UnitState output;    ///< this stage's output state (kLoss on the last stage)
-    torch::Tensor output_grad;   ///< gradient of output.hidden from the next stage
-    torch::Tensor input_grad;    ///< gradient to send to the previous stage
+    torch::Tensor input;        ///< received hidden (leaf with requires_grad), not on stage 0
+    models::UnitState output;   ///< this stage's output state (kLoss on the last stage)
+    torch::Tensor output_grad;  ///< gradient of output.hidden from the next stage
+    torch::Tensor input_grad;   ///< gradient to send to the previous stage
   };
   models::UnitState input_state(int mb, const models::PackBatch* pack, bool grad);
   torch::Tensor receive_activation(int mb);

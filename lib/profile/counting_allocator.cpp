@@ -68,8 +68,10 @@ class CountingCpuAllocator final : public c10::Allocator {
     c10::SetAllocator(c10::DeviceType::CPU, this, kPriority);
     if (c10::GetAllocator(c10::DeviceType::CPU) != this) {
       depth_ = 0;
-      OMNIBAL_FAIL("counting allocator: c10::SetAllocator(kCPU) kept another allocator "
-                   "(registered with a priority above ", int(kPriority), ")");
+      OMNIBAL_FAIL(
+          "counting allocator: c10::SetAllocator(kCPU) kept another allocator "
+          "(registered with a priority above ",
+          int(kPriority), ")");
     }
     active_.store(true);
   }
@@ -81,9 +83,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     active_.store(false);
   }
 
-  CpuAllocatorCounts counts() const {
-    return {current_.load(), peak_.load(), allocations_.load()};
-  }
+  CpuAllocatorCounts counts() const { return {current_.load(), peak_.load(), allocations_.load()}; }
   void reset_peak() { peak_.store(current_.load()); }
   bool active() const { return active_.load(); }
 
@@ -128,8 +128,12 @@ class CountingCpuAllocator final : public c10::Allocator {
 
 }  // namespace
 
-ScopedCpuAllocatorCounter::ScopedCpuAllocatorCounter() { CountingCpuAllocator::instance().acquire(); }
-ScopedCpuAllocatorCounter::~ScopedCpuAllocatorCounter() { CountingCpuAllocator::instance().release(); }
+ScopedCpuAllocatorCounter::ScopedCpuAllocatorCounter() {
+  CountingCpuAllocator::instance().acquire();
+}
+ScopedCpuAllocatorCounter::~ScopedCpuAllocatorCounter() {
+  CountingCpuAllocator::instance().release();
+}
 
 CpuAllocatorCounts ScopedCpuAllocatorCounter::counts() const {
   return CountingCpuAllocator::instance().counts();

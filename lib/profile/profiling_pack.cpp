@@ -83,7 +83,8 @@ models::PackBatch make_profiling_pack(const ModelPreset& preset, const Profiling
   pack.labels = torch::tensor(labels);
   pack.position_ids = torch::tensor(positions);
   pack.cu_seqlens = torch::tensor(cu);
-  for (size_t s = 0; s < layout.tiles.size(); ++s) pack.sample_ids.push_back(static_cast<int64_t>(s));
+  for (size_t s = 0; s < layout.tiles.size(); ++s)
+    pack.sample_ids.push_back(static_cast<int64_t>(s));
   return pack;
 }
 

@@ -17,10 +17,10 @@ namespace omnibal::profile {
 
 /// The load of a profiling pack.
 struct ProfilingPackOptions {
-  int64_t q_vit = 0;         ///< ViT tiles of the pack (Q_v), >= samples
-  int64_t q_tok = 0;         ///< LLM tokens of the pack (Q_t), image tokens included
-  int samples = 4;           ///< samples in the pack (balance.samples_per_pack)
-  uint64_t seed = 0;         ///< Rng seed of lengths, ids and pixels
+  int64_t q_vit = 0;            ///< ViT tiles of the pack (Q_v), >= samples
+  int64_t q_tok = 0;            ///< LLM tokens of the pack (Q_t), image tokens included
+  int samples = 4;              ///< samples in the pack (balance.samples_per_pack)
+  uint64_t seed = 0;            ///< Rng seed of lengths, ids and pixels
   int64_t img_context_id = -1;  ///< <IMG_CONTEXT> id; -1: vocab_size - 1
 };
 

@@ -25,14 +25,14 @@ namespace omnibal::profile {
 /// One stage and its micro-batches.
 struct StageProbe {
   ModelPreset preset;
-  models::VlmOptions options;       ///< device, seed, img_context_id
-  int64_t begin = 0, end = 0;       ///< units [begin, end) of the chain
-  std::vector<bool> recompute;      ///< per unit of the whole chain (size: all units)
+  models::VlmOptions options;     ///< device, seed, img_context_id
+  int64_t begin = 0, end = 0;     ///< units [begin, end) of the chain
+  std::vector<bool> recompute;    ///< per unit of the whole chain (size: all units)
   std::vector<UnitGroup> freeze;  ///< train.freeze groups
   /// Input state of the stage for each micro-batch (detached; the probe clones them inside the
   /// meter, as a received activation or a loaded pack would be allocated).
   std::vector<models::UnitState> inputs;
-  int in_flight = 1;                ///< micro-batches forwarded before the first backward
+  int in_flight = 1;  ///< micro-batches forwarded before the first backward
 };
 
 /// What the meter counted (bytes).

@@ -62,7 +62,6 @@ void sync(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -130,7 +129,8 @@ void check_options(const ProfileOptions& o) {
 
 double clock_seconds(ProfileClock clock) {
   if (clock == ProfileClock::kWall)
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
@@ -138,7 +138,8 @@ double clock_seconds(ProfileClock clock) {
 
 std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<UnitGroup>& freeze) {
   std::vector<bool> out;
-  for (const auto& name : models::unit_names(preset)) out.push_back(!frozen(freeze, group_of_name(name)));
+  for (const auto& name : models::unit_names(preset))
+    out.push_back(!frozen(freeze, group_of_name(name)));
   return out;
 }
 
@@ -160,7 +161,8 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
   check_options(o);
   const models::PackBatch pack = make_profiling_pack(preset, o.pack);
   models::VlmOptions vo;
-  vo.with_img_context_id(profiling_img_context_id(preset, o.pack)).with_seed(o.init_seed)
+  vo.with_img_context_id(profiling_img_context_id(preset, o.pack))
+      .with_seed(o.init_seed)
       .with_device(o.device);
   const auto counts = models::unit_parameter_counts(preset);
   const auto units = models::make_units(preset, vo, 0, static_cast<int64_t>(counts.size()));

@@ -48,11 +48,11 @@ double clock_seconds(ProfileClock clock);
 
 /// What to profile and how.
 struct ProfileOptions {
-  ProfilingPackOptions pack;        ///< the balanced pack (Q_v, Q_t, samples per pack, seed)
-  int warmup = 1;                   ///< untimed runs per unit
-  int repeats = 5;                  ///< timed runs per unit (median); runs interleave units
+  ProfilingPackOptions pack;      ///< the balanced pack (Q_v, Q_t, samples per pack, seed)
+  int warmup = 1;                 ///< untimed runs per unit
+  int repeats = 5;                ///< timed runs per unit (median); runs interleave units
   std::vector<UnitGroup> freeze;  ///< train.freeze groups: vit, projector, llm
-  uint64_t init_seed = 0;           ///< parameter initialisation seed
+  uint64_t init_seed = 0;         ///< parameter initialisation seed
   torch::Device device = torch::kCPU;
   ProfileClock clock = ProfileClock::kWall;
 };

@@ -23,8 +23,7 @@ void add_backward(std::vector<Instruction>& list, int stage, int stages, int mb)
 
 StageSchedules build_1f1b_schedule(int stages, int micro_batches) {
   OMNIBAL_CHECK(stages >= 1, "1F1B: expected at least one pipeline stage, got ", stages);
-  OMNIBAL_CHECK(micro_batches >= 1, "1F1B: expected at least one micro-batch, got ",
-                micro_batches);
+  OMNIBAL_CHECK(micro_batches >= 1, "1F1B: expected at least one micro-batch, got ", micro_batches);
   StageSchedules lists(stages);
   for (int s = 0; s < stages; ++s) {
     auto& list = lists[s];
@@ -50,8 +49,8 @@ int in_flight_micro_batches(int stage, int stages, int micro_batches) {
 }
 
 double bubble_fraction_1f1b(int stages, int micro_batches) {
-  OMNIBAL_CHECK(stages >= 1 && micro_batches >= 1, "bubble: expected P >= 1 and m >= 1, got P=",
-                stages, " m=", micro_batches);
+  OMNIBAL_CHECK(stages >= 1 && micro_batches >= 1,
+                "bubble: expected P >= 1 and m >= 1, got P=", stages, " m=", micro_batches);
   return static_cast<double>(stages - 1) / (micro_batches + stages - 1);
 }
 

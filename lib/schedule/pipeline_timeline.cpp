@@ -14,7 +14,8 @@ struct Message {
   double arrival_s;
 };
 
-void check_shape(const std::vector<std::vector<double>>& mat, size_t P, size_t m, const char* name) {
+void check_shape(const std::vector<std::vector<double>>& mat, size_t P, size_t m,
+                 const char* name) {
   OMNIBAL_CHECK(mat.size() == P, "pipeline costs: ", name, " has ", mat.size(),
                 " stages, expected ", P);
   for (size_t s = 0; s < P; ++s)
@@ -49,8 +50,9 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
   std::vector<double> down_free(P, 0.0), up_free(P, 0.0);
 
   auto receive = [&](std::deque<Message>& q, size_t s, int mb) {
-    OMNIBAL_CHECK(q.front().micro_batch == mb, "pipeline timeline: stage ", s, " expected micro-batch ",
-                  mb, " but the channel delivers ", q.front().micro_batch);
+    OMNIBAL_CHECK(q.front().micro_batch == mb, "pipeline timeline: stage ", s,
+                  " expected micro-batch ", mb, " but the channel delivers ",
+                  q.front().micro_batch);
     const double arrival = q.front().arrival_s;
     q.pop_front();
     if (arrival > clock[s]) {
@@ -102,8 +104,7 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
         out[s].ready_for_reduce_s = clock[s];
         pc[s] = lists[s].size();  // the DP-level simulator takes over from here
         return true;
-      case Op::OptimizerStep:
-        break;
+      case Op::OptimizerStep: break;
     }
     ++pc[s];
     return true;
@@ -116,8 +117,9 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
       if (pc[s] < lists[s].size()) done = false;
     }
     if (done) break;
-    OMNIBAL_CHECK(progressed, "pipeline timeline: the instruction lists deadlock (run "
-                              "check_schedule for the blocked stages)");
+    OMNIBAL_CHECK(progressed,
+                  "pipeline timeline: the instruction lists deadlock (run "
+                  "check_schedule for the blocked stages)");
   }
   return out;
 }

@@ -30,10 +30,10 @@ struct PipelineStepCosts {
 
 /// What one stage did during a step, up to its ReduceGrads.
 struct StageTimeline {
-  double ready_for_reduce_s = 0;  ///< time the stage reaches ReduceGrads (step starts at 0)
-  double forward_busy_s = 0;      ///< sum of Forward durations
-  double backward_busy_s = 0;     ///< sum of Backward durations
-  double idle_s = 0;              ///< waiting in receives before ReduceGrads (the bubble)
+  double ready_for_reduce_s = 0;     ///< time the stage reaches ReduceGrads (step starts at 0)
+  double forward_busy_s = 0;         ///< sum of Forward durations
+  double backward_busy_s = 0;        ///< sum of Backward durations
+  double idle_s = 0;                 ///< waiting in receives before ReduceGrads (the bubble)
   double peak_activation_bytes = 0;  ///< max over time of held kept + transient bytes
   int peak_in_flight = 0;            ///< max micro-batches forwarded and not yet backwarded
 };

@@ -21,7 +21,8 @@ std::string answer_text(const data::AnnotationEntry& entry) {
 
 }  // namespace
 
-Evaluator::Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens) : set_(std::move(set)) {
+Evaluator::Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens)
+    : set_(std::move(set)) {
   std::vector<int64_t> current;
   int64_t tokens = 0;
   // The table repeats samples per the eval meta's repeat_time; evaluation scores each sample
@@ -31,7 +32,8 @@ Evaluator::Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens) : 
     if (seen[set_.global_id(s)]) continue;
     seen[set_.global_id(s)] = true;
     const int64_t t = set_.table.load[s].tokens();
-    if (!current.empty() && (static_cast<int>(current.size()) >= samples_per_pack || tokens + t > max_tokens)) {
+    if (!current.empty() &&
+        (static_cast<int>(current.size()) >= samples_per_pack || tokens + t > max_tokens)) {
       packs_.push_back(std::move(current));
       current.clear();
       tokens = 0;
@@ -46,13 +48,15 @@ Evaluator::Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens) : 
     for (const auto& e : ds.entries(d)) ++counts[answer_text(e)];
     int64_t best = 0;
     for (const auto& [text, n] : counts) best = std::max(best, n);
-    majority_.push_back(ds.entries(d).empty() ? 0.0 : static_cast<double>(best) / ds.entries(d).size());
+    majority_.push_back(ds.entries(d).empty() ? 0.0
+                                              : static_cast<double>(best) / ds.entries(d).size());
   }
 }
 
 SampleMatch match_samples(const models::UnitState& out) {
   const int64_t n = out.num_samples();
-  SampleMatch m{std::vector<bool>(n, true), std::vector<double>(n, 0.0), std::vector<int64_t>(n, 0)};
+  SampleMatch m{std::vector<bool>(n, true), std::vector<double>(n, 0.0),
+                std::vector<int64_t>(n, 0)};
   if (out.label_count == 0) return m;
   const torch::Tensor pos = out.label_positions.to(torch::kCPU);
   const torch::Tensor targets = out.labels.to(torch::kCPU).index_select(0, pos + 1);
@@ -102,7 +106,8 @@ EvalResult Evaluator::run(pipeline::StageExecutor& stage, comm::ParallelComms& c
     }
     // Samples left out under data.on_bad_sample: skip, per DP replica (stage 0 counts them).
     if (s == 0 && loader.bad_samples().total() > 0)
-      log_info_every_rank("eval: DP rank {}: {} (not scored)", my_dp, loader.bad_samples().report());
+      log_info_every_rank("eval: DP rank {}: {} (not scored)", my_dp,
+                          loader.bad_samples().report());
   } else {
     for (int i = 0; i < static_cast<int>(mine.size()); ++i) stage.forward_only(i, nullptr);
   }
@@ -112,8 +117,9 @@ EvalResult Evaluator::run(pipeline::StageExecutor& stage, comm::ParallelComms& c
   const auto a = acc.accessor<double, 2>();
   double majority_weighted = 0;
   for (int d = 0; d < datasets; ++d) {
-    TaskScore t{set_.dataset->meta(d).name, static_cast<int64_t>(a[d][0]),
-                static_cast<int64_t>(a[d][1]), a[d][2], static_cast<int64_t>(a[d][3]), majority_[d]};
+    TaskScore t{set_.dataset->meta(d).name,    static_cast<int64_t>(a[d][0]),
+                static_cast<int64_t>(a[d][1]), a[d][2],
+                static_cast<int64_t>(a[d][3]), majority_[d]};
     r.overall.samples += t.samples;
     r.overall.correct += t.correct;
     r.overall.loss_sum += t.loss_sum;

@@ -19,12 +19,12 @@ namespace omnibal::train {
 
 /// Scores of one task type.
 struct TaskScore {
-  std::string task;            ///< dataset name in the eval meta file
+  std::string task;  ///< dataset name in the eval meta file
   int64_t samples = 0;
-  int64_t correct = 0;         ///< exact-match samples
-  double loss_sum = 0;         ///< nats over all label tokens
+  int64_t correct = 0;  ///< exact-match samples
+  double loss_sum = 0;  ///< nats over all label tokens
   int64_t label_tokens = 0;
-  double majority_rate = 0;    ///< share of samples whose answer is the most frequent one
+  double majority_rate = 0;  ///< share of samples whose answer is the most frequent one
   double accuracy() const { return samples ? static_cast<double>(correct) / samples : 0.0; }
   double loss() const { return label_tokens ? loss_sum / label_tokens : 0.0; }
 };

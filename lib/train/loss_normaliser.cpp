@@ -17,8 +17,8 @@ LossNormaliser local_normaliser(const std::vector<models::PackBatch>& packs,
 }
 
 LossNormaliser global_normaliser(const LossNormaliser& local, comm::Communicator& world) {
-  torch::Tensor v = torch::tensor({static_cast<double>(local.label_tokens), local.normaliser},
-                                  torch::kFloat64);
+  torch::Tensor v =
+      torch::tensor({static_cast<double>(local.label_tokens), local.normaliser}, torch::kFloat64);
   world.all_reduce(v, comm::ReduceOp::kSum, "loss normaliser");
   return {static_cast<int64_t>(v[0].item<double>()), v[1].item<double>()};
 }

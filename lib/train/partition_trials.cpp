@@ -48,7 +48,8 @@ std::vector<double> time_candidate(const partition::Partition& split, const Tria
   auto units = models::make_units(setup.preset, opt, split.begin(stage), split.end(stage));
   profile::apply_freeze(units, setup.freeze);
   const std::vector<bool> flags = setup.recompute_for(split);
-  for (size_t i = 0; i < units.size(); ++i) units[i]->set_recompute(flags.at(split.begin(stage) + i));
+  for (size_t i = 0; i < units.size(); ++i)
+    units[i]->set_recompute(flags.at(split.begin(stage) + i));
   pipeline::StageExecutor executor(units, stage, stages, pipe);
   const auto program = schedule::build_1f1b_schedule(stages, setup.micro_batches)[stage];
   std::vector<models::PackBatch> packs;
@@ -106,13 +107,12 @@ void summarise_trials(const std::vector<partition::Partition>& candidates, Trial
                 " candidates for ", o.median_s.size(), " outcomes");
   o.summary.clear();
   for (size_t i = 0; i < candidates.size(); ++i)
-    o.summary += fmt::format("{}{} {:.1f} ms (spread {:.1f} ms){}", i ? "; " : "",
-                             candidates[i].to_string(), 1e3 * o.median_s[i], 1e3 * o.spread_s[i],
-                             i == 0 ? " [simulator's pick]" : "");
-  o.summary += o.chosen == 0
-                   ? std::string(" -> the simulator's pick stands")
-                   : fmt::format(" -> {} beats it by more than the noise",
-                                 candidates[o.chosen].to_string());
+    o.summary +=
+        fmt::format("{}{} {:.1f} ms (spread {:.1f} ms){}", i ? "; " : "", candidates[i].to_string(),
+                    1e3 * o.median_s[i], 1e3 * o.spread_s[i], i == 0 ? " [simulator's pick]" : "");
+  o.summary += o.chosen == 0 ? std::string(" -> the simulator's pick stands")
+                             : fmt::format(" -> {} beats it by more than the noise",
+                                           candidates[o.chosen].to_string());
 }
 
 }  // namespace omnibal::train

@@ -29,13 +29,13 @@ namespace omnibal::train {
 /// What the trials need.
 struct TrialSetup {
   ModelPreset preset;
-  uint64_t init_seed = 0;            ///< train.seed
-  int64_t img_context_id = 0;        ///< the tokenizer's <IMG_CONTEXT>
-  std::vector<UnitGroup> freeze;   ///< train.freeze groups
-  int micro_batches = 1;             ///< m
-  models::PackBatch pack;            ///< the fixed profiling pack, used for every micro-batch
-  int warmup = 1;                    ///< untimed steps per candidate
-  int repeats = 3;                   ///< timed steps per candidate (>= 3)
+  uint64_t init_seed = 0;         ///< train.seed
+  int64_t img_context_id = 0;     ///< the tokenizer's <IMG_CONTEXT>
+  std::vector<UnitGroup> freeze;  ///< train.freeze groups
+  int micro_batches = 1;          ///< m
+  models::PackBatch pack;         ///< the fixed profiling pack, used for every micro-batch
+  int warmup = 1;                 ///< untimed steps per candidate
+  int repeats = 3;                ///< timed steps per candidate (>= 3)
   /// Recompute flags (per unit) to run a candidate with (its own recompute plan).
   std::function<std::vector<bool>(const partition::Partition&)> recompute_for;
 };

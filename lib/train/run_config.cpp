@@ -29,7 +29,8 @@ void refuse_earlier_checkpoints(const std::string& run_dir, bool after_auto = fa
   if (steps.empty()) return;
   std::sort(steps.begin(), steps.end());
   std::string names;
-  for (const int64_t step : steps) names += (names.empty() ? "step-" : ", step-") + std::to_string(step);
+  for (const int64_t step : steps)
+    names += (names.empty() ? "step-" : ", step-") + std::to_string(step);
   if (after_auto)
     OMNIBAL_FAIL("--resume auto: none of the checkpoints in ", root.string(), " (", names,
                  ") verifies (the lines above say why each was skipped); rather than restart from ",
@@ -83,7 +84,8 @@ Config resolve_run_config(const Config& config, const ResumePoint& resume) {
           checkpoint::resolve_hf_style(HfStyle::kAuto, out.model.init_from));
     }
   }
-  if (out.parallel.partition_trials < 0) out.parallel.partition_trials = out.parallel.partition_top_k;
+  if (out.parallel.partition_trials < 0)
+    out.parallel.partition_trials = out.parallel.partition_top_k;
   out.validate();
   return out;
 }

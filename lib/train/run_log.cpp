@@ -36,8 +36,11 @@ std::string duration(double s) {
 }
 
 nlohmann::json task_json(const TaskScore& t) {
-  return {{"samples", t.samples}, {"exact_match", t.accuracy()}, {"correct", t.correct},
-          {"loss", t.loss()}, {"majority_rate", t.majority_rate}};
+  return {{"samples", t.samples},
+          {"exact_match", t.accuracy()},
+          {"correct", t.correct},
+          {"loss", t.loss()},
+          {"majority_rate", t.majority_rate}};
 }
 
 }  // namespace
@@ -50,7 +53,10 @@ nlohmann::json eval_json(int64_t step, const EvalResult& r) {
 
 RunLog::RunLog(std::string dir, bool active, const std::string& config_yaml, int64_t first_step,
                int64_t total_steps)
-    : dir_(std::move(dir)), active_(active), first_step_(first_step), total_steps_(total_steps),
+    : dir_(std::move(dir)),
+      active_(active),
+      first_step_(first_step),
+      total_steps_(total_steps),
       start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
   fs::create_directories(dir_);
@@ -58,8 +64,9 @@ RunLog::RunLog(std::string dir, bool active, const std::string& config_yaml, int
   // metrics.jsonl's "step" is the 0-based step index (steps 0 .. first_step - 1 are done),
   // eval.jsonl's the number of steps done when it ran (an evaluation at first_step ran before
   // the checkpoint the run resumes from).
-  for (const auto& [name, keep_below] : {std::pair<const char*, int64_t>{"/metrics.jsonl", first_step},
-                                         std::pair<const char*, int64_t>{"/eval.jsonl", first_step + 1}}) {
+  for (const auto& [name, keep_below] :
+       {std::pair<const char*, int64_t>{"/metrics.jsonl", first_step},
+        std::pair<const char*, int64_t>{"/eval.jsonl", first_step + 1}}) {
     if (first_step == 0) std::ofstream(dir_ + name, std::ios::trunc);
     else truncate_after(dir_ + name, keep_below);
   }
@@ -77,12 +84,12 @@ void RunLog::step(const nlohmann::json& m) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done = step + 1 - first_step_;
   const double eta = done > 0 ? elapsed / done * (total_steps_ - step - 1) : 0;
-  fmt::print("step {:>5}/{} loss {:.4f} lr {:.2e} |g| {:.3f} {:>7.0f} tok/s {:.2f} s/step "
-             "bubble {:.2f} ETA {}\n",
-             step + 1, total_steps_, m.at("loss").get<double>(), m.at("lr").get<double>(),
-             m.at("grad_norm").get<double>(), m.at("tokens_per_s").get<double>(),
-             m.at("step_seconds").get<double>(), m.at("bubble_fraction").get<double>(),
-             duration(eta));
+  fmt::print(
+      "step {:>5}/{} loss {:.4f} lr {:.2e} |g| {:.3f} {:>7.0f} tok/s {:.2f} s/step "
+      "bubble {:.2f} ETA {}\n",
+      step + 1, total_steps_, m.at("loss").get<double>(), m.at("lr").get<double>(),
+      m.at("grad_norm").get<double>(), m.at("tokens_per_s").get<double>(),
+      m.at("step_seconds").get<double>(), m.at("bubble_fraction").get<double>(), duration(eta));
   std::fflush(stdout);
 }
 
@@ -90,8 +97,8 @@ void RunLog::eval(int64_t step, const EvalResult& r) {
   if (!active_) return;
   eval_ << eval_json(step, r).dump() << "\n";
   eval_.flush();
-  fmt::print("eval @ step {}: {:<28} {:>7} {:>8} {:>8} {:>9}\n", step, "task", "samples",
-             "loss", "exact", "majority");
+  fmt::print("eval @ step {}: {:<28} {:>7} {:>8} {:>8} {:>9}\n", step, "task", "samples", "loss",
+             "exact", "majority");
   auto row = [](const TaskScore& t) {
     if (t.samples == 0) {  // every sample skipped (data.on_bad_sample: skip): nothing scored
       fmt::print("               {:<28} {:>7} {:>8} {:>8} {:>8.1f}%\n", t.task, 0, "n/a", "n/a",
@@ -109,14 +116,15 @@ void RunLog::eval(int64_t step, const EvalResult& r) {
 void RunLog::finish(const nlohmann::json& s) {
   if (!active_) return;
   std::ofstream(dir_ + "/summary.json") << s.dump(2) << "\n";
-  fmt::print("done: {} steps in {} ({:.2f} s/step), final loss {:.4f}, {} samples, param hash {}"
-             "{}\n",
-             s.at("steps").get<int64_t>(), duration(s.at("seconds").get<double>()),
-             s.at("seconds_per_step").get<double>(), s.at("final_loss").get<double>(),
-             s.at("samples").get<int64_t>(), s.at("param_hash").get<std::string>(),
-             s.contains("eval") ? fmt::format(", exact match {:.1f}%",
-                                              100 * s["eval"]["overall"]["exact_match"].get<double>())
-                                : std::string());
+  fmt::print(
+      "done: {} steps in {} ({:.2f} s/step), final loss {:.4f}, {} samples, param hash {}"
+      "{}\n",
+      s.at("steps").get<int64_t>(), duration(s.at("seconds").get<double>()),
+      s.at("seconds_per_step").get<double>(), s.at("final_loss").get<double>(),
+      s.at("samples").get<int64_t>(), s.at("param_hash").get<std::string>(),
+      s.contains("eval") ? fmt::format(", exact match {:.1f}%",
+                                       100 * s["eval"]["overall"]["exact_match"].get<double>())
+                         : std::string());
   fmt::print("run directory: {}\n", dir_);
   std::fflush(stdout);
 }

@@ -68,9 +68,9 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
         profile::ProfileOptions po;
         po.pack = pack_options(c, load);
         po.warmup = 1;
-      po.repeats = 3;
-      po.freeze = cfg.train.freeze;
-      po.init_seed = cfg.train.seed;
+        po.repeats = 3;
+        po.freeze = cfg.train.freeze;
+        po.init_seed = cfg.train.seed;
         po.device = c.device;
         text = partition::unit_cost_table_json(profile::profile_units(*c.preset, po).table);
       }
@@ -79,14 +79,14 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
     }
   }
   text = broadcast_text(world, text, root);
-  OMNIBAL_CHECK(text.empty() || text[0] != kFailed, "parallel.cost_table: ",
-                path.empty() ? "start-up profiling" : "'" + path + "'", " failed on rank 0: ",
-                text.substr(1));
+  OMNIBAL_CHECK(text.empty() || text[0] != kFailed,
+                "parallel.cost_table: ", path.empty() ? "start-up profiling" : "'" + path + "'",
+                " failed on rank 0: ", text.substr(1));
   partition::UnitCostTable table = partition::parse_unit_cost_table(text, origin);
   const auto names = models::unit_names(*c.preset);
   OMNIBAL_CHECK(table.model == c.preset->name, "parallel.cost_table: '", origin,
-                "' is a table of model '", table.model, "' but model.preset is '",
-                c.preset->name, "'");
+                "' is a table of model '", table.model, "' but model.preset is '", c.preset->name,
+                "'");
   OMNIBAL_CHECK(table.units.size() == names.size(), "parallel.cost_table: '", origin, "' has ",
                 table.units.size(), " units, the '", c.preset->name, "' preset ", names.size());
   for (size_t u = 0; u < names.size(); ++u)
@@ -101,7 +101,8 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
   std::vector<int32_t> tiles(k, 0), tokens(k, 0);
   tiles[0] = static_cast<int32_t>(load.tiles);  // only the sums matter to the scaled model
   tokens[0] = static_cast<int32_t>(load.tokens);
-  return partition::ScaledTableCostModel(table).costs(partition::MicroBatchLoad::packed(tiles, tokens));
+  return partition::ScaledTableCostModel(table).costs(
+      partition::MicroBatchLoad::packed(tiles, tokens));
 }
 
 /// Planner options of this run: m, r, K, trainer memory accounting and the budget.
@@ -145,7 +146,8 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
 /// recompute plan, which depends on the split alone), so a candidate that reappears in a later
 /// round of the memory-aware search keeps its measurement. Collective: every rank judges the
 /// same candidates in the same order.
-memory::CandidateJudge trial_judge(const StartupPlanContext& c, const partition::UnitCostTable& table,
+memory::CandidateJudge trial_judge(const StartupPlanContext& c,
+                                   const partition::UnitCostTable& table,
                                    const partition::TableLoad& load,
                                    const memory::StagePlannerOptions& o) {
   const Config& cfg = *c.config;
@@ -193,9 +195,11 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c, const partition:
 }
 
 void check_agreement(comm::ParallelComms& comms, const memory::StagePlan& plan) {
-  const bool same = comm::same_on_every_rank(comms.world(), memory::stage_plan_hash(plan), "stage plan");
-  OMNIBAL_CHECK(same, "rank ", comms.rank(), ": the stage plan differs between ranks (this rank: ",
-                plan.describe(), "); every rank must see the same cost table and config");
+  const bool same =
+      comm::same_on_every_rank(comms.world(), memory::stage_plan_hash(plan), "stage plan");
+  OMNIBAL_CHECK(same, "rank ", comms.rank(),
+                ": the stage plan differs between ranks (this rank: ", plan.describe(),
+                "); every rank must see the same cost table and config");
 }
 
 }  // namespace
@@ -209,8 +213,10 @@ void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& 
 }
 
 std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const std::string& dir) {
-  if (!rank_state.contains("stage_plan") || rank_state.at("stage_plan").is_null()) return std::nullopt;
-  return StoredPlan{memory::parse_stage_plan(rank_state.at("stage_plan"), dir + ": stage_plan"), dir};
+  if (!rank_state.contains("stage_plan") || rank_state.at("stage_plan").is_null())
+    return std::nullopt;
+  return StoredPlan{memory::parse_stage_plan(rank_state.at("stage_plan"), dir + ": stage_plan"),
+                    dir};
 }
 
 partition::TableLoad largest_pack_load(TrainingData& data) {
@@ -231,8 +237,8 @@ partition::TableLoad largest_pack_load(TrainingData& data) {
 
 double default_memory_budget_bytes(const torch::Device& device) {
   if (device.is_cuda())
-    return memory::default_budget_bytes(
-        static_cast<double>(profile::cuda_device_memory_bytes(device.index() < 0 ? 0 : device.index())));
+    return memory::default_budget_bytes(static_cast<double>(
+        profile::cuda_device_memory_bytes(device.index() < 0 ? 0 : device.index())));
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   OMNIBAL_CHECK(pages > 0 && page > 0, "memory.budget_gb: cannot read the physical memory size; ",
                 "set memory.budget_gb");
@@ -246,7 +252,8 @@ memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset
   memory::StagePlanRequest r;
   r.model = preset.name;
   r.unit_names = models::unit_names(preset);
-  for (int64_t n : models::unit_parameter_counts(preset)) r.parameter_weights.push_back(static_cast<double>(n));
+  for (int64_t n : models::unit_parameter_counts(preset))
+    r.parameter_weights.push_back(static_cast<double>(n));
   r.stages = cfg.parallel.pp;
   r.micro_batches = cfg.parallel.micro_batches;
   r.partition = cfg.parallel.partition;
@@ -275,7 +282,8 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   };
   const memory::StagePlan plan = memory::resolve_stage_plan(request, inputs);
   check_agreement(*c.comms, plan);
-  StartupPlan out{plan, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  StartupPlan out{plan,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   if (root) {
     log_info("stage plan ({:.2f} s): {}", out.seconds, plan.describe());
     log_info("stage plan: partition from {}", plan.partition_source);

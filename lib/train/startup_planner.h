@@ -55,9 +55,9 @@ struct StartupPlanContext {
   const Config* config = nullptr;
   const ModelPreset* preset = nullptr;
   comm::ParallelComms* comms = nullptr;
-  TrainingData* data = nullptr;     ///< epoch 0's packs give the profiling load
-  int64_t img_context_id = 0;       ///< the tokenizer's <IMG_CONTEXT>
-  std::optional<StoredPlan> stored; ///< from the checkpoint being resumed, if any
+  TrainingData* data = nullptr;      ///< epoch 0's packs give the profiling load
+  int64_t img_context_id = 0;        ///< the tokenizer's <IMG_CONTEXT>
+  std::optional<StoredPlan> stored;  ///< from the checkpoint being resumed, if any
   torch::Device device = torch::kCPU;
 };
 

@@ -15,7 +15,8 @@ StepMetrics::StepMetrics(int stages_, int dp) {
 }
 
 int64_t StepMetrics::packed_size() const {
-  return 3 + 4 * static_cast<int64_t>(stages.size()) + 2 * static_cast<int64_t>(dp_ranks.size()) + 2;
+  return 3 + 4 * static_cast<int64_t>(stages.size()) + 2 * static_cast<int64_t>(dp_ranks.size()) +
+         2;
 }
 
 torch::Tensor StepMetrics::pack() const {
@@ -46,7 +47,8 @@ StepMetrics StepMetrics::unpack(const torch::Tensor& packed, int stages, int dp)
                     packed.size(0) == m.packed_size(),
                 "StepMetrics::unpack: expected [", m.packed_size(), "] float64 for ", stages,
                 " stages and ", dp, " DP ranks, got ",
-                packed.defined() ? comm::describe_tensor(packed) : std::string("an undefined tensor"));
+                packed.defined() ? comm::describe_tensor(packed)
+                                 : std::string("an undefined tensor"));
   const torch::Tensor cpu = packed.to(torch::kCPU).contiguous();
   const auto a = cpu.accessor<double, 1>();
   int64_t i = 0;
@@ -72,22 +74,33 @@ nlohmann::json metrics_record(const StepMetrics& m, const StepScalars& s) {
   nlohmann::json stages = nlohmann::json::array(), dp_ranks = nlohmann::json::array();
   double idle = 0, reduce = 0;
   for (const StageSeconds& t : m.stages) {
-    stages.push_back({{"forward_s", t.forward_s}, {"backward_s", t.backward_s}, {"idle_s", t.idle_s}});
+    stages.push_back(
+        {{"forward_s", t.forward_s}, {"backward_s", t.backward_s}, {"idle_s", t.idle_s}});
     idle += t.idle_s;
     reduce = std::max(reduce, t.reduce_s);
   }
   for (const DpRankLoad& d : m.dp_ranks)
-    dp_ranks.push_back({{"tiles", static_cast<int64_t>(d.tiles)}, {"tokens", static_cast<int64_t>(d.tokens)}});
+    dp_ranks.push_back(
+        {{"tiles", static_cast<int64_t>(d.tiles)}, {"tokens", static_cast<int64_t>(d.tokens)}});
   const double n_stages = static_cast<double>(m.stages.size());
-  return {{"step", s.step}, {"loss", m.loss(s.normaliser)}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
-          {"samples", static_cast<int64_t>(m.samples)}, {"tokens", static_cast<int64_t>(m.tokens)},
-          {"label_tokens", s.label_tokens}, {"loss_normaliser", s.normaliser},
-          {"tokens_per_s", m.tokens / s.seconds}, {"samples_per_s", m.samples / s.seconds},
-          {"step_seconds", s.seconds}, {"dp_wait_s", reduce},
-          {"bubble_fraction", idle / n_stages / s.seconds}, {"epoch", s.epoch},
+  return {{"step", s.step},
+          {"loss", m.loss(s.normaliser)},
+          {"lr", s.lr},
+          {"grad_norm", s.grad_norm},
+          {"samples", static_cast<int64_t>(m.samples)},
+          {"tokens", static_cast<int64_t>(m.tokens)},
+          {"label_tokens", s.label_tokens},
+          {"loss_normaliser", s.normaliser},
+          {"tokens_per_s", m.tokens / s.seconds},
+          {"samples_per_s", m.samples / s.seconds},
+          {"step_seconds", s.seconds},
+          {"dp_wait_s", reduce},
+          {"bubble_fraction", idle / n_stages / s.seconds},
+          {"epoch", s.epoch},
           {"micro_batch_mean_loss",
            m.micro_batches ? m.micro_batch_mean_loss_sum / m.micro_batches : 0.0},
-          {"stages", stages}, {"dp_ranks", dp_ranks}};
+          {"stages", stages},
+          {"dp_ranks", dp_ranks}};
 }
 
 }  // namespace omnibal::train

@@ -14,8 +14,10 @@ torch::Tensor swap_with_peer(comm::Communicator& pipeline, const torch::Tensor& 
   const torch::Tensor out = mine.detach().contiguous().clone();
   torch::Tensor in = torch::empty_like(out);
   pipeline.group_start();
-  comm::Request send = pipeline.isend(out, peer, TiedHead::kTag, fmt::format("send {} to stage {}", what, peer));
-  comm::Request recv = pipeline.irecv(in, peer, TiedHead::kTag, fmt::format("receive {} from stage {}", what, peer));
+  comm::Request send =
+      pipeline.isend(out, peer, TiedHead::kTag, fmt::format("send {} to stage {}", what, peer));
+  comm::Request recv =
+      pipeline.irecv(in, peer, TiedHead::kTag, fmt::format("receive {} from stage {}", what, peer));
   pipeline.group_end();
   send.wait();
   recv.wait();
@@ -63,7 +65,8 @@ void TiedHead::sum_gradients(comm::Communicator& pipeline) const {
   grad.copy_(sum);
 }
 
-std::vector<torch::Tensor> TiedHead::norm_params(const std::vector<torch::Tensor>& trainable) const {
+std::vector<torch::Tensor> TiedHead::norm_params(
+    const std::vector<torch::Tensor>& trainable) const {
   if (!holds_copy()) return trainable;
   std::vector<torch::Tensor> out;
   for (const auto& p : trainable)

@@ -62,9 +62,7 @@ class TiedHead {
   /// `trainable` without the head's copy (a tied weight counts once in the gradient norm).
   std::vector<torch::Tensor> norm_params(const std::vector<torch::Tensor>& trainable) const;
   /// Whether this stage leaves `name` out of checkpoints and the parameter hash (the copy).
-  bool not_written(const std::string& name) const {
-    return holds_copy() && name == kEmbeddingName;
-  }
+  bool not_written(const std::string& name) const { return holds_copy() && name == kEmbeddingName; }
   /// Swaps the two copies and compares them bitwise (true when inactive). Both ends together.
   bool copies_equal(comm::Communicator& pipeline) const;
 

@@ -7,8 +7,12 @@
 namespace omnibal::train {
 
 nlohmann::json TrainCounters::to_json() const {
-  return {{"step", step}, {"epoch", epoch}, {"step_in_epoch", step_in_epoch},
-          {"samples", samples}, {"tokens", tokens}, {"plan_hash", plan_hash},
+  return {{"step", step},
+          {"epoch", epoch},
+          {"step_in_epoch", step_in_epoch},
+          {"samples", samples},
+          {"tokens", tokens},
+          {"plan_hash", plan_hash},
           {"stage_plan", stage_plan}};
 }
 
@@ -49,9 +53,9 @@ void TrainCheckpoint::save(const TrainCounters& counters,
   impl_->store.save(counters.step, shard, config_yaml);
 }
 
-TrainCounters TrainCheckpoint::load(const std::string& dir,
-                                    const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                                    AdamW& adam) const {
+TrainCounters TrainCheckpoint::load(
+    const std::string& dir, const std::vector<std::pair<std::string, torch::Tensor>>& params,
+    AdamW& adam) const {
   std::vector<std::string> names;
   for (const auto& [name, p] : params) names.push_back(name);
   for (const auto& n : adam.state_names()) names.push_back(n);

@@ -21,8 +21,8 @@ namespace omnibal::train {
 
 /// Counters saved with a checkpoint (rank 0's copy is authoritative).
 struct TrainCounters {
-  int64_t step = 0;           ///< global steps completed
-  int epoch = 0;              ///< data position of the next step
+  int64_t step = 0;  ///< global steps completed
+  int epoch = 0;     ///< data position of the next step
   int64_t step_in_epoch = 0;
   int64_t samples = 0;        ///< samples seen so far
   int64_t tokens = 0;         ///< LLM tokens seen so far

@@ -71,9 +71,11 @@ int64_t param_digest(const std::string& name, const torch::Tensor& p) {
 static void refuse_data_plan_change(const std::string& dir, const TrainCounters& at,
                                     uint64_t plan_hash, const Config& saved, const Config& now) {
   if (at.plan_hash == plan_hash) return;
-  static const std::vector<std::string> kPlanKeys{
-      "parallel.dp", "parallel.micro_batches", "balance", "data.meta", "data.tokenizer",
-      "data.template", "data.min_tiles", "data.max_tiles", "data.on_bad_sample"};
+  static const std::vector<std::string> kPlanKeys{"parallel.dp",       "parallel.micro_batches",
+                                                  "balance",           "data.meta",
+                                                  "data.tokenizer",    "data.template",
+                                                  "data.min_tiles",    "data.max_tiles",
+                                                  "data.on_bad_sample"};
   const auto changed = config_differences(saved, now, kPlanKeys);
   std::string list;
   for (const auto& c : changed) list += "\n  " + c;
@@ -83,31 +85,33 @@ static void refuse_data_plan_change(const std::string& dir, const TrainCounters&
   const int64_t new_batch = int64_t{now.parallel.dp} * now.parallel.micro_batches;
   std::string keep = "restore the keys above";
   if (old_batch != new_batch)
-    keep += fmt::format(
-        "; only parallel.dp x parallel.micro_batches must stay {}{}", old_batch,
-        old_batch % now.parallel.dp == 0
-            ? fmt::format(" (parallel.micro_batches={} at parallel.dp={})",
-                          old_batch / now.parallel.dp, now.parallel.dp)
-            : fmt::format(" (parallel.dp={} does not divide it)", now.parallel.dp));
+    keep += fmt::format("; only parallel.dp x parallel.micro_batches must stay {}{}", old_batch,
+                        old_batch % now.parallel.dp == 0
+                            ? fmt::format(" (parallel.micro_batches={} at parallel.dp={})",
+                                          old_batch / now.parallel.dp, now.parallel.dp)
+                            : fmt::format(" (parallel.dp={} does not divide it)", now.parallel.dp));
   OMNIBAL_FAIL(dir, ": the data plan differs from the checkpoint's (plan hash ",
                fmt::format("{:016x}", plan_hash), " vs ", fmt::format("{:016x}", at.plan_hash),
                "): continuing at step ", at.step, " (epoch ", at.epoch, ", step ", at.step_in_epoch,
                " of it) would train some samples twice and others never. Changed since the "
-               "checkpoint:", list, "\nTo continue this run exactly, ", keep,
+               "checkpoint:",
+               list, "\nTo continue this run exactly, ", keep,
                ". To train on the new plan from these weights, start a new run: omnibal-plan "
-               "export --checkpoint ", dir, " --out DIR, then model.init_from=DIR in a fresh "
+               "export --checkpoint ",
+               dir,
+               " --out DIR, then model.init_from=DIR in a fresh "
                "runtime.run_dir");
 }
 
 struct Trainer::State {
-  const Config cfg;            ///< resolved (run_config.h); never changed
+  const Config cfg;  ///< resolved (run_config.h); never changed
   comm::ParallelComms& comms;
   std::shared_ptr<comm::ErrorForwarder> errors;
   ModelPreset preset;
   std::unique_ptr<data::Tokenizer> tokenizer;
-  memory::StagePlan plan;      ///< split + recompute flags (train/startup_planner.h)
+  memory::StagePlan plan;  ///< split + recompute flags (train/startup_planner.h)
   std::vector<models::UnitPtr> units;
-  NamedParams params;          ///< all of this stage's parameters (frozen included)
+  NamedParams params;  ///< all of this stage's parameters (frozen included)
   std::vector<torch::Tensor> trainable;
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<TiedHead> tied;  ///< the tied LM head's two copies when split over stages
@@ -121,8 +125,8 @@ struct Trainer::State {
   TrainCounters counters;
   int64_t last_checkpoint = 0;  ///< step of the newest checkpoint of this run (or its start)
   Clock::time_point started = Clock::now();  ///< train.exit_duration_min counts from here
-  Clock::time_point run_started;  ///< run() began (summary.json's seconds)
-  std::string config_yaml;     ///< cfg as written to the run directory and every checkpoint
+  Clock::time_point run_started;             ///< run() began (summary.json's seconds)
+  std::string config_yaml;  ///< cfg as written to the run directory and every checkpoint
   int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1;
   std::optional<EvalResult> last_eval;
 
@@ -146,15 +150,16 @@ struct Trainer::State {
 
 void Trainer::State::build_stage() {
   models::VlmOptions opt;
-  opt.with_img_context_id(tokenizer->special().img_context).with_seed(cfg.train.seed)
+  opt.with_img_context_id(tokenizer->special().img_context)
+      .with_seed(cfg.train.seed)
       .with_dropout(cfg.model.dropout);
   units = models::make_units(preset, opt, plan.begin(stage_index), plan.end(stage_index));
   for (size_t i = 0; i < units.size(); ++i) {
     auto& u = units[i];
     u->set_recompute(plan.recompute[plan.begin(stage_index) + static_cast<int>(i)]);
     const UnitGroup group = unit_group(u->kind());
-    const bool frozen =
-        std::find(cfg.train.freeze.begin(), cfg.train.freeze.end(), group) != cfg.train.freeze.end();
+    const bool frozen = std::find(cfg.train.freeze.begin(), cfg.train.freeze.end(), group) !=
+                        cfg.train.freeze.end();
     for (auto& np : u->named_parameters()) {
       np.value().requires_grad_(!frozen);
       params.emplace_back(u->unit_name() + "." + np.key(), np.value());
@@ -175,8 +180,8 @@ void Trainer::State::build_stage() {
 void Trainer::State::check_plan_hash() {
   const uint64_t h = data->plan_hash();
   OMNIBAL_CHECK(comm::same_on_every_rank(comms.world(), h, "data plan hash"), "rank ", comms.rank(),
-                ": the data plan differs between ranks (this rank's hash ", fmt::format("{:016x}", h),
-                "); all ranks must read the same data files and config");
+                ": the data plan differs between ranks (this rank's hash ",
+                fmt::format("{:016x}", h), "); all ranks must read the same data files and config");
   counters.plan_hash = h;
 }
 
@@ -222,7 +227,9 @@ pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
   };
   const LossReduction reduction = cfg.loss.reduction;
   if (reduction != LossReduction::kToken)
-    hooks.loss_term = [reduction](const models::UnitState& out) { return micro_batch_loss_term(out, reduction); };
+    hooks.loss_term = [reduction](const models::UnitState& out) {
+      return micro_batch_loss_term(out, reduction);
+    };
   return hooks;
 }
 
@@ -251,7 +258,8 @@ StepMetrics Trainer::State::gather_metrics(const pipeline::StageStepResult& r,
     mine.dp_ranks[dp_rank] = {static_cast<double>(tiles), static_cast<double>(tokens)};
   }
   if (dp_rank == 0)
-    mine.stages[stage_index] = {r.times.forward_s, r.times.backward_s, r.times.idle_s, r.times.reduce_s};
+    mine.stages[stage_index] = {r.times.forward_s, r.times.backward_s, r.times.idle_s,
+                                r.times.reduce_s};
   torch::Tensor v = mine.pack();
   comms.world().all_reduce(v, comm::ReduceOp::kSum, "step metrics");
   return StepMetrics::unpack(v, stages, dp);
@@ -279,7 +287,8 @@ void Trainer::State::save_checkpoint() {
   for (const auto& [name, p] : params)
     if (tied->not_written(name)) skip.push_back(name);
   checkpoints->save(counters, params, *adam, dp_rank == 0, config_yaml, skip);
-  if (comms.rank() == 0) log_info("checkpoint: step {} in {}/checkpoints", counters.step, cfg.runtime.run_dir);
+  if (comms.rank() == 0)
+    log_info("checkpoint: step {} in {}/checkpoints", counters.step, cfg.runtime.run_dir);
 }
 
 /// The stage's starting weights: the checkpoint's (parameters, AdamW moments, counters) on a
@@ -292,11 +301,13 @@ void Trainer::State::restore(const ResumePoint& resume) {
     counters.stage_plan = memory::stage_plan_json(plan);
     if (comms.rank() == 0) log_info("resumed from {} at step {}", resume.dir, counters.step);
     if (!cfg.model.init_from.empty() && comms.rank() == 0)
-      log_info("model.init_from {} ignored: resuming from checkpoint {}", cfg.model.init_from, resume.dir);
+      log_info("model.init_from {} ignored: resuming from checkpoint {}", cfg.model.init_from,
+               resume.dir);
     return;
   }
   if (resume.request == "auto" && comms.rank() == 0)
-    log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh", cfg.runtime.run_dir);
+    log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh",
+             cfg.runtime.run_dir);
   init_stage_weights(cfg.model, preset, units);
   if (!cfg.model.init_from.empty()) {
     const std::string hash = param_hash_text();
@@ -313,14 +324,15 @@ void Trainer::State::log_start() const {
   log_info("{}", comms.grid().describe(comms.rank()));
   log_info("stages: {}", plan.describe_stages());
   const size_t left_out = epoch0.packing.skipped.size();
-  log_info("data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
-           "packs, budgets Q_v {} Q_t {}, plan hash {:016x}", data->set().table.size(),
-           left_out ? fmt::format(" ({} planned; the packer leaves out {} over budget)",
-                                  data->set().table.size() - left_out, left_out)
-                    : std::string(),
-           choice_name(cfg.balance.method), epoch0.packing.packs.size(),
-           epoch0.plan.steps(), dp, m, epoch0.budgets.q_vit, epoch0.budgets.q_tok,
-           counters.plan_hash);
+  log_info(
+      "data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
+      "packs, budgets Q_v {} Q_t {}, plan hash {:016x}",
+      data->set().table.size(),
+      left_out ? fmt::format(" ({} planned; the packer leaves out {} over budget)",
+                             data->set().table.size() - left_out, left_out)
+               : std::string(),
+      choice_name(cfg.balance.method), epoch0.packing.packs.size(), epoch0.plan.steps(), dp, m,
+      epoch0.budgets.q_vit, epoch0.budgets.q_tok, counters.plan_hash);
   if (data->set().bad_samples > 0)
     log_info("data: on_bad_sample skip: the start-up scan left out {} samples (not in the plan)",
              data->set().bad_samples);
@@ -343,14 +355,15 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   OMNIBAL_CHECK(!config.data.meta.empty(), "data.meta: expected the training meta file");
   OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
   s.tokenizer = std::make_unique<data::Tokenizer>(config.data.tokenizer);
-  s.data = std::make_unique<TrainingData>(
-      load_set(config.data.meta, config, s.preset, *s.tokenizer, std::max(1, config.data.workers)),
-      config, DataRank{s.dp_rank, s.stage_index, s.stages});
+  s.data = std::make_unique<TrainingData>(load_set(config.data.meta, config, s.preset, *s.tokenizer,
+                                                   std::max(1, config.data.workers)),
+                                          config, DataRank{s.dp_rank, s.stage_index, s.stages});
   s.check_plan_hash();
   s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
                                                     config.train.keep_checkpoints, comms.world());
   if (resume.resuming())  // checked before any start-up work
-    refuse_data_plan_change(resume.dir, TrainCounters::from_json(s.checkpoints->rank_state(resume.dir)),
+    refuse_data_plan_change(resume.dir,
+                            TrainCounters::from_json(s.checkpoints->rank_state(resume.dir)),
                             s.counters.plan_hash, *resume.saved, config);
   StartupPlanContext planning;
   planning.config = &config;
@@ -358,14 +371,16 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   planning.comms = &comms;
   planning.data = s.data.get();
   planning.img_context_id = s.tokenizer->special().img_context;
-  if (resume.resuming()) planning.stored = stored_plan(s.checkpoints->rank_state(resume.dir), resume.dir);
+  if (resume.resuming())
+    planning.stored = stored_plan(s.checkpoints->rank_state(resume.dir), resume.dir);
   s.plan = plan_stages_at_startup(planning).plan;
   s.counters.stage_plan = memory::stage_plan_json(s.plan);
   s.build_stage();
   if (!config.data.eval_meta.empty())
-    s.evaluator = std::make_unique<Evaluator>(
-        load_set(config.data.eval_meta, config, s.preset, *s.tokenizer, 1, /*repeat=*/false),
-        config.balance.samples_per_pack, s.preset.llm.max_seq_len);
+    s.evaluator =
+        std::make_unique<Evaluator>(load_set(config.data.eval_meta, config, s.preset, *s.tokenizer,
+                                             1, /*repeat=*/false),
+                                    config.balance.samples_per_pack, s.preset.llm.max_seq_len);
   s.restore(resume);
   s.log = std::make_unique<RunLog>(config.runtime.run_dir, comms.rank() == 0, s.config_yaml,
                                    s.counters.step, config.train.steps);
@@ -383,8 +398,10 @@ TrainOutcome Trainer::run() {
   s.last_checkpoint = first;
   if (first >= s.cfg.train.steps) {  // a finished run relaunched: leave its files as they are
     if (s.comms.rank() == 0)
-      log_info("resumed at step {} = train.steps: nothing to train (raise train.steps to "
-               "continue); summary.json and eval.jsonl left as they are", first);
+      log_info(
+          "resumed at step {} = train.steps: nothing to train (raise train.steps to "
+          "continue); summary.json and eval.jsonl left as they are",
+          first);
     out.steps_done = first;
     return out;
   }
@@ -416,12 +433,13 @@ double Trainer::train_step(int64_t step) {
   s.maybe_fail(FailWhere::kLoader, step);
   std::vector<models::PackBatch> packs = s.data->next_packs(step);
   for (size_t k = 0; k < packs.size(); ++k)  // dropout masks follow the pack, not the rank
-    packs[k].dropout_key = models::dropout_key(cfg.train.seed, step,
-                                               s.data->slot(s.dp_rank, static_cast<int>(k)));
+    packs[k].dropout_key =
+        models::dropout_key(cfg.train.seed, step, s.data->slot(s.dp_rank, static_cast<int>(k)));
   // N of the whole global batch, identical on every rank (loss_normaliser.h).
-  const LossNormaliser n = global_normaliser(
-      s.is_last_stage() ? local_normaliser(packs, cfg.loss.reduction) : LossNormaliser{},
-      s.comms.world());
+  const LossNormaliser n =
+      global_normaliser(s.is_last_stage() ? local_normaliser(packs, cfg.loss.reduction)
+                                          : LossNormaliser{},
+                        s.comms.world());
   s.adam->zero_grad();
   const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
                                    n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, s.step_hooks(step));
@@ -464,13 +482,15 @@ void Trainer::after_step(int64_t step) {
 void Trainer::finish(TrainOutcome& out, int64_t first) {
   State& s = *s_;
   s.data->stop_loading();
-  const int64_t skipped = s.comms.world().all_reduce_int(s.data->skipped_in_packs(),
-                                                         comm::ReduceOp::kSum, "skipped-sample count");
+  const int64_t skipped =
+      s.comms.world().all_reduce_int(s.data->skipped_in_packs(), comm::ReduceOp::kSum,
+                                     "skipped-sample count");
   const int64_t scanned_out = s.data->set().bad_samples, packer = s.data->skipped_by_packer();
   if (s.comms.rank() == 0 && (skipped > 0 || scanned_out > 0 || packer > 0))
-    log_info("data: on_bad_sample skip left out {} samples at the start-up scan, {} in the "
-             "packer over the epochs of this run and {} of the packs trained in this run",
-             scanned_out, packer, skipped);
+    log_info(
+        "data: on_bad_sample skip left out {} samples at the start-up scan, {} in the "
+        "packer over the epochs of this run and {} of the packs trained in this run",
+        scanned_out, packer, skipped);
   if (s.counters.step != s.last_checkpoint || s.counters.step == 0) s.save_checkpoint();
   if (!out.stopped && s.evaluator) {
     s.last_eval = s.evaluator->run(*s.stage, s.comms);
@@ -480,15 +500,21 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
   out.eval = s.last_eval;
   const double seconds = since(s.run_started);
   const int64_t run_steps = s.counters.step - first;
-  nlohmann::json summary = {
-      {"steps", s.counters.step}, {"steps_this_run", run_steps}, {"seconds", seconds},
-      {"seconds_per_step", run_steps ? seconds / run_steps : 0.0}, {"final_loss", out.final_loss},
-      {"samples", s.counters.samples}, {"tokens", s.counters.tokens}, {"stopped", out.stopped},
-      {"stop_reason", out.stop_reason},
-      {"param_hash", s.param_hash_text()},
-      {"balance_method", choice_name(s.cfg.balance.method)}, {"partition", s.plan.partition.to_string()},
-      {"recomputed_per_stage", s.plan.recomputed_per_stage()},
-      {"skipped_samples", {{"scan", scanned_out}, {"packer", packer}, {"training", skipped}}}};
+  nlohmann::json summary = {{"steps", s.counters.step},
+                            {"steps_this_run", run_steps},
+                            {"seconds", seconds},
+                            {"seconds_per_step", run_steps ? seconds / run_steps : 0.0},
+                            {"final_loss", out.final_loss},
+                            {"samples", s.counters.samples},
+                            {"tokens", s.counters.tokens},
+                            {"stopped", out.stopped},
+                            {"stop_reason", out.stop_reason},
+                            {"param_hash", s.param_hash_text()},
+                            {"balance_method", choice_name(s.cfg.balance.method)},
+                            {"partition", s.plan.partition.to_string()},
+                            {"recomputed_per_stage", s.plan.recomputed_per_stage()},
+                            {"skipped_samples",
+                             {{"scan", scanned_out}, {"packer", packer}, {"training", skipped}}}};
   if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);
   if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
   s.log->finish(summary);

@@ -37,12 +37,12 @@ namespace omnibal::train {
 
 /// How a run ended.
 struct TrainOutcome {
-  int64_t steps_done = 0;   ///< global steps completed (including those before a resume)
-  bool stopped = false;     ///< ended early (a checkpoint was written): see stop_reason
+  int64_t steps_done = 0;  ///< global steps completed (including those before a resume)
+  bool stopped = false;    ///< ended early (a checkpoint was written): see stop_reason
   /// "signal" (SIGTERM/SIGINT), "train.exit_after_steps N" or "train.exit_duration_min M";
   /// empty when the run reached train.steps.
   std::string stop_reason;
-  double final_loss = 0;    ///< loss of the last step run
+  double final_loss = 0;           ///< loss of the last step run
   std::optional<EvalResult> eval;  ///< last evaluation, if any
 };
 

@@ -22,8 +22,9 @@ balance::SampleTable table_from_lengths(const data::ConversationDataset& ds,
     balance::DatasetInfo info{meta.name, meta.annotation, 0, 0, meta.repeat_time};
     info.records = static_cast<int64_t>(ds.entries(d).size());
     const uint32_t id = table.add_dataset(info);
-    const auto rows = balance::repeat_records(info.records, repeat ? meta.repeat_time : 1.0, seed, id,
-                                              "dataset '" + meta.name + "' (" + meta.annotation + ")");
+    const auto rows =
+        balance::repeat_records(info.records, repeat ? meta.repeat_time : 1.0, seed, id,
+                                "dataset '" + meta.name + "' (" + meta.annotation + ")");
     for (const uint32_t e : rows) {
       const auto& l = lengths[ds.offset(d) + e];
       if (l.vit_num < 0) continue;  // skipped as bad
@@ -43,8 +44,8 @@ LoadedSet load_set(const std::string& meta_path, const Config& config, const Mod
   const auto policy = config.data.on_bad_sample;
   set.dataset = std::make_unique<data::ConversationDataset>(
       data::ConversationDataset::load(meta_path, policy));
-  set.processor = std::make_unique<data::SampleProcessor>(
-      tokenizer, data::sample_options(config.data, preset));
+  set.processor =
+      std::make_unique<data::SampleProcessor>(tokenizer, data::sample_options(config.data, preset));
   set.builder = std::make_unique<data::PackBuilder>(*set.dataset, *set.processor, policy);
   bool have_lengths = true;
   for (int d = 0; d < set.dataset->num_datasets(); ++d)
@@ -76,8 +77,7 @@ TrainingData::TrainingData(LoadedSet set, const Config& config, DataRank rank)
   options.micro_batches = config.parallel.micro_batches;
   options.max_seq_len = set_.max_seq_len;
   options.max_seq_len_origin = "preset " + set_.preset_name;
-  planner_ = std::make_unique<balance::EpochPlanner>(
-      set_.table, config.balance.method, options);
+  planner_ = std::make_unique<balance::EpochPlanner>(set_.table, config.balance.method, options);
 }
 
 TrainingData::~TrainingData() = default;
@@ -100,11 +100,12 @@ void TrainingData::count_packer_skips(int epoch) {
   if (skipped.empty()) return;
   skipped_by_packer_ += static_cast<int64_t>(skipped.size());
   const uint32_t first = skipped.front();
-  log_info("data: epoch {}: the packer left out {} samples over the pack budgets (Q_v {} Q_t {}) "
-           "under data.on_bad_sample: skip; first: {} ({} tiles, {} tokens)", epoch,
-           skipped.size(), plan.budgets.q_vit, plan.budgets.q_tok,
-           set_.dataset->entry(set_.global_id(first)).origin.to_string(),
-           set_.table.load[first].tiles(), set_.table.load[first].tokens());
+  log_info(
+      "data: epoch {}: the packer left out {} samples over the pack budgets (Q_v {} Q_t {}) "
+      "under data.on_bad_sample: skip; first: {} ({} tiles, {} tokens)",
+      epoch, skipped.size(), plan.budgets.q_vit, plan.budgets.q_tok,
+      set_.dataset->entry(set_.global_id(first)).origin.to_string(), set_.table.load[first].tiles(),
+      set_.table.load[first].tokens());
 }
 
 /// Logs the loader's skipped-sample report (reasons, first example) for its epoch on every
@@ -146,9 +147,11 @@ std::vector<models::PackBatch> TrainingData::next_packs(int64_t step) {
       if (p->num_samples() == 0) {
         std::string why;
         for (const auto& e : p->skipped) why += "\n  " + e;
-        log_info_every_rank("data: step {}, DP rank {}, micro-batch {}: every sample of the pack "
-                            "was left out (data.on_bad_sample: skip); it runs as an empty "
-                            "micro-batch:{}", step, rank_.dp_rank, k, why);
+        log_info_every_rank(
+            "data: step {}, DP rank {}, micro-batch {}: every sample of the pack "
+            "was left out (data.on_bad_sample: skip); it runs as an empty "
+            "micro-batch:{}",
+            step, rank_.dp_rank, k, why);
       }
     }
     out.push_back(std::move(*p));

@@ -52,8 +52,8 @@ struct LoadedSet {
   balance::SampleTable table;
   std::vector<data::SampleLengths> lengths;  ///< by global sample id
   int64_t bad_samples = 0;                   ///< skipped by the scan (on_bad_sample: skip)
-  int64_t max_seq_len = 0;    ///< the preset's llm.max_seq_len: no pack may hold more tokens
-  std::string preset_name;    ///< model.preset, for messages about max_seq_len
+  int64_t max_seq_len = 0;  ///< the preset's llm.max_seq_len: no pack may hold more tokens
+  std::string preset_name;  ///< model.preset, for messages about max_seq_len
   int64_t global_id(uint32_t s) const {
     return dataset->offset(static_cast<int>(table.dataset[s])) + table.index[s];
   }

@@ -22,11 +22,14 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::string summary(std::vector<double> v, double scale, const char* unit) {
   std::sort(v.begin(), v.end());
-  return fmt::format("{:.2f} {} ({:.2f}-{:.2f})", scale / v[v.size() / 2], unit, scale / v.back(), scale / v.front());
+  return fmt::format("{:.2f} {} ({:.2f}-{:.2f})", scale / v[v.size() / 2], unit, scale / v.back(),
+                     scale / v.front());
 }
 
 }  // namespace
@@ -44,12 +47,14 @@ int main(int argc, char** argv) {
   const size_t bytes = static_cast<size_t>(mib) << 20;
   ckpt::Shard shard;
   const int64_t tensors = 16, per = static_cast<int64_t>(bytes / 4 / tensors);
-  for (int64_t i = 0; i < tensors; ++i) shard.tensors["unit_" + std::to_string(i) + ".weight"] = torch::randn({per});
+  for (int64_t i = 0; i < tensors; ++i)
+    shard.tensors["unit_" + std::to_string(i) + ".weight"] = torch::randn({per});
   const auto* buffer = static_cast<const Bytef*>(shard.tensors.begin()->second.data_ptr());
   const size_t hash_bytes = static_cast<size_t>(per) * 4;
 
   comm::WaitPolicy policy;
-  auto world = comm::make_mpi_communicator(MPI_COMM_WORLD, "world", std::make_shared<comm::Watchdog>(policy));
+  auto world = comm::make_mpi_communicator(MPI_COMM_WORLD, "world",
+                                           std::make_shared<comm::Watchdog>(policy));
   std::filesystem::remove_all(dir);
   ckpt::CheckpointStore store(dir, 1, *world);
   std::vector<double> xxh, crc, save, find, load;
@@ -71,15 +76,19 @@ int main(int argc, char** argv) {
     std::vector<std::string> names;
     for (const auto& [name, t] : shard.tensors) names.push_back(name);
     double total = 0;
-    for (const auto& [name, t] : store.load_tensors(*latest, names)) total += t.sum().item<double>();
+    for (const auto& [name, t] : store.load_tensors(*latest, names))
+      total += t.sum().item<double>();
     load.push_back(seconds_since(t0));
     sink ^= static_cast<uint64_t>(total);
   }
-  const double gb = static_cast<double>(hash_bytes) / 1e9, shard_gb = static_cast<double>(bytes) / 1e9;
+  const double gb = static_cast<double>(hash_bytes) / 1e9,
+               shard_gb = static_cast<double>(bytes) / 1e9;
   fmt::print("hash of {:.0f} MiB in memory: XXH3-64 {}, zlib crc32 {}\n", hash_bytes / 1048576.0,
              summary(xxh, gb, "GB/s"), summary(crc, gb, "GB/s"));
-  fmt::print("checkpoint of {} MiB (1 rank, {}): save {}, find_latest (verify) {}, load + read {}\n", mib, dir,
-             summary(save, shard_gb, "GB/s"), summary(find, shard_gb, "GB/s"), summary(load, shard_gb, "GB/s"));
+  fmt::print(
+      "checkpoint of {} MiB (1 rank, {}): save {}, find_latest (verify) {}, load + read {}\n", mib,
+      dir, summary(save, shard_gb, "GB/s"), summary(find, shard_gb, "GB/s"),
+      summary(load, shard_gb, "GB/s"));
   fmt::print("(sink {})\n", sink & 1);
   std::filesystem::remove_all(dir);
   return 0;

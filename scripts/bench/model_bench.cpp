@@ -54,9 +54,11 @@ PackBatch make_bench_pack(const ModelPreset& p, int samples, int min_tiles, int 
     const int64_t text = min_text + static_cast<int64_t>(rng.below(max_text - min_text + 1));
     const int64_t prompt = text / 2;  // prompt text before the image; the answer is labelled
     std::vector<int64_t> sample;
-    for (int64_t i = 0; i < prompt; ++i) sample.push_back(10 + static_cast<int64_t>(rng.below(p.llm.vocab_size - 10)));
+    for (int64_t i = 0; i < prompt; ++i)
+      sample.push_back(10 + static_cast<int64_t>(rng.below(p.llm.vocab_size - 10)));
     for (int64_t i = 0; i < tiles * tpt; ++i) sample.push_back(kImgContextId);
-    for (int64_t i = prompt; i < text; ++i) sample.push_back(10 + static_cast<int64_t>(rng.below(p.llm.vocab_size - 10)));
+    for (int64_t i = prompt; i < text; ++i)
+      sample.push_back(10 + static_cast<int64_t>(rng.below(p.llm.vocab_size - 10)));
     for (size_t i = 0; i < sample.size(); ++i) {
       ids.push_back(sample[i]);
       labels.push_back(i >= sample.size() - static_cast<size_t>(text - prompt) ? sample[i] : -100);
@@ -89,10 +91,15 @@ void add_parameter_flops(const ModelPreset& p, PackStats& st) {
   const double vit_tokens = static_cast<double>(st.tiles * n_vit);
   for (size_t i = 0; i < names.size(); ++i) {
     const double c = static_cast<double>(counts[i]);
-    if (names[i] == "vit_embed") st.flops += 6.0 * 3 * p.vit.patch_size * p.vit.patch_size * p.vit.width * st.tiles * side * side;
-    else if (names[i].rfind("vit_block", 0) == 0) st.flops += 6.0 * c * vit_tokens + 12.0 * n_vit * n_vit * p.vit.width * st.tiles;
-    else if (names[i] == "projector") st.flops += 6.0 * c * static_cast<double>(st.tiles * p.tokens_per_tile());
-    else if (names[i].rfind("llm_block", 0) == 0) st.flops += 6.0 * c * static_cast<double>(st.tokens);
+    if (names[i] == "vit_embed")
+      st.flops +=
+          6.0 * 3 * p.vit.patch_size * p.vit.patch_size * p.vit.width * st.tiles * side * side;
+    else if (names[i].rfind("vit_block", 0) == 0)
+      st.flops += 6.0 * c * vit_tokens + 12.0 * n_vit * n_vit * p.vit.width * st.tiles;
+    else if (names[i] == "projector")
+      st.flops += 6.0 * c * static_cast<double>(st.tiles * p.tokens_per_tile());
+    else if (names[i].rfind("llm_block", 0) == 0)
+      st.flops += 6.0 * c * static_cast<double>(st.tokens);
     else if (names[i] == "llm_head") st.flops += 6.0 * c * static_cast<double>(st.labels);
   }
 }
@@ -106,7 +113,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-struct Summary { double median, min, max; };
+struct Summary {
+  double median, min, max;
+};
 Summary summarise(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return {v[v.size() / 2], v.front(), v.back()};
@@ -115,13 +124,17 @@ Summary summarise(std::vector<double> v) {
 void print_profile(Vlm& model, const PackBatch& pack, int top) {
   namespace prof = torch::autograd::profiler;
   model->zero_grad(/*set_to_none=*/true);
-  prof::enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
+  prof::enableProfilerLegacy(
+      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
   model->forward(pack).loss_sum.backward();
   const auto lists = prof::disableProfilerLegacy();
   std::map<std::string, std::pair<double, int64_t>> self;  // name -> (self us, calls)
   double total = 0;
   for (const auto& list : lists) {
-    struct Open { const prof::LegacyEvent* e; double child_us; };
+    struct Open {
+      const prof::LegacyEvent* e;
+      double child_us;
+    };
     std::vector<Open> stack;
     for (const auto& e : list) {
       if (e.kind() == prof::EventKind::PushRange) {
@@ -133,16 +146,21 @@ void print_profile(Vlm& model, const PackBatch& pack, int top) {
         auto& slot = self[open.e->name()];
         slot.first += inclusive - open.child_us;
         slot.second += 1;
-        if (!stack.empty()) stack.back().child_us += inclusive; else total += inclusive;
+        if (!stack.empty()) stack.back().child_us += inclusive;
+        else total += inclusive;
       }
     }
   }
   std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(self.begin(), self.end());
-  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
-  std::printf("\n| op (self CPU time, one fwd+bwd under the profiler) | ms | %% | calls |\n|---|---:|---:|---:|\n");
+  std::sort(rows.begin(), rows.end(),
+            [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  std::printf(
+      "\n| op (self CPU time, one fwd+bwd under the profiler) | ms | %% | calls "
+      "|\n|---|---:|---:|---:|\n");
   for (int i = 0; i < top && i < static_cast<int>(rows.size()); ++i)
     std::printf("| %s | %.1f | %.1f | %lld |\n", rows[i].first.c_str(), rows[i].second.first / 1e3,
-                100.0 * rows[i].second.first / total, static_cast<long long>(rows[i].second.second));
+                100.0 * rows[i].second.first / total,
+                static_cast<long long>(rows[i].second.second));
 }
 
 }  // namespace
@@ -150,7 +168,8 @@ void print_profile(Vlm& model, const PackBatch& pack, int top) {
 int main(int argc, char** argv) {
   std::string preset_name = "base-100m";
   std::string device_name = "cpu";
-  int threads = 2, reps = 5, warmup = 1, samples = 6, min_tiles = 2, max_tiles = 6, min_text = 20, max_text = 60;
+  int threads = 2, reps = 5, warmup = 1, samples = 6, min_tiles = 2, max_tiles = 6, min_text = 20,
+      max_text = 60;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const char* v = argv[i + 1];
@@ -160,9 +179,14 @@ int main(int argc, char** argv) {
     else if (key == "--warmup") warmup = std::stoi(v);
     else if (key == "--device") device_name = v;
     else if (key == "--samples") samples = std::stoi(v);
-    else if (key == "--tiles") { std::sscanf(v, "%d-%d", &min_tiles, &max_tiles); }
-    else if (key == "--text") { std::sscanf(v, "%d-%d", &min_text, &max_text); }
-    else { std::fprintf(stderr, "unknown option %s\n", key.c_str()); return 2; }
+    else if (key == "--tiles") {
+      std::sscanf(v, "%d-%d", &min_tiles, &max_tiles);
+    } else if (key == "--text") {
+      std::sscanf(v, "%d-%d", &min_text, &max_text);
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", key.c_str());
+      return 2;
+    }
   }
   if (device_name != "cpu" && device_name != "cuda") {
     std::fprintf(stderr, "--device must be cpu or cuda, got '%s'\n", device_name.c_str());
@@ -172,16 +196,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--device cuda: no CUDA device (LibTorch %s)\n", compat::torch_version());
     return 3;
   }
-  const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  const torch::Device device =
+      device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   torch::set_num_threads(threads);
   torch::manual_seed(0);
   const ModelPreset preset = load_model_preset(preset_name);
-  Vlm model(preset, VlmOptions{}.with_img_context_id(kImgContextId).with_seed(1).with_device(device));
+  Vlm model(preset,
+            VlmOptions{}.with_img_context_id(kImgContextId).with_seed(1).with_device(device));
   const torch::Dtype dtype = compat::default_dtype(device);
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
   PackStats st;
-  const PackBatch pack = make_bench_pack(preset, samples, min_tiles, max_tiles, min_text, max_text, 7, st);
+  const PackBatch pack =
+      make_bench_pack(preset, samples, min_tiles, max_tiles, min_text, max_text, 7, st);
   add_parameter_flops(preset, st);
 
   // Reference matmul: the LLM MLP's up-projection at the pack's token count, fp32.
@@ -222,13 +249,16 @@ int main(int argc, char** argv) {
   }
   const auto ts = summarise(step_s), tk = summarise(tok_s), gf = summarise(gflops),
              mg = summarise(mm_gflops), ra = summarise(ratio);
-  std::printf("preset %s: %.1fM parameters, LibTorch %s, %s %s, %d threads, %d reps after %d warm-up\n",
-              preset_name.c_str(), params / 1e6, compat::torch_version(), device.str().c_str(),
-              c10::toString(dtype), threads, reps, warmup);
-  std::printf("pack: %lld samples, %lld tiles, %lld LLM tokens (%lld from images, %.0f%%), %lld labels, %.1f GFLOP per fwd+bwd\n",
-              static_cast<long long>(st.samples), static_cast<long long>(st.tiles),
-              static_cast<long long>(st.tokens), static_cast<long long>(st.image_tokens),
-              100.0 * st.image_tokens / st.tokens, static_cast<long long>(st.labels), st.flops / 1e9);
+  std::printf(
+      "preset %s: %.1fM parameters, LibTorch %s, %s %s, %d threads, %d reps after %d warm-up\n",
+      preset_name.c_str(), params / 1e6, compat::torch_version(), device.str().c_str(),
+      c10::toString(dtype), threads, reps, warmup);
+  std::printf(
+      "pack: %lld samples, %lld tiles, %lld LLM tokens (%lld from images, %.0f%%), %lld labels, "
+      "%.1f GFLOP per fwd+bwd\n",
+      static_cast<long long>(st.samples), static_cast<long long>(st.tiles),
+      static_cast<long long>(st.tokens), static_cast<long long>(st.image_tokens),
+      100.0 * st.image_tokens / st.tokens, static_cast<long long>(st.labels), st.flops / 1e9);
   std::printf("\n| metric | median | min | max |\n|---|---:|---:|---:|\n");
   std::printf("| fwd+bwd s | %.3f | %.3f | %.3f |\n", ts.median, ts.min, ts.max);
   std::printf("| LLM tokens/s | %.0f | %.0f | %.0f |\n", tk.median, tk.min, tk.max);
@@ -237,13 +267,14 @@ int main(int argc, char** argv) {
               static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(k),
               static_cast<long long>(n), mg.median, mg.min, mg.max);
   std::printf("| ratio model / matmul | %.3f | %.3f | %.3f |\n", ra.median, ra.min, ra.max);
-  std::printf("TIMING_JSON {\"preset\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
-              "\"reps\": %d, \"warmup\": %d, \"tokens\": %lld, \"tiles\": %lld, "
-              "\"model_flops\": %.6g, \"step_s_median\": %.6g, \"step_s_min\": %.6g, "
-              "\"step_s_max\": %.6g, \"model_tflops\": %.6g, \"matmul_tflops\": %.6g}\n",
-              preset_name.c_str(), device.str().c_str(), c10::toString(dtype), reps, warmup,
-              static_cast<long long>(st.tokens), static_cast<long long>(st.tiles), st.flops,
-              ts.median, ts.min, ts.max, st.flops / ts.median / 1e12, mg.median / 1e3);
+  std::printf(
+      "TIMING_JSON {\"preset\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
+      "\"reps\": %d, \"warmup\": %d, \"tokens\": %lld, \"tiles\": %lld, "
+      "\"model_flops\": %.6g, \"step_s_median\": %.6g, \"step_s_min\": %.6g, "
+      "\"step_s_max\": %.6g, \"model_tflops\": %.6g, \"matmul_tflops\": %.6g}\n",
+      preset_name.c_str(), device.str().c_str(), c10::toString(dtype), reps, warmup,
+      static_cast<long long>(st.tokens), static_cast<long long>(st.tiles), st.flops, ts.median,
+      ts.min, ts.max, st.flops / ts.median / 1e12, mg.median / 1e3);
   if (device.is_cpu()) print_profile(model, pack, 15);
   return 0;
 }

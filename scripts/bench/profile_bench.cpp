@@ -50,7 +50,8 @@ double step_seconds(const StageTimes& t, int m) {
   const int p = static_cast<int>(t.forward_s.size());
   auto costs = schedule::PipelineStepCosts::zeros(p, m);
   for (int s = 0; s < p; ++s)
-    for (int i = 0; i < m; ++i) costs.forward_s[s][i] = t.forward_s[s], costs.backward_s[s][i] = t.backward_s[s];
+    for (int i = 0; i < m; ++i)
+      costs.forward_s[s][i] = t.forward_s[s], costs.backward_s[s][i] = t.backward_s[s];
   double end = 0;
   for (const auto& st : schedule::run_pipeline_timeline(schedule::build_1f1b_schedule(p, m), costs))
     end = std::max(end, st.ready_for_reduce_s);
@@ -61,7 +62,8 @@ StageTimes predicted(const partition::UnitCostTable& table, const partition::Par
   StageTimes t;
   for (int s = 0; s < split.stages(); ++s) {
     double f = 0, b = 0;
-    for (int u = split.begin(s); u < split.end(s); ++u) f += table.units[u].forward_s, b += table.units[u].backward_s;
+    for (int u = split.begin(s); u < split.end(s); ++u)
+      f += table.units[u].forward_s, b += table.units[u].backward_s;
     t.forward_s.push_back(f);
     t.backward_s.push_back(b);
   }
@@ -79,7 +81,8 @@ StageTimes run_split(const std::vector<models::UnitPtr>& units, const partition:
   for (int s = 0; s < p; ++s) {
     in[s] = state;
     if (s > 0) in[s].hidden = state.hidden.detach().requires_grad_(true);  // received activation
-    const std::vector<models::UnitPtr> stage(units.begin() + split.begin(s), units.begin() + split.end(s));
+    const std::vector<models::UnitPtr> stage(units.begin() + split.begin(s),
+                                             units.begin() + split.end(s));
     const double t0 = now_s();
     out[s] = models::run_units(stage, in[s]);
     t.forward_s[s] = now_s() - t0;
@@ -114,7 +117,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps);
   app.add_option("--threads", threads);
   bool cpu_clock = false;
-  app.add_flag("--cpu-clock", cpu_clock, "thread CPU time instead of wall time (needs --threads 1)");
+  app.add_flag("--cpu-clock", cpu_clock,
+               "thread CPU time instead of wall time (needs --threads 1)");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
   if (cpu_clock && threads == 1) g_clock = po.clock = profile::ProfileClock::kThreadCpu;
@@ -156,13 +160,15 @@ int main(int argc, char** argv) {
       StageTimes sum{std::vector<double>(pp), std::vector<double>(pp)};
       for (const auto& pack : packs) {
         const auto t = run_split(units, splits[k].second, pack);
-        for (int s = 0; s < pp; ++s) sum.forward_s[s] += t.forward_s[s] / m, sum.backward_s[s] += t.backward_s[s] / m;
+        for (int s = 0; s < pp; ++s)
+          sum.forward_s[s] += t.forward_s[s] / m, sum.backward_s[s] += t.backward_s[s] / m;
       }
       if (r > 0) measured[k].push_back(sum);
     }
-  fmt::print("{} at {} tiles / {} tokens / {} samples, pp {}, m {}, {} threads, {} reps, {} clock\n",
-             preset.name, po.pack.q_vit, po.pack.q_tok, po.pack.samples, pp, m, threads, reps,
-             g_clock == profile::ProfileClock::kWall ? "wall" : "thread-CPU");
+  fmt::print(
+      "{} at {} tiles / {} tokens / {} samples, pp {}, m {}, {} threads, {} reps, {} clock\n",
+      preset.name, po.pack.q_vit, po.pack.q_tok, po.pack.samples, pp, m, threads, reps,
+      g_clock == profile::ProfileClock::kWall ? "wall" : "thread-CPU");
   std::vector<double> stage_err, step_err;
   for (size_t k = 0; k < splits.size(); ++k) {
     const auto pred = predicted(table, splits[k].second);
@@ -175,17 +181,18 @@ int main(int argc, char** argv) {
       med.forward_s[s] = median(f), med.backward_s[s] = median(b);
     }
     const double pred_step = step_seconds(pred, m), meas_step = median(steps);
-    fmt::print("{:<9} {:<22} step: predicted {:.2f} ms, measured {:.2f} ms ({:.2f}-{:.2f}), "
-               "error {:+.1f}%\n",
-               splits[k].first, splits[k].second.to_string(), 1e3 * pred_step, 1e3 * meas_step,
-               1e3 * *std::min_element(steps.begin(), steps.end()),
-               1e3 * *std::max_element(steps.begin(), steps.end()),
-               100 * (pred_step / meas_step - 1));
+    fmt::print(
+        "{:<9} {:<22} step: predicted {:.2f} ms, measured {:.2f} ms ({:.2f}-{:.2f}), "
+        "error {:+.1f}%\n",
+        splits[k].first, splits[k].second.to_string(), 1e3 * pred_step, 1e3 * meas_step,
+        1e3 * *std::min_element(steps.begin(), steps.end()),
+        1e3 * *std::max_element(steps.begin(), steps.end()), 100 * (pred_step / meas_step - 1));
     step_err.push_back(std::abs(pred_step / meas_step - 1));
     for (int s = 0; s < pp; ++s) {
-      const double p = pred.forward_s[s] + pred.backward_s[s], q = med.forward_s[s] + med.backward_s[s];
-      fmt::print("    stage {}: fwd+bwd predicted {:.2f} ms, measured {:.2f} ms, error {:+.1f}%\n", s,
-                 1e3 * p, 1e3 * q, 100 * (p / q - 1));
+      const double p = pred.forward_s[s] + pred.backward_s[s],
+                   q = med.forward_s[s] + med.backward_s[s];
+      fmt::print("    stage {}: fwd+bwd predicted {:.2f} ms, measured {:.2f} ms, error {:+.1f}%\n",
+                 s, 1e3 * p, 1e3 * q, 100 * (p / q - 1));
       stage_err.push_back(std::abs(p / q - 1));
     }
   }

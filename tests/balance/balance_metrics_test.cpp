@@ -14,9 +14,11 @@ struct Fixture {
   PackList packs;
   explicit Fixture(PackLayout layout) : packs(layout) {
     table.add_dataset({"d", "p", 9, 0, 1.0});
-    const std::vector<std::vector<Load>> members = {
-        {Load{{1, 100}}, Load{{2, 60}}}, {Load{{5, 50}}}, {Load{{1, 80}}, Load{{1, 80}}},
-        {Load{{1, 30}}, Load{{1, 10}}, Load{{1, 20}}}, {Load{{4, 70}}}};
+    const std::vector<std::vector<Load>> members = {{Load{{1, 100}}, Load{{2, 60}}},
+                                                    {Load{{5, 50}}},
+                                                    {Load{{1, 80}}, Load{{1, 80}}},
+                                                    {Load{{1, 30}}, Load{{1, 10}}, Load{{1, 20}}},
+                                                    {Load{{4, 70}}}};
     uint32_t next = 0;
     for (const auto& pack : members) {
       std::vector<uint32_t> ids;
@@ -56,7 +58,7 @@ TEST_CASE("metrics of padded micro-batches, hand computed", "[balance][metrics]"
   CHECK(m.samples_per_pack == Approx(1.8));
   CHECK(m.max_tiles == 5);
   CHECK(m.max_tokens == 200);
-  CHECK(m.tile_fill == Approx(3.4 / 5));   // no budget: largest pack
+  CHECK(m.tile_fill == Approx(3.4 / 5));  // no budget: largest pack
   CHECK(m.token_fill == Approx(100.0 / 200));
   CHECK(m.skipped == 3);
   CHECK(m.steps == 2);

@@ -108,10 +108,12 @@ TEST_CASE("random micro-batches under a cap, by hand", "[balance][baseline][cap]
   size_t k = 0;
   for (size_t p = 0; p < r.packs.size(); ++p) {
     int64_t sum = 0;
-    for (const uint32_t* it = r.packs.begin(p); it != r.packs.end(p); ++it, ++k) sum += t.load[*it].tokens();
+    for (const uint32_t* it = r.packs.begin(p); it != r.packs.end(p); ++it, ++k)
+      sum += t.load[*it].tokens();
     CHECK(sum <= 100);
     // The pack closed because it was full, or because the next sample would not fit.
-    if (k < order.size()) CHECK((r.packs.load(p).count == 3 || sum + t.load[order[k]].tokens() > 100));
+    if (k < order.size())
+      CHECK((r.packs.load(p).count == 3 || sum + t.load[order[k]].tokens() > 100));
   }
 }
 
@@ -132,7 +134,8 @@ TEST_CASE("length-grouped micro-batches keep the token cap", "[balance][baseline
   CHECK(over);
 }
 
-TEST_CASE("a sample over the cap: an error naming it, or a counted skip", "[balance][baseline][cap]") {
+TEST_CASE("a sample over the cap: an error naming it, or a counted skip",
+          "[balance][baseline][cap]") {
   const SampleTable t = tokens_table({100, 1500, 200});
   for (int method = 0; method < 2; ++method) {
     auto run = [&](OnBadSample policy) {
@@ -140,9 +143,9 @@ TEST_CASE("a sample over the cap: an error naming it, or a counted skip", "[bala
                          : length_grouped_micro_batches(t, 4, 1, 1, 1, 1024, policy);
     };
     INFO((method == 0 ? "random" : "length-group"));
-    CHECK_THROWS_WITH(run(OnBadSample::kError),
-                      Catch::Contains("sample 1 of dataset 'd'") && Catch::Contains("1500 tokens") &&
-                          Catch::Contains("llm.max_seq_len 1024"));
+    CHECK_THROWS_WITH(run(OnBadSample::kError), Catch::Contains("sample 1 of dataset 'd'") &&
+                                                    Catch::Contains("1500 tokens") &&
+                                                    Catch::Contains("llm.max_seq_len 1024"));
     const PackResult r = run(OnBadSample::kSkip);
     CHECK(r.skipped == std::vector<uint32_t>{1});
     require_partition(r, t.size());

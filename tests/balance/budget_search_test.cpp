@@ -29,7 +29,8 @@ TEST_CASE("search grid admits every sample and brackets the target", "[balance][
   CHECK(grid.back().q_vit >= (target + 1) * mean[kTiles]);
 }
 
-TEST_CASE("search picks an in-range candidate with the lowest Dist Ratio sum", "[balance][search]") {
+TEST_CASE("search picks an in-range candidate with the lowest Dist Ratio sum",
+          "[balance][search]") {
   const int target = GENERATE(3, 4);
   const SampleTable t = synthetic_table(20000, 12);
   SearchOptions o;
@@ -43,7 +44,8 @@ TEST_CASE("search picks an in-range candidate with the lowest Dist Ratio sum", "
   CHECK(best.samples_per_pack <= target + 1);
   for (const auto& c : r.candidates)
     if (c.in_range)
-      CHECK(best.dist_ratio_vit + best.dist_ratio_llm <= c.dist_ratio_vit + c.dist_ratio_llm + 1e-12);
+      CHECK(best.dist_ratio_vit + best.dist_ratio_llm <=
+            c.dist_ratio_vit + c.dist_ratio_llm + 1e-12);
   CHECK(r.scored_samples == t.size());
   const std::string table = format_search_table(r);
   CHECK(table.find('*') != std::string::npos);
@@ -82,7 +84,8 @@ TEST_CASE("search stays within the token cap (the model's llm.max_seq_len)", "[b
   std::vector<uint32_t> ids(t.size());
   std::iota(ids.begin(), ids.end(), 0u);
   const auto uncapped = search_grid(t, ids, 8);
-  REQUIRE(std::any_of(uncapped.begin(), uncapped.end(), [&](const IsfBudgets& b) { return b.q_tok > cap; }));
+  REQUIRE(std::any_of(uncapped.begin(), uncapped.end(),
+                      [&](const IsfBudgets& b) { return b.q_tok > cap; }));
   for (const auto& b : search_grid(t, ids, 8, cap)) {
     CHECK(b.q_tok <= cap);
     CHECK(b.q_tok_thresh == b.q_tok - 128);

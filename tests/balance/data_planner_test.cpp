@@ -21,14 +21,16 @@ TEST_CASE("every method places every sample exactly once", "[balance][planner]")
   INFO(method_name(method));
   std::vector<int> seen(t.size(), 0);
   auto count = [&](uint32_t p) {
-    for (const uint32_t* it = r.packing.packs.begin(p); it != r.packing.packs.end(p); ++it) ++seen[*it];
+    for (const uint32_t* it = r.packing.packs.begin(p); it != r.packing.packs.end(p); ++it)
+      ++seen[*it];
   };
   for (uint32_t p : r.plan.slots) count(p);
   for (uint32_t p : r.plan.carried) count(p);
   for (uint32_t id : r.packing.skipped) ++seen[id];
   for (size_t i = 0; i < t.size(); ++i) REQUIRE(seen[i] == 1);
   CHECK(r.metrics.samples + r.metrics.skipped == static_cast<int64_t>(t.size()));
-  CHECK(r.plan.carried.size() < static_cast<size_t>(dp * m) * (method == Method::kMultiSource ? 3 : 1));
+  CHECK(r.plan.carried.size() <
+        static_cast<size_t>(dp * m) * (method == Method::kMultiSource ? 3 : 1));
   if (method == Method::kMultiSource) CHECK(r.source_budgets.size() == 3);
 }
 
@@ -52,7 +54,8 @@ TEST_CASE("skipped counts include failed-statistics records", "[balance][planner
   const MethodResult r = plan_method(t, Method::kIsf, o);
   CHECK(r.metrics.skipped == 6);
   o.on_bad_sample = OnBadSample::kError;
-  CHECK_THROWS_WITH(plan_method(t, Method::kIsf, o), Catch::Contains("sample 999 of dataset 'ds0'"));
+  CHECK_THROWS_WITH(plan_method(t, Method::kIsf, o),
+                    Catch::Contains("sample 999 of dataset 'ds0'"));
 }
 
 TEST_CASE("planner options come from the config structs", "[balance][planner]") {
@@ -141,8 +144,9 @@ TEST_CASE("explicit budgets over the token cap are refused naming both keys",
   o.max_seq_len = 1024;
   o.max_seq_len_origin = "preset tiny";
   const Method method = GENERATE(Method::kIsf, Method::kBestFit, Method::kRandom);
-  CHECK_THROWS_WITH(plan_method(t, method, o),
-                    Catch::Contains("balance.q_tok 2048 is over the model's llm.max_seq_len 1024 (preset tiny)"));
+  CHECK_THROWS_WITH(
+      plan_method(t, method, o),
+      Catch::Contains("balance.q_tok 2048 is over the model's llm.max_seq_len 1024 (preset tiny)"));
   o.budgets = {20, 1024, 896};  // at the cap: fine
   CHECK_NOTHROW(check_token_cap(o));
   o.max_seq_len = 0;  // no cap

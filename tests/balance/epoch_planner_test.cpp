@@ -41,7 +41,8 @@ TEST_CASE("a step's packs and the plan hash do not depend on how dp x m is split
           "[balance][epoch_planner]") {
   const Method method = GENERATE(Method::kIsf, Method::kRandom);
   const SampleTable t = synthetic_table(1500, 7, 2);
-  EpochPlanner a(t, method, options(1, 4)), b(t, method, options(2, 2)), c(t, method, options(4, 1));
+  EpochPlanner a(t, method, options(1, 4)), b(t, method, options(2, 2)),
+      c(t, method, options(4, 1));
   CHECK(a.plan_hash() == b.plan_hash());
   CHECK(a.plan_hash() == c.plan_hash());
   for (const int64_t step : {0, 5, 40}) {

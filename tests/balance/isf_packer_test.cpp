@@ -6,8 +6,8 @@
 #include "test_tables.h"
 
 using namespace omnibal::balance;
-using omnibal::balance::testing::synthetic_table;
 using Catch::Contains;
+using omnibal::balance::testing::synthetic_table;
 
 namespace {
 
@@ -77,12 +77,13 @@ TEST_CASE("ISF: hand case, identical samples fill Q_v exactly", "[balance][isf]"
   CHECK(r50.rounds == 50);
 }
 
-TEST_CASE("ISF: over-budget samples error by default, are counted when skipping", "[balance][isf]") {
+TEST_CASE("ISF: over-budget samples error by default, are counted when skipping",
+          "[balance][isf]") {
   SampleTable t;
   t.add_dataset({"docvqa", "/data/docvqa.json", 4, 0, 1.0});
   t.add(0, 0, Load{{2, 500}}, 2);
   t.add(0, 1, Load{{2, 500}}, 2);
-  t.add(0, 2, Load{{6, 500}}, 6);  // over Q_v
+  t.add(0, 2, Load{{6, 500}}, 6);   // over Q_v
   t.add(0, 3, Load{{1, 9000}}, 1);  // over Q_t
   const IsfBudgets b{5, 4096, 3968};
   CHECK_THROWS_WITH(IsfPacker({b, 10, 1, OnBadSample::kError}).pack(t),

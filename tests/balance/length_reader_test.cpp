@@ -6,8 +6,8 @@
 #include "test_tables.h"
 
 using namespace omnibal::balance;
-using omnibal::balance::testing::TempFile;
 using Catch::Contains;
+using omnibal::balance::testing::TempFile;
 
 namespace {
 const char* kGood = R"([{"vit_num": 5, "token_num": 1341, "image_flags": 5},
@@ -20,7 +20,7 @@ TEST_CASE("length file: loads, provenance and failed statistics", "[balance][rea
   TempFile f("ai2d_token_lengths.json", kGood);
   SampleTable t;
   read_length_file(f.path, "ai2d", 1.0, 1024, t);
-  REQUIRE(t.size() == 3);  // the vit_num = -1 record is skipped ...
+  REQUIRE(t.size() == 3);        // the vit_num = -1 record is skipped ...
   CHECK(t.failed_stats() == 1);  // ... and counted
   CHECK(t.load[0].tiles() == 5);
   CHECK(t.load[0].tokens() == 1341);
@@ -49,9 +49,9 @@ TEST_CASE("length file: repeat_time copies and seeded subsets", "[balance][reade
   TempFile f("x.json", kGood);
   SampleTable twice, half, one_half;
   read_length_file(f.path, "x", 2, 1024, twice);
-  CHECK(twice.size() == 6);  // 2 x (3 usable records) ...
-  CHECK(twice.failed_stats() == 2);  // ... and the failed one counted per copy
-  CHECK(twice.index[3] == 0);  // the second copy starts again at element 0
+  CHECK(twice.size() == 6);                        // 2 x (3 usable records) ...
+  CHECK(twice.failed_stats() == 2);                // ... and the failed one counted per copy
+  CHECK(twice.index[3] == 0);                      // the second copy starts again at element 0
   read_length_file(f.path, "x", 0.5, 1024, half);  // floor(4 * 0.5) = 2 seeded records
   CHECK(static_cast<int64_t>(half.size()) + half.failed_stats() == 2);
   read_length_file(f.path, "x", 1.5, 1024, one_half);  // non-integer above 1: 4 + 2 records
@@ -64,7 +64,8 @@ TEST_CASE("length file: 48 records at repeat_time 2 and 0.5 give 96 and 24 sampl
           "[balance][reader]") {
   std::string doc = "[";
   for (int i = 0; i < 48; ++i)
-    doc += std::string(i ? "," : "") + R"({"vit_num": 1, "token_num": )" + std::to_string(100 + i) + "}";
+    doc += std::string(i ? "," : "") + R"({"vit_num": 1, "token_num": )" + std::to_string(100 + i) +
+           "}";
   TempFile f("48.json", doc + "]");
   for (const auto& [r, n] : {std::pair{2.0, 96}, {0.5, 24}, {1.0, 48}}) {
     SampleTable t;
@@ -87,12 +88,14 @@ TEST_CASE("length file: malformed input names file and element", "[balance][read
   const Case cases[] = {
       {R"({"vit_num": 1})", "expected a JSON array"},
       {R"([{"vit_num": 1, "token_num": 5}, 7])", "element 1: expected an object"},
-      {R"([{"vit_num": 1, "token_num": 5}, {"token_num": 5}])", "element 1: missing field \"vit_num\""},
+      {R"([{"vit_num": 1, "token_num": 5}, {"token_num": 5}])",
+       "element 1: missing field \"vit_num\""},
       {R"([{"vit_num": 1, "token_num": -4}])", "element 0: field \"token_num\" = -4 out of range"},
       {R"([{"vit_num": -2, "token_num": 4}])", "element 0: field \"vit_num\" = -2 out of range"},
       {R"([{"vit_num": 1.5, "token_num": 4}])", "element 0: field \"vit_num\" must be an integer"},
       {R"([{"vit_num": "3", "token_num": 4}])", "must be an integer, got \"3\""},
-      {R"([{"vit_num": 2, "token_num": 4, "image_flags": 3}])", "element 0: image_flags 3 exceeds vit_num 2"},
+      {R"([{"vit_num": 2, "token_num": 4, "image_flags": 3}])",
+       "element 0: image_flags 3 exceeds vit_num 2"},
       {R"([{"vit_num": 2, "token_num": 4},)", "not valid JSON"},
   };
   for (const auto& c : cases) {
@@ -101,7 +104,8 @@ TEST_CASE("length file: malformed input names file and element", "[balance][read
     INFO(c.content);
     REQUIRE_THROWS_AS(read_length_file(f.path, "bad", 1.0, 1024, t), omnibal::Error);
     SampleTable t2;
-    REQUIRE_THROWS_WITH(read_length_file(f.path, "bad", 1.0, 1024, t2), Contains(f.path) && Contains(c.message));
+    REQUIRE_THROWS_WITH(read_length_file(f.path, "bad", 1.0, 1024, t2),
+                        Contains(f.path) && Contains(c.message));
   }
   SampleTable t;
   CHECK_THROWS_WITH(read_length_file("/nonexistent/l.json", "x", 1.0, 1024, t),
@@ -115,9 +119,11 @@ TEST_CASE("meta file: datasets in file order, relative paths, repeat_time", "[ba
   TempFile a("a_token_lengths.json", R"([{"vit_num": 1, "token_num": 10, "image_flags": 1}])");
   TempFile b("b_token_lengths.json", kGood);
   const std::string b_name = std::filesystem::path(b.path).filename().string();
-  TempFile meta("meta.json", R"({"zeta": {"root": "r", "annotation": "x.jsonl", "token_lengths": ")" +
-                                     a.path + R"(", "repeat_time": 3},
-                                 "alpha": {"token_lengths": ")" + b_name + R"("}})");
+  TempFile meta("meta.json",
+                R"({"zeta": {"root": "r", "annotation": "x.jsonl", "token_lengths": ")" + a.path +
+                    R"(", "repeat_time": 3},
+                                 "alpha": {"token_lengths": ")" +
+                    b_name + R"("}})");
   const SampleTable t = read_meta_file(meta.path, 1024);
   REQUIRE(t.datasets.size() == 2);
   CHECK(t.datasets[0].name == "zeta");  // file order, not sorted
@@ -129,16 +135,20 @@ TEST_CASE("meta file: datasets in file order, relative paths, repeat_time", "[ba
 
 TEST_CASE("meta file: malformed entries name the key", "[balance][reader]") {
   TempFile m1("m1.json", R"({"ds": {"annotation": "a"}})");
-  CHECK_THROWS_WITH(read_meta_file(m1.path, 1024), Contains("dataset \"ds\": missing string key \"token_lengths\""));
+  CHECK_THROWS_WITH(read_meta_file(m1.path, 1024),
+                    Contains("dataset \"ds\": missing string key \"token_lengths\""));
   TempFile m2("m2.json", R"({"ds": {"token_lengths": "x.json", "repeat_time": "2"}})");
   CHECK_THROWS_WITH(read_meta_file(m2.path, 1024), Contains("\"repeat_time\" must be a number"));
   TempFile m3("m3.json", R"([1, 2])");
-  CHECK_THROWS_WITH(read_meta_file(m3.path, 1024), Contains(m3.path) && Contains("expected a non-empty JSON object"));
+  CHECK_THROWS_WITH(read_meta_file(m3.path, 1024),
+                    Contains(m3.path) && Contains("expected a non-empty JSON object"));
   TempFile m4("m4.json", R"({"ds": {"token_lengths": "does_not_exist.json"}})");
-  CHECK_THROWS_WITH(read_meta_file(m4.path, 1024), Contains("does_not_exist.json: cannot open length file"));
+  CHECK_THROWS_WITH(read_meta_file(m4.path, 1024),
+                    Contains("does_not_exist.json: cannot open length file"));
   TempFile m5("m5.json", R"({"ds": {"token_lengths": "x.json", "repeat_time": -0.5}})");
   CHECK_THROWS_WITH(read_meta_file(m5.path, 1024),
-                    Contains(m5.path) && Contains("dataset \"ds\": \"repeat_time\" must be > 0, got -0.5"));
+                    Contains(m5.path) &&
+                        Contains("dataset \"ds\": \"repeat_time\" must be > 0, got -0.5"));
 }
 
 TEST_CASE("dataset names come from the file stem", "[balance][reader]") {

@@ -12,9 +12,10 @@ namespace {
 
 SampleTable shared_table() {
   const std::string dir = "internvl-chat-1.2-lengths/";
-  return read_length_files({omnibal::require_shared_file(dir + "ai2d_train_12k_wh_token_lengths.json"),
-                            omnibal::require_shared_file(dir + "chartqa_train_18k_wh_token_lengths.json"),
-                            omnibal::require_shared_file(dir + "docvqa_train_10k_wh_token_lengths.json")});
+  return read_length_files(
+      {omnibal::require_shared_file(dir + "ai2d_train_12k_wh_token_lengths.json"),
+       omnibal::require_shared_file(dir + "chartqa_train_18k_wh_token_lengths.json"),
+       omnibal::require_shared_file(dir + "docvqa_train_10k_wh_token_lengths.json")});
 }
 
 }  // namespace

@@ -59,7 +59,8 @@ TEST_CASE("repeat_time: decimal fractions count as written", "[balance][repeat]"
   CHECK(repeat_records(3, 0.2, 1, 0, "d").empty());  // floor(0.6) = 0
 }
 
-TEST_CASE("repeat_time: the subset is seeded by the run seed and the dataset", "[balance][repeat]") {
+TEST_CASE("repeat_time: the subset is seeded by the run seed and the dataset",
+          "[balance][repeat]") {
   const auto a = repeat_records(1000, 1.5, 1024, 0, "d");
   CHECK(repeat_records(1000, 1.5, 1024, 0, "d") == a);
   CHECK(repeat_records(1000, 1.5, 1025, 0, "d") != a);
@@ -76,5 +77,6 @@ TEST_CASE("repeat_time: invalid values name the dataset", "[balance][repeat]") {
   CHECK_THROWS_WITH(repeat_records(4, bad, 1, 0, "meta.json: dataset \"ai2d\""),
                     Contains("meta.json: dataset \"ai2d\": repeat_time must be a number > 0"));
   CHECK_THROWS_AS(repeat_records(-1, 1.0, 1, 0, "d"), omnibal::Error);
-  CHECK_THROWS_WITH(repeat_records(int64_t{1} << 31, 2.0, 1, 0, "big"), Contains("exceeds 2^32 - 1"));
+  CHECK_THROWS_WITH(repeat_records(int64_t{1} << 31, 2.0, 1, 0, "big"),
+                    Contains("exceeds 2^32 - 1"));
 }

@@ -18,8 +18,10 @@ PackList random_packs(size_t n, uint64_t seed) {
   t.add_dataset({"d", "p", 0, 0, 1.0});
   omnibal::Rng rng(seed);
   for (uint32_t i = 0; i < n; ++i)
-    t.add(0, i, Load{{10 + static_cast<int32_t>(rng.below(11)),
-                      3000 + static_cast<int32_t>(rng.below(4001))}}, 1);
+    t.add(0, i,
+          Load{{10 + static_cast<int32_t>(rng.below(11)),
+                3000 + static_cast<int32_t>(rng.below(4001))}},
+          1);
   PackList packs;
   for (uint32_t i = 0; i < n; ++i) packs.push(&i, 1, t);
   return packs;
@@ -54,7 +56,8 @@ TEST_CASE("placement: step order is not correlated with step load", "[balance][p
   std::vector<double> position, load;
   for (size_t s = 0; s < plan.steps(); ++s) {
     double tokens = 0;
-    for (int r = 0; r < dp; ++r) tokens += static_cast<double>(packs.cost(plan.pack(s, r, 0), kTokens));
+    for (int r = 0; r < dp; ++r)
+      tokens += static_cast<double>(packs.cost(plan.pack(s, r, 0), kTokens));
     position.push_back(static_cast<double>(s));
     load.push_back(tokens);
   }
@@ -65,14 +68,15 @@ TEST_CASE("placement: step order is not correlated with step load", "[balance][p
   CHECK(spearman(position, sorted) > 0.99);
 }
 
-TEST_CASE("placement: grouping by load beats random placement on Dist Ratio", "[balance][placement]") {
+TEST_CASE("placement: grouping by load beats random placement on Dist Ratio",
+          "[balance][placement]") {
   const SampleTable t = synthetic_table(20000, 5);
   PlannerOptions o;
   o.dp = 8;
   o.budgets = {20, 6144, 6016};
   const MethodResult grouped = plan_method(t, Method::kIsf, o);
   const MethodResult random = plan_method(t, Method::kIsfRandomPlacement, o);  // the reference
-  CHECK(grouped.packing.packs.members() == random.packing.packs.members());  // same packs
+  CHECK(grouped.packing.packs.members() == random.packing.packs.members());    // same packs
   CHECK(grouped.metrics.dist_ratio_llm < random.metrics.dist_ratio_llm / 5);
   CHECK(grouped.metrics.dist_ratio_vit <= random.metrics.dist_ratio_vit);
   CHECK(grouped.metrics.dist_ratio_llm < 0.005);

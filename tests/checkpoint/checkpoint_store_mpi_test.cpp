@@ -27,7 +27,8 @@ namespace {
 
 /// One scratch directory for all ranks: rank 0's pid names it, rank 0 owns it.
 std::unique_ptr<ScratchDir> shared_dir(omnibal::comm::Communicator& world, const std::string& tag) {
-  const long id = world.all_reduce_int(world.rank() == 0 ? ::getpid() : 0, omnibal::comm::ReduceOp::kMax);
+  const long id =
+      world.all_reduce_int(world.rank() == 0 ? ::getpid() : 0, omnibal::comm::ReduceOp::kMax);
   auto dir = std::make_unique<ScratchDir>(tag, id, world.rank() == 0);
   world.barrier();
   return dir;
@@ -37,8 +38,10 @@ std::unique_ptr<ScratchDir> shared_dir(omnibal::comm::Communicator& world, const
 Shard make_shard(int rank, int64_t step) {
   Shard s;
   const float base = 1000.0f * rank + static_cast<float>(step);
-  s.tensors["unit_" + std::to_string(rank) + ".w"] = torch::arange(12, torch::kFloat).reshape({3, 4}) + base;
-  s.tensors["unit_" + std::to_string(rank) + ".w_bf16"] = (torch::arange(6, torch::kFloat) + base).to(torch::kBFloat16);
+  s.tensors["unit_" + std::to_string(rank) + ".w"] =
+      torch::arange(12, torch::kFloat).reshape({3, 4}) + base;
+  s.tensors["unit_" + std::to_string(rank) + ".w_bf16"] =
+      (torch::arange(6, torch::kFloat) + base).to(torch::kBFloat16);
   s.tensors["unit_" + std::to_string(rank) + ".adam_step"] = torch::full({1}, step, torch::kLong);
   s.tensors["shared.bias"] = torch::full({2}, static_cast<float>(rank));
   s.state = {{"rank", rank}, {"step", step}, {"rng", "state-" + std::to_string(rank)}};
@@ -70,7 +73,8 @@ TEST_CASE("checkpoint store saves every rank's shard and loads tensors by name",
   // Every rank loads every rank's tensors (as a rank of another partition would).
   std::vector<std::string> names{"shared.bias"};
   for (int r = 0; r < size; ++r)
-    for (const char* suffix : {".w", ".w_bf16", ".adam_step"}) names.push_back("unit_" + std::to_string(r) + suffix);
+    for (const char* suffix : {".w", ".w_bf16", ".adam_step"})
+      names.push_back("unit_" + std::to_string(r) + suffix);
   const auto tensors = store.load_tensors(*latest, names);
   CHECK(tensors.size() == names.size());
   for (int r = 0; r < size; ++r) {
@@ -122,7 +126,8 @@ TEST_CASE("find_latest skips truncated, flipped and unfinished checkpoints", "[s
     // step-3: the last rank's shard loses its tail; step-2: one data byte flipped.
     const std::string truncated = dir->file("step-3/" + victim_shard);
     fs::resize_file(truncated, fs::file_size(truncated) - 5);
-    flip_byte(dir->file("step-2/" + victim_shard), static_cast<std::streamoff>(fs::file_size(dir->file("step-2/" + victim_shard)) - 3));
+    flip_byte(dir->file("step-2/" + victim_shard),
+              static_cast<std::streamoff>(fs::file_size(dir->file("step-2/" + victim_shard)) - 3));
     // An interrupted later save and a directory without manifest.
     fs::create_directories(dir->file("step-9.tmp"));
     fs::create_directories(dir->file("step-8"));
@@ -132,7 +137,8 @@ TEST_CASE("find_latest skips truncated, flipped and unfinished checkpoints", "[s
   CHECK_THROWS_WITH(store.verify(dir->file("step-3")),
                     Catch::Contains(victim_shard + ": size") && Catch::Contains("manifest says"));
   CHECK_THROWS_WITH(store.verify(dir->file("step-2")),
-                    Catch::Contains(victim_shard + ": checksum xxh3_64") && Catch::Contains("manifest says"));
+                    Catch::Contains(victim_shard + ": checksum xxh3_64") &&
+                        Catch::Contains("manifest says"));
   CHECK_THROWS_WITH(store.verify(dir->file("step-8")), Catch::Contains("manifest.json: missing"));
   world->barrier();
   if (world->rank() == 0) fs::remove(dir->file("step-1/config.yaml"));
@@ -172,10 +178,12 @@ TEST_CASE("an edited manifest is refused by its own checksum; a version-1 manife
   world->barrier();
   CHECK(store.find_latest() == dir->file("step-2"));
   CHECK_THROWS_WITH(store.verify(dir->file("step-3")),
-                    Catch::Contains("step-3/manifest.json: the manifest does not match its own checksum"));
+                    Catch::Contains(
+                        "step-3/manifest.json: the manifest does not match its own checksum"));
   CHECK_NOTHROW(store.verify(dir->file("step-2")));
   const auto name = "unit_0.w";
-  CHECK(torch::equal(store.load_tensors(dir->file("step-2"), {name}).at(name), make_shard(0, 2).tensors.at(name)));
+  CHECK(torch::equal(store.load_tensors(dir->file("step-2"), {name}).at(name),
+                     make_shard(0, 2).tensors.at(name)));
   world->barrier();
 }
 
@@ -198,7 +206,8 @@ TEST_CASE("a failed write on one rank aborts the save everywhere and keeps the p
   REQUIRE(latest == dir->file("step-5"));
   CHECK_NOTHROW(store.verify(*latest));
   const auto name = "unit_" + std::to_string(last) + ".w";
-  CHECK(torch::equal(store.load_tensors(*latest, {name}).at(name), make_shard(last, 5).tensors.at(name)));
+  CHECK(torch::equal(store.load_tensors(*latest, {name}).at(name),
+                     make_shard(last, 5).tensors.at(name)));
   // The store still works after the failure.
   world->barrier();
   store.save(7, make_shard(world->rank(), 7), "x: 3\n");

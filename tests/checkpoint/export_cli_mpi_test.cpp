@@ -33,7 +33,8 @@ std::string read_all(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("omnibal-plan export turns a training checkpoint into a Hugging Face checkpoint", "[export]") {
+TEST_CASE("omnibal-plan export turns a training checkpoint into a Hugging Face checkpoint",
+          "[export]") {
   auto world = world_comm();
   REQUIRE(world->size() == 1);
   ScratchDir dir("ckpt_export");
@@ -42,14 +43,17 @@ TEST_CASE("omnibal-plan export turns a training checkpoint into a Hugging Face c
   auto opt = omnibal::models::VlmOptions{}.with_img_context_id(3).with_seed(21);
   Shard shard;
   for (const auto& u : omnibal::models::make_units(preset, opt, 0, n))
-    for (const auto& p : u->named_parameters(true)) shard.tensors[u->unit_name() + "." + p.key()] = p.value().detach().clone();
+    for (const auto& p : u->named_parameters(true))
+      shard.tensors[u->unit_name() + "." + p.key()] = p.value().detach().clone();
   const auto source = shard.tensors;
   shard.tensors["optim.llm_head.norm.weight.exp_avg"] = torch::ones({128});
   CheckpointStore store(dir.file("run"), 2, *world);
   store.save(3, shard, "model:\n  preset: tiny\n");
 
-  const std::string cmd = std::string(OMNIBAL_PLAN_EXE) + " export --checkpoint " + dir.file("run") + " --out " +
-                          dir.file("hf") + " --dtype keep --style llama --max-shard-gb 0.002 > " + dir.file("log") + " 2>&1";
+  const std::string cmd = std::string(OMNIBAL_PLAN_EXE) + " export --checkpoint " +
+                          dir.file("run") + " --out " + dir.file("hf") +
+                          " --dtype keep --style llama --max-shard-gb 0.002 > " + dir.file("log") +
+                          " 2>&1";
   const int rc = std::system(cmd.c_str());
   const std::string output = read_all(dir.file("log"));
   INFO(output);
@@ -68,7 +72,9 @@ TEST_CASE("omnibal-plan export turns a training checkpoint into a Hugging Face c
     }
   // A damaged step directory is refused by name.
   flip_byte(dir.file("run/step-3/rank-0.safetensors"), 100);
-  CHECK(std::system((std::string(OMNIBAL_PLAN_EXE) + " export --checkpoint " + dir.file("run/step-3") + " --out " +
-                     dir.file("hf2") + " > " + dir.file("log2") + " 2>&1").c_str()) != 0);
+  CHECK(std::system((std::string(OMNIBAL_PLAN_EXE) + " export --checkpoint " +
+                     dir.file("run/step-3") + " --out " + dir.file("hf2") + " > " +
+                     dir.file("log2") + " 2>&1")
+                        .c_str()) != 0);
   CHECK(read_all(dir.file("log2")).find("rank-0.safetensors: checksum") != std::string::npos);
 }

@@ -29,7 +29,8 @@ int write_checkpoint(int argc, char** argv) {
   omnibal::comm::MpiRuntime mpi(&argc, &argv);
   const std::string preset_name = argv[2], root = argv[3];
   const std::vector<std::string> overrides(argv + 4, argv + argc);
-  const auto config = omnibal::parse_config("model:\n  preset: " + preset_name + "\n", "fixture", overrides);
+  const auto config =
+      omnibal::parse_config("model:\n  preset: " + preset_name + "\n", "fixture", overrides);
   const auto preset = omnibal::load_model_preset(preset_name);
   const auto n = static_cast<int64_t>(omnibal::models::unit_names(preset).size());
   const auto opt = omnibal::models::VlmOptions{}.with_img_context_id(3).with_seed(17);
@@ -37,7 +38,8 @@ int write_checkpoint(int argc, char** argv) {
   // A single process holds the whole model: a tied head shares the embedding and has no
   // parameter of its own, as in the trainer's PP = 1 checkpoints.
   for (const auto& u : omnibal::models::make_units(preset, opt, 0, n))
-    for (const auto& p : u->named_parameters(true)) shard.tensors[u->unit_name() + "." + p.key()] = p.value().detach();
+    for (const auto& p : u->named_parameters(true))
+      shard.tensors[u->unit_name() + "." + p.key()] = p.value().detach();
   shard.tensors["optim.llm_head.norm.weight.exp_avg"] = torch::ones({preset.llm.width});
   auto world = ckpt::testing::world_comm();
   ckpt::CheckpointStore store(root, 0, *world);
@@ -50,7 +52,8 @@ int write_config(int argc, char** argv) {
   const auto preset = omnibal::load_model_preset(argv[2]);
   std::filesystem::create_directories(argv[4]);
   std::ofstream(std::string(argv[4]) + "/config.json")
-      << ckpt::hf_config_json(preset, ckpt::parse_hf_llm_style(argv[3]), "bfloat16").dump(2) << "\n";
+      << ckpt::hf_config_json(preset, ckpt::parse_hf_llm_style(argv[3]), "bfloat16").dump(2)
+      << "\n";
   const auto counts = omnibal::models::unit_parameter_counts(preset);
   std::cout << "parameters " << std::accumulate(counts.begin(), counts.end(), int64_t{0}) << "\n";
   return 0;

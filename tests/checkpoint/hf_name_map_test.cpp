@@ -29,8 +29,8 @@ namespace {
 
 const std::string kFixtures = std::string(OMNIBAL_SOURCE_DIR) + "/tests/checkpoint/fixtures/";
 
-std::vector<models::UnitPtr> build(const omnibal::ModelPreset& preset, uint64_t seed, int64_t begin = 0,
-                                   int64_t end = -1) {
+std::vector<models::UnitPtr> build(const omnibal::ModelPreset& preset, uint64_t seed,
+                                   int64_t begin = 0, int64_t end = -1) {
   const auto opt = models::VlmOptions{}.with_img_context_id(3).with_seed(seed);
   const int64_t n = static_cast<int64_t>(models::unit_names(preset).size());
   return models::make_units(preset, opt, begin, end < 0 ? n : end);
@@ -39,7 +39,8 @@ std::vector<models::UnitPtr> build(const omnibal::ModelPreset& preset, uint64_t 
 std::map<std::string, torch::Tensor> named(const std::vector<models::UnitPtr>& units) {
   std::map<std::string, torch::Tensor> out;
   for (const auto& u : units)
-    for (const auto& p : u->named_parameters(true)) out[u->unit_name() + "." + p.key()] = p.value().detach().clone();
+    for (const auto& p : u->named_parameters(true))
+      out[u->unit_name() + "." + p.key()] = p.value().detach().clone();
   return out;
 }
 
@@ -47,23 +48,28 @@ std::map<std::string, torch::Tensor> named(const std::vector<models::UnitPtr>& u
 
 TEST_CASE("every parameter of every preset has exactly one Hugging Face name", "[hf]") {
   const auto preset_name = GENERATE(as<std::string>{}, "tiny", "base-100m", "internvl-1.5-6b-20b");
-  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama, ckpt::HfLlmStyle::kLlamaFused);
+  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama,
+                              ckpt::HfLlmStyle::kLlamaFused);
   const auto preset = omnibal::load_model_preset(preset_name);
   std::set<std::string> hf, parts;
   int64_t elements = 0;
   for (const auto& m : ckpt::hf_mappings(preset, style)) {
-    CHECK(hf.insert(m.hf_name).second == !(preset.llm.tie_embeddings && m.parts[0] == "llm_head.output.weight"));
+    CHECK(hf.insert(m.hf_name).second ==
+          !(preset.llm.tie_embeddings && m.parts[0] == "llm_head.output.weight"));
     for (const auto& p : m.parts) CHECK(parts.insert(p).second);
   }
   if (preset_name == "tiny") {
     // The mapped names are exactly the model's parameter names.
     std::set<std::string> model_names;
-    for (const auto& [name, t] : named(build(preset, 1))) model_names.insert(name), elements += t.numel();
+    for (const auto& [name, t] : named(build(preset, 1)))
+      model_names.insert(name), elements += t.numel();
     CHECK(parts == model_names);
     const auto counts = models::unit_parameter_counts(preset);
     CHECK(elements == std::accumulate(counts.begin(), counts.end(), int64_t{0}));
   }
-  const size_t llm_tensors_per_block = style == ckpt::HfLlmStyle::kInternLm2 ? 7 : style == ckpt::HfLlmStyle::kLlama ? 9 : 6;
+  const size_t llm_tensors_per_block = style == ckpt::HfLlmStyle::kInternLm2 ? 7
+                                       : style == ckpt::HfLlmStyle::kLlama   ? 9
+                                                                             : 6;
   size_t block0 = 0;
   for (const auto& name : hf) block0 += name.rfind("language_model.model.layers.0.", 0) == 0;
   CHECK(block0 == llm_tensors_per_block);
@@ -92,7 +98,8 @@ TEST_CASE("InternLM2 wqkv interleaves q heads, k and v per KV group", "[hf]") {
 }
 
 TEST_CASE("export then import gives identical tensors in every LLM style", "[hf]") {
-  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama, ckpt::HfLlmStyle::kLlamaFused);
+  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama,
+                              ckpt::HfLlmStyle::kLlamaFused);
   const bool tied = GENERATE(false, true);
   auto preset = omnibal::load_model_preset("tiny");
   preset.llm.tie_embeddings = tied;
@@ -101,8 +108,9 @@ TEST_CASE("export then import gives identical tensors in every LLM style", "[hf]
   // Small shards so the export has several files; extra names (optimizer state) are skipped.
   auto with_extra = source;
   with_extra["optim.llm_head.norm.weight.exp_avg"] = torch::zeros({4});
-  const auto report = ckpt::export_hf(with_extra, preset, dir.str(),
-                                      ckpt::HfExportOptions{}.with_style(style).with_max_shard_bytes(1 << 20));
+  const auto report =
+      ckpt::export_hf(with_extra, preset, dir.str(),
+                      ckpt::HfExportOptions{}.with_style(style).with_max_shard_bytes(1 << 20));
   CHECK(report.files.size() >= 3);
   CHECK(report.ignored == std::vector<std::string>{"optim.llm_head.norm.weight.exp_avg"});
   CHECK(fs::exists(dir.file("config.json")));
@@ -114,7 +122,8 @@ TEST_CASE("export then import gives identical tensors in every LLM style", "[hf]
   CHECK(ckpt::hf_style_from_config(config, "config.json") == style);
 
   auto target = build(preset, 99);
-  CHECK_FALSE(torch::equal(named(target).at("llm_block_1.attention.wk.weight"), source.at("llm_block_1.attention.wk.weight")));
+  CHECK_FALSE(torch::equal(named(target).at("llm_block_1.attention.wk.weight"),
+                           source.at("llm_block_1.attention.wk.weight")));
   const auto loaded = ckpt::load_pretrained(target, preset, dir.str(), {});
   CHECK(loaded.style == style);
   CHECK(loaded.missing.empty());
@@ -140,7 +149,8 @@ TEST_CASE("bf16 export loads into fp32 parameters as the rounded values", "[hf]"
     CHECK(torch::equal(got.at(name), source.at(name).to(torch::kBFloat16).to(torch::kFloat)));
 }
 
-TEST_CASE("a Hugging Face InternLM2 checkpoint written by python3-torch loads into omnibal names", "[hf]") {
+TEST_CASE("a Hugging Face InternLM2 checkpoint written by python3-torch loads into omnibal names",
+          "[hf]") {
   const auto preset = omnibal::load_model_preset(kFixtures + "micro.yaml");
   auto units = build(preset, 5);
   const auto report = ckpt::load_pretrained(units, preset, kFixtures + "hf_micro_internlm2", {});
@@ -175,7 +185,8 @@ TEST_CASE("a pipeline stage reads only the shards holding its units", "[hf]") {
                     Catch::Contains("model-00001-of-00002.safetensors"));
 }
 
-TEST_CASE("missing, unexpected and mismatched tensors are listed together, then refused or allowed", "[hf]") {
+TEST_CASE("missing, unexpected and mismatched tensors are listed together, then refused or allowed",
+          "[hf]") {
   const auto preset = omnibal::load_model_preset("tiny");
   ScratchDir dir("hf_problems");
   auto source = named(build(preset, 7));
@@ -207,20 +218,23 @@ TEST_CASE("missing, unexpected and mismatched tensors are listed together, then 
     CHECK(msg.find("unexpected in the checkpoint (1)") != std::string::npos);
     CHECK(msg.find("language_model.model.extra_adapter.weight") != std::string::npos);
     CHECK(msg.find("shape mismatches (1)") != std::string::npos);
-    CHECK(msg.find("vision_model.encoder.layers.0.mlp.fc1.bias: checkpoint [3], model [256]") != std::string::npos);
+    CHECK(msg.find("vision_model.encoder.layers.0.mlp.fc1.bias: checkpoint [3], model [256]") !=
+          std::string::npos);
   }
   // Refused means untouched.
   for (const auto& [name, t] : named(units)) CHECK(torch::equal(t, before.at(name)));
 
-  const auto report = ckpt::load_pretrained(units, preset, bad.str(),
-                                            {"projector.fc1.*", "*.extra_adapter.*", "vit_block_0.mlp.fc1.bias"});
+  const auto report =
+      ckpt::load_pretrained(units, preset, bad.str(),
+                            {"projector.fc1.*", "*.extra_adapter.*", "vit_block_0.mlp.fc1.bias"});
   CHECK(report.missing.size() == 2);
   CHECK(report.unexpected.size() == 1);
   CHECK(report.mismatched.size() == 1);
   const auto got = named(units);
-  CHECK(torch::equal(got.at("projector.fc1.weight"), before.at("projector.fc1.weight")));   // kept init
+  CHECK(torch::equal(got.at("projector.fc1.weight"),
+                     before.at("projector.fc1.weight")));  // kept init
   CHECK(torch::equal(got.at("vit_block_0.mlp.fc1.bias"), before.at("vit_block_0.mlp.fc1.bias")));
-  CHECK(torch::equal(got.at("projector.fc2.weight"), source.at("projector.fc2.weight")));   // loaded
+  CHECK(torch::equal(got.at("projector.fc2.weight"), source.at("projector.fc2.weight")));  // loaded
   CHECK(torch::equal(got.at("llm_head.output.weight"), source.at("llm_head.output.weight")));
 }
 
@@ -232,33 +246,43 @@ TEST_CASE("export lists every missing parameter before writing", "[hf]") {
   source.erase("vit_embed.class_embedding");
   CHECK_THROWS_WITH(ckpt::export_hf(source, preset, dir.file("out")),
                     Catch::Contains("2 parameters of preset tiny are missing") &&
-                        Catch::Contains("llm_block_2.attention.wk.weight (for language_model.model.layers.2.attention.wqkv.weight)") &&
+                        Catch::Contains("llm_block_2.attention.wk.weight (for "
+                                        "language_model.model.layers.2.attention.wqkv.weight)") &&
                         Catch::Contains("vit_embed.class_embedding"));
   CHECK_FALSE(fs::exists(dir.file("out")));
   CHECK(ckpt::detect_hf_llm_style({"language_model.model.layers.0.self_attn.qkv_proj.weight"}) ==
         ckpt::HfLlmStyle::kLlamaFused);
-  CHECK_THROWS_WITH(ckpt::detect_hf_llm_style({"mlp1.0.weight"}), Catch::Contains("cannot tell the LLM layout"));
+  CHECK_THROWS_WITH(ckpt::detect_hf_llm_style({"mlp1.0.weight"}),
+                    Catch::Contains("cannot tell the LLM layout"));
   CHECK(ckpt::parse_hf_llm_style("llama-fused") == ckpt::HfLlmStyle::kLlamaFused);
-  CHECK_THROWS_WITH(ckpt::parse_hf_llm_style("qwen"), Catch::Contains("expected internlm2, llama or llama-fused"));
+  CHECK_THROWS_WITH(ckpt::parse_hf_llm_style("qwen"),
+                    Catch::Contains("expected internlm2, llama or llama-fused"));
 }
 
-TEST_CASE("config.json decides the LLM naming; unknown architectures and contradicting names are refused", "[hf]") {
+TEST_CASE(
+    "config.json decides the LLM naming; unknown architectures and contradicting names are refused",
+    "[hf]") {
   const auto preset = omnibal::load_model_preset("tiny");
   auto config = ckpt::hf_config_json(preset, ckpt::HfLlmStyle::kLlama, "float32");
   config.erase("omnibal");
   config["llm_config"]["architectures"] = {"Qwen2ForCausalLM"};
   CHECK_THROWS_WITH(ckpt::hf_style_from_config(config, "q/config.json"),
-                    Catch::Contains("q/config.json: llm_config.architectures[0] is \"Qwen2ForCausalLM\"") &&
+                    Catch::Contains(
+                        "q/config.json: llm_config.architectures[0] is \"Qwen2ForCausalLM\"") &&
                         Catch::Contains("model.hf_style"));
   config.erase("llm_config");
-  CHECK_THROWS_WITH(ckpt::hf_style_from_config(config, "q/config.json"), Catch::Contains("is absent"));
+  CHECK_THROWS_WITH(ckpt::hf_style_from_config(config, "q/config.json"),
+                    Catch::Contains("is absent"));
   config["omnibal"] = {{"llm_style", "llama-fused"}};
   CHECK(ckpt::hf_style_from_config(config, "q/config.json") == ckpt::HfLlmStyle::kLlamaFused);
 
   CHECK(ckpt::resolve_hf_style("auto", "") == ckpt::HfLlmStyle::kInternLm2);
-  CHECK(ckpt::resolve_hf_style("llama", "/nonexistent") == ckpt::HfLlmStyle::kLlama);  // the override reads nothing
-  CHECK_THROWS_WITH(ckpt::resolve_hf_style("qwen", ""), Catch::Contains("model.hf_style: expected auto"));
-  CHECK_THROWS_WITH(ckpt::resolve_hf_style("auto", "/nonexistent"), Catch::Contains("/nonexistent/config.json"));
+  CHECK(ckpt::resolve_hf_style("llama", "/nonexistent") ==
+        ckpt::HfLlmStyle::kLlama);  // the override reads nothing
+  CHECK_THROWS_WITH(ckpt::resolve_hf_style("qwen", ""),
+                    Catch::Contains("model.hf_style: expected auto"));
+  CHECK_THROWS_WITH(ckpt::resolve_hf_style("auto", "/nonexistent"),
+                    Catch::Contains("/nonexistent/config.json"));
 
   // An InternLM2 export loaded as LLaMA (a wrong config.json or override) is refused before any copy.
   ScratchDir dir("hf_style_conflict");
@@ -266,21 +290,27 @@ TEST_CASE("config.json decides the LLM naming; unknown architectures and contrad
   auto units = build(preset, 8);
   const auto before = named(units);
   CHECK_THROWS_WITH(ckpt::load_pretrained(units, preset, dir.str(), {}, ckpt::HfLlmStyle::kLlama),
-                    Catch::Contains("the LLM layout is llama") && Catch::Contains("tensor names are internlm2's"));
-  CHECK(torch::equal(named(units).at("llm_block_0.attention.wq.weight"), before.at("llm_block_0.attention.wq.weight")));
+                    Catch::Contains("the LLM layout is llama") &&
+                        Catch::Contains("tensor names are internlm2's"));
+  CHECK(torch::equal(named(units).at("llm_block_0.attention.wq.weight"),
+                     before.at("llm_block_0.attention.wq.weight")));
   CHECK(ckpt::load_pretrained(units, preset, dir.str(), {}, ckpt::HfLlmStyle::kInternLm2).loaded ==
         static_cast<int64_t>(before.size()));
 }
 
-TEST_CASE("a tied head is exported as its own tensor; config.json records what training used", "[hf]") {
-  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama, ckpt::HfLlmStyle::kLlamaFused);
+TEST_CASE("a tied head is exported as its own tensor; config.json records what training used",
+          "[hf]") {
+  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama,
+                              ckpt::HfLlmStyle::kLlamaFused);
   auto preset = omnibal::load_model_preset("tiny");
   preset.llm.tie_embeddings = true;
   ScratchDir dir("hf_tied_head");
   const auto source = named(build(preset, 7));
-  REQUIRE_FALSE(source.count("llm_head.output.weight"));  // one process: the head shares the embedding
+  REQUIRE_FALSE(
+      source.count("llm_head.output.weight"));  // one process: the head shares the embedding
   const auto trained = ckpt::HfTrainingSettings{}.with_tiles(2, 9).with_pad_token_id(5);
-  ckpt::export_hf(source, preset, dir.str(), ckpt::HfExportOptions{}.with_style(style).with_trained(trained));
+  ckpt::export_hf(source, preset, dir.str(),
+                  ckpt::HfExportOptions{}.with_style(style).with_trained(trained));
   const ckpt::HfCheckpointDir exported(dir.str());
   const auto head = ckpt::hf_lm_head_name(style);
   REQUIRE(exported.contains(head));
@@ -302,11 +332,13 @@ TEST_CASE("a tied head is exported as its own tensor; config.json records what t
   auto target = build(preset, 99);
   const auto loaded = ckpt::load_pretrained(target, preset, dir.str(), {});
   CHECK(loaded.unexpected.empty());
-  CHECK(torch::equal(named(target).at("llm_embed.tok_embeddings.weight"), source.at("llm_embed.tok_embeddings.weight")));
+  CHECK(torch::equal(named(target).at("llm_embed.tok_embeddings.weight"),
+                     source.at("llm_embed.tok_embeddings.weight")));
   const auto names = models::unit_names(preset);
   auto head_stage = build(preset, 98, static_cast<int64_t>(names.size()) - 1);
   ckpt::load_pretrained(head_stage, preset, dir.str(), {});
-  CHECK(torch::equal(named(head_stage).at("llm_head.output.weight"), source.at("llm_embed.tok_embeddings.weight")));
+  CHECK(torch::equal(named(head_stage).at("llm_head.output.weight"),
+                     source.at("llm_embed.tok_embeddings.weight")));
 
   // A head that differs from the embedding would be lost in a tied preset: refused unless allowed.
   std::map<std::string, torch::Tensor> hf;
@@ -321,19 +353,26 @@ TEST_CASE("a tied head is exported as its own tensor; config.json records what t
   CHECK(ckpt::load_pretrained(units, preset, other.str(), {head}).unexpected.size() == 1);
 }
 
-TEST_CASE("config.json refuses a pad id outside the vocabulary, bad tiles and unknown templates", "[hf]") {
+TEST_CASE("config.json refuses a pad id outside the vocabulary, bad tiles and unknown templates",
+          "[hf]") {
   const auto preset = omnibal::load_model_preset("tiny");
   const auto style = ckpt::HfLlmStyle::kLlamaFused;
   CHECK(ckpt::hf_config_json(preset, style, "float32")["llm_config"]["pad_token_id"] == 0);
-  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32", ckpt::HfTrainingSettings{}.with_pad_token_id(1024)),
-                    Catch::Contains("pad_token_id 1024 is not a token of preset tiny (vocab_size 1024)"));
-  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32", ckpt::HfTrainingSettings{}.with_tiles(3, 2)),
-                    Catch::Contains("min_dynamic_patch <= max_dynamic_patch") && Catch::Contains("got 3 and 2"));
-  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32", ckpt::HfTrainingSettings{}.with_chat_template("vicuna")),
+  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32",
+                                         ckpt::HfTrainingSettings{}.with_pad_token_id(1024)),
+                    Catch::Contains(
+                        "pad_token_id 1024 is not a token of preset tiny (vocab_size 1024)"));
+  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32",
+                                         ckpt::HfTrainingSettings{}.with_tiles(3, 2)),
+                    Catch::Contains("min_dynamic_patch <= max_dynamic_patch") &&
+                        Catch::Contains("got 3 and 2"));
+  CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32",
+                                         ckpt::HfTrainingSettings{}.with_chat_template("vicuna")),
                     Catch::Contains("data.template \"vicuna\""));
   // Nothing is written when a setting is bad.
   ScratchDir dir("hf_bad_settings");
   CHECK_THROWS(ckpt::export_hf(named(build(preset, 7)), preset, dir.file("out"),
-                               ckpt::HfExportOptions{}.with_trained(ckpt::HfTrainingSettings{}.with_pad_token_id(-1))));
+                               ckpt::HfExportOptions{}.with_trained(
+                                   ckpt::HfTrainingSettings{}.with_pad_token_id(-1))));
   CHECK_FALSE(fs::exists(dir.file("out")));
 }

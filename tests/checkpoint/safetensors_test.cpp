@@ -76,8 +76,10 @@ TEST_CASE("safetensors tensors outlive the file object and the file, writes are 
   CHECK(u.sum().item<float>() == 132.0f);
 }
 
-TEST_CASE("safetensors reads a file written by python3-torch from the specification", "[safetensors]") {
-  const std::string path = std::string(OMNIBAL_SOURCE_DIR) + "/tests/checkpoint/fixtures/spec_fixture.safetensors";
+TEST_CASE("safetensors reads a file written by python3-torch from the specification",
+          "[safetensors]") {
+  const std::string path =
+      std::string(OMNIBAL_SOURCE_DIR) + "/tests/checkpoint/fixtures/spec_fixture.safetensors";
   const SafetensorsFile file(path);
   CHECK(file.metadata().at("written_by") == "make_safetensors_fixture.py");
   CHECK(file.names().size() == 6);
@@ -94,7 +96,8 @@ TEST_CASE("safetensors reads a file written by python3-torch from the specificat
   CHECK(torch::equal(half, pattern({5, 7}, torch::kHalf)));
   CHECK(torch::equal(file.tensor("language_model.model.norm.weight"), pattern({9}, torch::kFloat)));
   CHECK(torch::equal(file.tensor("step_counter"), torch::arange(3, torch::kLong) * 1000003 - 7));
-  CHECK(torch::equal(file.tensor("positions"), (torch::arange(6, torch::kInt) * 7 - 20).reshape({2, 3})));
+  CHECK(torch::equal(file.tensor("positions"),
+                     (torch::arange(6, torch::kInt) * 7 - 20).reshape({2, 3})));
   CHECK(file.tensor("empty").sizes() == std::vector<int64_t>{0, 4});
   // The fixture stores data in reverse name order: offsets, not names, give the layout.
   CHECK(file.entry("vision_model.embeddings.patch_embedding.weight").begin == 0);
@@ -111,33 +114,58 @@ TEST_CASE("safetensors refuses headers that lie, naming the file and the tensor"
   const auto c = GENERATE(values<Case>({
       {"bad json", R"({"a": {"dtype": "F32", )", 0, {"not valid JSON"}},
       {"not an object", R"([1, 2])", 0, {"must be a JSON object"}},
-      {"unknown dtype", R"({"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})", 2,
+      {"unknown dtype",
+       R"({"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})",
+       2,
        {"tensor \"w\"", "unsupported dtype \"F8_E4M3\""}},
-      {"out of range", R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8,
+      {"out of range",
+       R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+       8,
        {"tensor \"w\"", "out of range", "8 bytes"}},
-      {"dtype size vs shape", R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 12]}})", 12,
+      {"dtype size vs shape",
+       R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 12]}})",
+       12,
        {"tensor \"w\"", "12 bytes in data_offsets", "needs 24 bytes"}},
       {"overlap",
        R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
-       12, {"tensor \"b\"", "overlap tensor \"a\""}},
+       12,
+       {"tensor \"b\"", "overlap tensor \"a\""}},
       {"gap",
        R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
-       12, {"gap of 4 bytes before tensor \"b\""}},
-      {"trailing bytes", R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 10,
+       12,
+       {"gap of 4 bytes before tensor \"b\""}},
+      {"trailing bytes",
+       R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+       10,
        {"6 trailing bytes after the last tensor \"a\""}},
-      {"end before begin", R"({"w": {"dtype": "U8", "shape": [0], "data_offsets": [4, 0]}})", 4,
+      {"end before begin",
+       R"({"w": {"dtype": "U8", "shape": [0], "data_offsets": [4, 0]}})",
+       4,
        {"tensor \"w\"", "end before begin"}},
-      {"missing offsets", R"({"w": {"dtype": "U8", "shape": [1]}})", 1, {"tensor \"w\"", "missing \"data_offsets\""}},
-      {"negative offset", R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [-1, 0]}})", 1,
+      {"missing offsets",
+       R"({"w": {"dtype": "U8", "shape": [1]}})",
+       1,
+       {"tensor \"w\"", "missing \"data_offsets\""}},
+      {"negative offset",
+       R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [-1, 0]}})",
+       1,
        {"tensor \"w\"", "non-negative integers"}},
-      {"negative dim", R"({"w": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}})", 1,
+      {"negative dim",
+       R"({"w": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}})",
+       1,
        {"tensor \"w\"", "negative dimension"}},
-      {"float dim", R"({"w": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}})", 1,
+      {"float dim",
+       R"({"w": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}})",
+       1,
        {"tensor \"w\"", "array of integers"}},
-      {"metadata value", R"({"__metadata__": {"k": 3}})", 0, {"__metadata__[\"k\"] must be a string"}},
+      {"metadata value",
+       R"({"__metadata__": {"k": 3}})",
+       0,
+       {"__metadata__[\"k\"] must be a string"}},
       {"duplicate name",
        R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}})",
-       2, {"tensor \"a\" appears twice"}},
+       2,
+       {"tensor \"a\" appears twice"}},
   }));
   INFO(c.what);
   const std::string path = dir.file("bad.safetensors");
@@ -160,16 +188,20 @@ TEST_CASE("safetensors refuses a short file and a header length beyond the file"
   CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains(path) && Catch::Contains("too short"));
   write_raw(path, 1000, R"({})", 0);
   CHECK_THROWS_WITH(SafetensorsFile(path),
-                    Catch::Contains(path) && Catch::Contains("header length 1000 runs beyond the end"));
-  CHECK_THROWS_WITH(SafetensorsFile(dir.file("absent.safetensors")), Catch::Contains("cannot open"));
+                    Catch::Contains(path) &&
+                        Catch::Contains("header length 1000 runs beyond the end"));
+  CHECK_THROWS_WITH(SafetensorsFile(dir.file("absent.safetensors")),
+                    Catch::Contains("cannot open"));
 }
 
-TEST_CASE("safetensors writer refuses unsupported dtypes and leaves no partial file", "[safetensors]") {
+TEST_CASE("safetensors writer refuses unsupported dtypes and leaves no partial file",
+          "[safetensors]") {
   ScratchDir dir("st_write");
   const std::string path = dir.file("w.safetensors");
   CHECK_THROWS_WITH(write_safetensors(path, {{"z", torch::zeros({2}, torch::kComplexFloat)}}),
                     Catch::Contains("tensor \"z\"") && Catch::Contains("unsupported dtype"));
   CHECK_FALSE(fs::exists(path));
-  CHECK_THROWS_WITH(write_safetensors(dir.file("no/such/dir/x.safetensors"), {{"a", torch::zeros({1})}}),
+  CHECK_THROWS_WITH(write_safetensors(dir.file("no/such/dir/x.safetensors"),
+                                      {{"a", torch::zeros({1})}}),
                     Catch::Contains("cannot create"));
 }

@@ -15,8 +15,10 @@ namespace omnibal::checkpoint::testing {
 class ScratchDir {
  public:
   /// `tag` names the test; `id` makes it unique (default: this process's pid).
-  explicit ScratchDir(const std::string& tag, long id = static_cast<long>(::getpid()), bool owner = true)
-      : path_(std::filesystem::temp_directory_path() / ("omnibal_" + tag + "_" + std::to_string(id))),
+  explicit ScratchDir(const std::string& tag, long id = static_cast<long>(::getpid()),
+                      bool owner = true)
+      : path_(std::filesystem::temp_directory_path() /
+              ("omnibal_" + tag + "_" + std::to_string(id))),
         owner_(owner) {
     if (owner_) {
       std::filesystem::remove_all(path_);

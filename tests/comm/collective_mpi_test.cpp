@@ -16,9 +16,9 @@
 #include <catch2/catch.hpp>
 
 using namespace omnibal::comm;
+using Catch::Matchers::Contains;
 using omnibal::comm::testing::pattern;
 using omnibal::comm::testing::world_comm;
-using Catch::Matchers::Contains;
 
 TEST_CASE("collective: all-reduce sum, max, min", "[collective]") {
   auto comm = world_comm();
@@ -76,8 +76,7 @@ TEST_CASE("collective: dp 2 x pp 2 groups follow the process grid", "[collective
   CHECK(comms.pipeline().rank() == c.pp);
   // DP group all-reduce of world ranks equals the sum of the grid's DP group.
   const auto dp_ranks = grid.dp_group(c.pp);
-  CHECK(comms.dp_group().all_reduce_int(comms.rank(), ReduceOp::kSum) ==
-        dp_ranks[0] + dp_ranks[1]);
+  CHECK(comms.dp_group().all_reduce_int(comms.rank(), ReduceOp::kSum) == dp_ranks[0] + dp_ranks[1]);
   CHECK(comms.dp_group().world_rank(1 - c.dp) == dp_ranks[1 - c.dp]);
   // An activation travels along each pipeline: stage 0 -> stage 1 of the same replica.
   TensorMessenger messenger(comms.pipeline());

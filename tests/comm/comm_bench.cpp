@@ -99,7 +99,10 @@ int main(int argc, char** argv) {
   WaitPolicy policy;
   auto comm = make_mpi_communicator(MPI_COMM_WORLD, "world", std::make_shared<Watchdog>(policy));
   TensorMessenger messenger(*comm);
-  struct Size { int64_t bytes; int iters; };
+  struct Size {
+    int64_t bytes;
+    int iters;
+  };
   for (const Size s : {Size{8, 2000}, Size{64 << 10, 500}, Size{10 << 20, 20}}) {
     std::vector<double> ours, plain;
     for (int r = 0; r < reps; ++r) {  // interleaved repetitions

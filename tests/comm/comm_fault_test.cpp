@@ -84,8 +84,8 @@ RunResult finish(pid_t pid, const fs::path& log) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("omnibal_comm_" + name + "_" +
-                                                    std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("omnibal_comm_" + name + "_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -130,7 +130,8 @@ std::vector<pid_t> rank_pids(const fs::path& dir, int ranks) {
 
 }  // namespace
 
-TEST_CASE("failure: a throw on rank 1 ends the job while rank 0 waits in a receive", "[mpi][fault]") {
+TEST_CASE("failure: a throw on rank 1 ends the job while rank 0 waits in a receive",
+          "[mpi][fault]") {
   const RunResult r = run_mode(2, "throw-in-recv");
   INFO(r.output);
   CHECK_FALSE(r.hung);
@@ -139,14 +140,16 @@ TEST_CASE("failure: a throw on rank 1 ends the job while rank 0 waits in a recei
                            Catch::Contains("injected failure at step 2 (where=forward)"));
 }
 
-TEST_CASE("failure: under odls_base_sigkill_timeout a rank blocked on a dead peer gives up "
-          "comm.stop_grace_s after SIGTERM", "[mpi][fault]") {
+TEST_CASE(
+    "failure: under odls_base_sigkill_timeout a rank blocked on a dead peer gives up "
+    "comm.stop_grace_s after SIGTERM",
+    "[mpi][fault]") {
   // Open MPI 4.1 answers rank 1's MPI_Abort with SIGCONT, sleeps the timeout (3 s here), sends
   // SIGTERM, sleeps it again, then SIGKILLs. Rank 0's stop handler turns that SIGTERM into a
   // flag while it is blocked in a receive from the dead rank; the watchdog must then give up
   // after comm.stop_grace_s (1 s) with a message, before the SIGKILL.
-  const RunResult r = run_mode(2, "throw-in-recv", "120", {"1"},
-                               {"--mca", "odls_base_sigkill_timeout", "3"});
+  const RunResult r =
+      run_mode(2, "throw-in-recv", "120", {"1"}, {"--mca", "odls_base_sigkill_timeout", "3"});
   INFO(r.output);
   CHECK_FALSE(r.hung);
   CHECK(r.exit_code != 0);
@@ -232,7 +235,7 @@ TEST_CASE("sigterm: mpirun forwards SIGTERM after odls_base_sigkill_timeout, ran
   const std::vector<int> steps = stop_steps(dir, ranks);
   CHECK(steps[0] > 1);  // the ranks were signalled, not killed before the handler ran
   CHECK(steps[0] == steps[1]);
-  CHECK_THAT(result.output, Catch::Contains("rank 0 stops at step") &&
-                                Catch::Contains("rank 1 stops at step"));
+  CHECK_THAT(result.output,
+             Catch::Contains("rank 0 stops at step") && Catch::Contains("rank 1 stops at step"));
   fs::remove_all(dir);
 }

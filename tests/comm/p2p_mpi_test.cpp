@@ -7,9 +7,9 @@
 #include <catch2/catch.hpp>
 
 using namespace omnibal::comm;
+using Catch::Matchers::Contains;
 using omnibal::comm::testing::pattern;
 using omnibal::comm::testing::world_comm;
-using Catch::Matchers::Contains;
 
 namespace {
 const std::vector<int64_t> kLengths = {5, 17, 1, 33, 0};  // tokens per micro-batch
@@ -43,7 +43,9 @@ TEST_CASE("p2p: micro-batches of differing shapes with side tensors", "[p2p]") {
     wait_all(sent);
   } else {
     for (int mb = 0; mb < n_mb; ++mb) {
-      MessageHeader expect{MessageKind::kActivation, mb, {{at::kFloat, {-1, kHidden}}, {at::kInt, {2}}}};
+      MessageHeader expect{MessageKind::kActivation,
+                           mb,
+                           {{at::kFloat, {-1, kHidden}}, {at::kInt, {2}}}};
       auto got = messenger.recv(expect, 0).wait();
       REQUIRE(got.size() == 2);
       CHECK(torch::equal(got[0], pattern({kLengths[mb], kHidden}, mb)));

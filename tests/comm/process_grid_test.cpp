@@ -9,10 +9,10 @@
 
 #include <set>
 
+using Catch::Matchers::Contains;
 using omnibal::comm::GridCoord;
 using omnibal::comm::GridShape;
 using omnibal::comm::ProcessGrid;
-using Catch::Matchers::Contains;
 
 TEST_CASE("process grid: hand-computed dp 2 x pp 3 layout", "[comm][grid]") {
   const ProcessGrid grid(GridShape{2, 3, 1}, 6);
@@ -57,8 +57,10 @@ TEST_CASE("process grid: invariants over swept sizes", "[comm][grid]") {
   CHECK(static_cast<int>(seen.size()) == dp * pp);
   // DP groups partition the world; so do pipelines.
   std::multiset<int> in_dp, in_pp;
-  for (int s = 0; s < pp; ++s) for (int r : grid.dp_group(s)) in_dp.insert(r);
-  for (int d = 0; d < dp; ++d) for (int r : grid.pipeline_group(d)) in_pp.insert(r);
+  for (int s = 0; s < pp; ++s)
+    for (int r : grid.dp_group(s)) in_dp.insert(r);
+  for (int d = 0; d < dp; ++d)
+    for (int r : grid.pipeline_group(d)) in_pp.insert(r);
   CHECK(in_dp == std::multiset<int>(seen.begin(), seen.end()));
   CHECK(in_pp == std::multiset<int>(seen.begin(), seen.end()));
 }
@@ -68,7 +70,8 @@ TEST_CASE("process grid: size errors name the keys", "[comm][grid]") {
                     Contains("parallel.dp * parallel.pp = 2 * 3 = 6 but mpirun started 4 ranks"));
   CHECK_THROWS_WITH(ProcessGrid(GridShape{1, 2, 2}, 4),
                     Contains("parallel.tp = 2: tensor parallelism is not supported yet"));
-  CHECK_THROWS_WITH(ProcessGrid(GridShape{0, 2, 1}, 0), Contains("parallel.dp: expected >= 1, got 0"));
+  CHECK_THROWS_WITH(ProcessGrid(GridShape{0, 2, 1}, 0),
+                    Contains("parallel.dp: expected >= 1, got 0"));
   CHECK_THROWS_WITH(ProcessGrid(GridShape{1, -1, 1}, 1), Contains("parallel.pp: expected >= 1"));
   const ProcessGrid grid(GridShape{2, 2, 1}, 4);
   CHECK_THROWS_WITH(grid.coord(4), Contains("rank 4 outside the grid of 4 ranks"));

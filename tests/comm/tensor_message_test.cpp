@@ -19,7 +19,9 @@ MessageHeader header(MessageKind kind, int mb, std::vector<TensorMeta> tensors) 
 
 TEST_CASE("message header: wire form round-trips", "[comm][message]") {
   const auto h = header(MessageKind::kGradient, 7,
-                        {{at::kFloat, {128, 64}}, {at::kInt, {5}}, {at::kLong, {}},
+                        {{at::kFloat, {128, 64}},
+                         {at::kInt, {5}},
+                         {at::kLong, {}},
                          {at::kBFloat16, {1, 2, 3, 4, 5, 6}}});
   const torch::Tensor words = h.encode();
   CHECK(words.numel() == MessageHeader::kHeaderWords);
@@ -42,8 +44,8 @@ TEST_CASE("message header: expectations match by kind, mb, dtype, ndim and fixed
   CHECK_FALSE(got.matches(header(MessageKind::kGradient, 3, {{at::kFloat, {-1, 64}}})));
   CHECK_FALSE(got.matches(header(MessageKind::kActivation, 3, {{at::kDouble, {-1, 64}}})));
   CHECK_FALSE(got.matches(header(MessageKind::kActivation, 3, {{at::kFloat, {-1, 64, 1}}})));
-  CHECK_FALSE(got.matches(
-      header(MessageKind::kActivation, 3, {{at::kFloat, {-1, 64}}, {at::kInt, {-1}}})));
+  CHECK_FALSE(
+      got.matches(header(MessageKind::kActivation, 3, {{at::kFloat, {-1, 64}}, {at::kInt, {-1}}})));
 }
 
 TEST_CASE("message header: limits and bad wire data are errors", "[comm][message]") {

@@ -12,8 +12,7 @@ using namespace omnibal;
 namespace {
 
 // Every value 0..count-1 of E has a name, names are unique, and each parsed name round-trips.
-template <class E>
-void check_table(int count) {
+template <class E> void check_table(int count) {
   std::set<std::string> names;
   for (int i = 0; i < count; ++i) {
     const auto name = choice_name(static_cast<E>(i));
@@ -45,7 +44,8 @@ TEST_CASE("choices: one name per value, parse and print are inverses", "[core][c
 
 TEST_CASE("choices: an unknown name lists the choices and names the key", "[core][choices]") {
   CHECK_THROWS_WITH(parse_choice<RecomputeMode>("ful", "memory.recompute"),
-                    Catch::Contains("memory.recompute: expected adaptive | full | none, got 'ful'"));
+                    Catch::Contains(
+                        "memory.recompute: expected adaptive | full | none, got 'ful'"));
   // The list and mapping forms are never names.
   CHECK_THROWS_WITH(parse_choice<RecomputeMode>("per_stage", "memory.recompute"),
                     Catch::Contains("got 'per_stage'"));
@@ -56,7 +56,8 @@ TEST_CASE("choices: an unknown name lists the choices and names the key", "[core
 
 TEST_CASE("choices: the config reads, writes and refuses them by name", "[core][choices]") {
   const auto c = parse_config(
-      "model: {hf_style: llama-fused}\ndata: {on_bad_sample: skip}\ndebug: {fail_at: {where: loader}}\n"
+      "model: {hf_style: llama-fused}\ndata: {on_bad_sample: skip}\ndebug: {fail_at: {where: "
+      "loader}}\n"
       "memory: {recompute: none}\nparallel: {partition: parameters}\n",
       "c.yaml");
   CHECK(c.model.hf_style == HfStyle::kLlamaFused);
@@ -72,8 +73,9 @@ TEST_CASE("choices: the config reads, writes and refuses them by name", "[core][
   CHECK_THROWS_WITH(parse_config("memory:\n  recompute: ful\n", "c.yaml"),
                     Catch::Contains("c.yaml:2: memory.recompute: expected adaptive | full | none | "
                                     "[recomputed units per stage], got 'ful'"));
-  CHECK_THROWS_WITH(parse_config("model:\n  hf_style: qwen\n", "c.yaml"),
-                    Catch::Contains("c.yaml:2: model.hf_style: expected auto | internlm2 | llama | llama-fused"));
+  CHECK_THROWS_WITH(
+      parse_config("model:\n  hf_style: qwen\n", "c.yaml"),
+      Catch::Contains("c.yaml:2: model.hf_style: expected auto | internlm2 | llama | llama-fused"));
   // The ablation-only method is a name of the table but not a training method.
   CHECK_THROWS_WITH(parse_config("balance: {method: isf-random-placement}\n", "c.yaml"),
                     Catch::Contains("balance.method: expected isf | random"));

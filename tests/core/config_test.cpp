@@ -35,8 +35,9 @@ TEST_CASE("config parses sections and keeps defaults for missing keys", "[core][
 }
 
 TEST_CASE("partition and recompute accept names and lists", "[core][config]") {
-  auto c = parse_config("parallel:\n  pp: 2\n  partition: {manual: [3, 5]}\nmemory:\n  recompute: [1, 0]\n",
-                        "test.yaml");
+  auto c = parse_config(
+      "parallel:\n  pp: 2\n  partition: {manual: [3, 5]}\nmemory:\n  recompute: [1, 0]\n",
+      "test.yaml");
   CHECK(c.parallel.partition.method == PartitionMethod::kManual);
   CHECK(c.parallel.partition.manual == std::vector<int>{3, 5});
   CHECK(c.memory.recompute.mode == RecomputeMode::kPerStage);
@@ -69,7 +70,8 @@ TEST_CASE("unknown keys are errors naming file, line and key", "[core][config]")
 TEST_CASE("errors in --set values name the override, not a line of the file", "[core][config]") {
   const std::string file = "parallel:\n  dp: 1\ntrain:\n  steps: 10\n";
   auto msg = error_of(file, {"parallel.pp=2", "train.steps=abc"});
-  CHECK_THAT(msg, Catch::Contains("--set 'train.steps=abc': train.steps: expected an integer, got 'abc'"));
+  CHECK_THAT(msg, Catch::Contains(
+                      "--set 'train.steps=abc': train.steps: expected an integer, got 'abc'"));
   CHECK_THAT(msg, !Catch::Contains("test.yaml"));
   msg = error_of(file, {"train.stpes=5"});
   CHECK_THAT(msg, Catch::Contains("--set 'train.stpes=5': unknown key 'train.stpes'"));
@@ -82,9 +84,11 @@ TEST_CASE("bad values are errors naming the key and what was expected", "[core][
   auto msg = error_of("parallel:\n  dp: two\n");
   CHECK_THAT(msg, Catch::Contains("test.yaml:2"));
   CHECK_THAT(msg, Catch::Contains("parallel.dp: expected an integer, got 'two'"));
-  CHECK_THAT(error_of("parallel:\n  dp: 0\n"), Catch::Contains("parallel.dp: expected a positive value"));
+  CHECK_THAT(error_of("parallel:\n  dp: 0\n"),
+             Catch::Contains("parallel.dp: expected a positive value"));
   CHECK_THAT(error_of("balance:\n  method: greedy\n"),
-             Catch::Contains("balance.method: expected isf | random | length-group | best-fit | multi-source, got 'greedy'"));
+             Catch::Contains("balance.method: expected isf | random | length-group | best-fit | "
+                             "multi-source, got 'greedy'"));
   CHECK_THAT(error_of("parallel:\n  pp: 3\n  partition: {manual: [1, 2]}\n"),
              Catch::Contains("one unit count per pipeline stage (3)"));
   CHECK_THAT(error_of("data:\n  on_bad_sample: ignore\n"), Catch::Contains("error | skip"));
@@ -94,9 +98,10 @@ TEST_CASE("bad values are errors naming the key and what was expected", "[core][
 }
 
 TEST_CASE("to_yaml round-trips the resolved config", "[core][config]") {
-  const auto a = parse_config("parallel:\n  pp: 2\n  partition: {manual: [4, 6]}\ntrain:\n  freeze: [vit, projector]\n"
-                              "memory:\n  recompute: [2, 1]\n",
-                              "test.yaml");
+  const auto a = parse_config(
+      "parallel:\n  pp: 2\n  partition: {manual: [4, 6]}\ntrain:\n  freeze: [vit, projector]\n"
+      "memory:\n  recompute: [2, 1]\n",
+      "test.yaml");
   const auto text = omnibal::to_yaml(a);
   const auto b = parse_config(text, "resolved.yaml");
   CHECK(omnibal::to_yaml(b) == text);
@@ -106,9 +111,12 @@ TEST_CASE("to_yaml round-trips the resolved config", "[core][config]") {
 }
 
 TEST_CASE("config_differences lists the changed keys with both values", "[core][config]") {
-  const auto a = parse_config("parallel:\n  dp: 2\n  micro_batches: 2\nbalance:\n  q_tok: 2048\n", "a.yaml");
-  const auto b = parse_config("parallel:\n  dp: 1\n  micro_batches: 2\nbalance:\n  q_tok: 1024\n", "b.yaml");
-  const std::vector<std::string> keys{"parallel.dp", "parallel.micro_batches", "balance.q_tok", "data.meta"};
+  const auto a =
+      parse_config("parallel:\n  dp: 2\n  micro_batches: 2\nbalance:\n  q_tok: 2048\n", "a.yaml");
+  const auto b =
+      parse_config("parallel:\n  dp: 1\n  micro_batches: 2\nbalance:\n  q_tok: 1024\n", "b.yaml");
+  const std::vector<std::string> keys{"parallel.dp", "parallel.micro_batches", "balance.q_tok",
+                                      "data.meta"};
   CHECK(omnibal::config_differences(a, b, keys) ==
         std::vector<std::string>{"parallel.dp: 2 -> 1", "balance.q_tok: 2048 -> 1024"});
   CHECK(omnibal::config_differences(a, a, keys).empty());
@@ -116,12 +124,14 @@ TEST_CASE("config_differences lists the changed keys with both values", "[core][
   CHECK(omnibal::config_differences(a, b, {"balance"}) ==
         std::vector<std::string>{"balance.q_tok: 2048 -> 1024"});
   CHECK(omnibal::config_differences(a, b, {"parallel.dp", "parallel.dp"}).size() == 2);
-  CHECK_THROWS_WITH(omnibal::config_differences(a, b, {"parallel.nope"}), Catch::Contains("no key 'parallel.nope'"));
+  CHECK_THROWS_WITH(omnibal::config_differences(a, b, {"parallel.nope"}),
+                    Catch::Contains("no key 'parallel.nope'"));
   CHECK(omnibal::config_differences(a, b, {"train.exit_after_steps"}).empty());
 }
 
 TEST_CASE("train.exit_after_steps and train.exit_duration_min", "[core][config]") {
-  const auto c = parse_config("train:\n  exit_after_steps: 3\n  exit_duration_min: 1.5\n", "t.yaml");
+  const auto c =
+      parse_config("train:\n  exit_after_steps: 3\n  exit_duration_min: 1.5\n", "t.yaml");
   CHECK(c.train.exit_after_steps == 3);
   CHECK(c.train.exit_duration_min == 1.5);
   CHECK_THROWS_WITH(parse_config("train:\n  exit_after_steps: -1\n", "t.yaml"),
@@ -131,13 +141,15 @@ TEST_CASE("train.exit_after_steps and train.exit_duration_min", "[core][config]"
 }
 
 TEST_CASE("model.init_from, model.allow_missing and loss.reduction", "[core][config]") {
-  const auto c = parse_config("model:\n  init_from: /ckpt/InternVL-Chat-V1-5\n  allow_missing: ['projector.*']\n"
-                              "loss:\n  reduction: square\n",
-                              "test.yaml");
+  const auto c = parse_config(
+      "model:\n  init_from: /ckpt/InternVL-Chat-V1-5\n  allow_missing: ['projector.*']\n"
+      "loss:\n  reduction: square\n",
+      "test.yaml");
   CHECK(c.model.init_from == "/ckpt/InternVL-Chat-V1-5");
   CHECK(c.model.allow_missing == std::vector<std::string>{"projector.*"});
   CHECK(c.loss.reduction == LossReduction::kSquare);
   CHECK(parse_config("", "empty.yaml").loss.reduction == LossReduction::kToken);
   CHECK_THAT(error_of("loss:\n  reduction: mean\n"),
-             Catch::Contains("test.yaml:2: loss.reduction: expected token | sample | square, got 'mean'"));
+             Catch::Contains(
+                 "test.yaml:2: loss.reduction: expected token | sample | square, got 'mean'"));
 }

@@ -10,7 +10,7 @@ TEST_CASE("every shipped preset loads and derives InternVL token counts", "[core
   CHECK(tiny.tokens_per_tile() == 4);       // (56/14)^2 * 0.25
   CHECK(tiny.vit_tokens_per_tile() == 17);  // 16 patches + CLS
   const auto big = omnibal::load_model_preset("internvl-1.5-6b-20b");
-  CHECK(big.tokens_per_tile() == 256);        // docs/paper.md: 256 per tile
+  CHECK(big.tokens_per_tile() == 256);  // docs/paper.md: 256 per tile
   CHECK(big.vit_tokens_per_tile() == 1025);
   CHECK(big.llm.width == 6144);
   CHECK(big.vit.depth == 45);
@@ -19,5 +19,6 @@ TEST_CASE("every shipped preset loads and derives InternVL token counts", "[core
 }
 
 TEST_CASE("a missing preset names the path it looked for", "[core][preset]") {
-  CHECK_THROWS_WITH(omnibal::load_model_preset("nope"), Catch::Contains("models/presets/nope.yaml"));
+  CHECK_THROWS_WITH(omnibal::load_model_preset("nope"),
+                    Catch::Contains("models/presets/nope.yaml"));
 }

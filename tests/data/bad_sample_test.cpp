@@ -146,7 +146,8 @@ TEST_CASE("bad samples: on_bad_sample skip counts the reason and keeps the rest"
 TEST_CASE("bad samples: decoded size must match the record's width/height", "[data][bad]") {
   testing::TempDir dir;
   const std::string meta = make_dataset(
-      dir, R"({"image": "ok.png", "width": 100, "height": 50, "conversations": [{"from": "human", "value": "What item is shown?"}, {"from": "gpt", "value": "Bag"}]})");
+      dir,
+      R"({"image": "ok.png", "width": 100, "height": 50, "conversations": [{"from": "human", "value": "What item is shown?"}, {"from": "gpt", "value": "Bag"}]})");
   const Tokenizer tok(testing::test_tokenizer());
   const SampleProcessor proc(tok, small_budget());
   const auto ds = ConversationDataset::load(meta, OnBadSample::kError);
@@ -160,21 +161,22 @@ TEST_CASE("bad samples: decoded size must match the record's width/height", "[da
 TEST_CASE("utf-8: well-formed text passes, each kind of ill-formed sequence is located",
           "[data][bad][utf8]") {
   CHECK_FALSE(find_invalid_utf8("plain ascii"));
-  CHECK_FALSE(find_invalid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF"));  // é € 😀 U+10FFFF
+  CHECK_FALSE(find_invalid_utf8(
+      "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF"));  // é € 😀 U+10FFFF
   struct Case {
     std::string text;
     size_t offset;
     const char* hex;
   };
   const Case cases[] = {
-      {"ab\xC3\x28", 2, "(0xC3 0x28)"},            // lead byte, then no continuation
-      {"\x80", 0, "(0x80)"},                       // continuation without a lead byte
-      {"x\xFF", 1, "(0xFF)"},                      // never valid
-      {"\xC0\xAF", 0, "(0xC0)"},                   // overlong '/'
-      {"\xE0\x80\xAF", 0, "(0xE0 0x80)"},          // overlong 3-byte form
-      {"\xED\xA0\x80", 0, "(0xED 0xA0)"},          // UTF-16 surrogate U+D800
-      {"\xF4\x90\x80\x80", 0, "(0xF4 0x90)"},      // above U+10FFFF
-      {"ok \xE2\x82", 3, "(0xE2 0x82)"},           // truncated at the end
+      {"ab\xC3\x28", 2, "(0xC3 0x28)"},                   // lead byte, then no continuation
+      {"\x80", 0, "(0x80)"},                              // continuation without a lead byte
+      {"x\xFF", 1, "(0xFF)"},                             // never valid
+      {"\xC0\xAF", 0, "(0xC0)"},                          // overlong '/'
+      {"\xE0\x80\xAF", 0, "(0xE0 0x80)"},                 // overlong 3-byte form
+      {"\xED\xA0\x80", 0, "(0xED 0xA0)"},                 // UTF-16 surrogate U+D800
+      {"\xF4\x90\x80\x80", 0, "(0xF4 0x90)"},             // above U+10FFFF
+      {"ok \xE2\x82", 3, "(0xE2 0x82)"},                  // truncated at the end
       {"\xE2\x82\xACz\xE2\x82(", 4, "(0xE2 0x82 0x28)"},  // the second character is cut
   };
   for (const auto& c : cases) {
@@ -188,9 +190,11 @@ TEST_CASE("utf-8: well-formed text passes, each kind of ill-formed sequence is l
 
 TEST_CASE("utf-8: a JSON-array annotation file names the line and byte", "[data][bad][utf8]") {
   testing::TempDir dir;
-  testing::write_text(dir.file("a.json"), "[\n" + std::string(kGood) + ",\n{\"id\": \"\xE9\"}\n]\n");
+  testing::write_text(dir.file("a.json"),
+                      "[\n" + std::string(kGood) + ",\n{\"id\": \"\xE9\"}\n]\n");
   const std::string want = dir.file("a.json") + ":3: invalid UTF-8 at byte offset " +
-                           std::to_string(2 + std::string(kGood).size() + 2 + 8) + " of the file (0xE9 0x22)";
+                           std::to_string(2 + std::string(kGood).size() + 2 + 8) +
+                           " of the file (0xE9 0x22)";
   CHECK_THROWS_WITH(read_annotation_file(dir.file("a.json")), Catch::Contains(want));
 }
 
@@ -198,12 +202,14 @@ TEST_CASE("annotations: a UTF-8 byte-order mark does not turn a JSON array into 
           "[data][bad][utf8]") {
   testing::TempDir dir;
   const std::string bom = "\xEF\xBB\xBF";
-  testing::write_text(dir.file("a.json"), bom + "[\n" + std::string(kGood) + ",\n" + std::string(kGood) + "\n]\n");
+  testing::write_text(dir.file("a.json"),
+                      bom + "[\n" + std::string(kGood) + ",\n" + std::string(kGood) + "\n]\n");
   const auto array = read_annotation_file(dir.file("a.json"));
   REQUIRE(array.size() == 2);
   CHECK_FALSE(array[0].error.has_value());
   CHECK(array[1].origin.is_element);
-  testing::write_text(dir.file("b.jsonl"), bom + std::string(kGood) + "\n" + std::string(kGood) + "\n");
+  testing::write_text(dir.file("b.jsonl"),
+                      bom + std::string(kGood) + "\n" + std::string(kGood) + "\n");
   const auto lines = read_annotation_file(dir.file("b.jsonl"));
   REQUIRE(lines.size() == 2);
   CHECK_FALSE(lines[0].error.has_value());

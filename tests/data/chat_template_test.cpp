@@ -9,7 +9,8 @@ using namespace omnibal::data;
 
 namespace {
 
-SampleRecord record(std::vector<std::string> images, std::vector<std::pair<Role, std::string>> turns) {
+SampleRecord record(std::vector<std::string> images,
+                    std::vector<std::pair<Role, std::string>> turns) {
   SampleRecord r;
   r.images = std::move(images);
   for (auto& [role, value] : turns) r.turns.push_back({role, value});
@@ -17,8 +18,8 @@ SampleRecord record(std::vector<std::string> images, std::vector<std::pair<Role,
   return r;
 }
 
-void append(std::vector<int32_t>& ids, std::vector<int32_t>& labels, const std::vector<int32_t>& add,
-            bool trained) {
+void append(std::vector<int32_t>& ids, std::vector<int32_t>& labels,
+            const std::vector<int32_t>& add, bool trained) {
   for (int32_t id : add) {
     ids.push_back(id);
     labels.push_back(trained ? id : kIgnoreLabel);
@@ -80,9 +81,10 @@ TEST_CASE("template: a single image without <image> goes in front of the first t
           "[data][template]") {
   const Tokenizer tok(testing::test_tokenizer());
   const ChatTemplate tpl(tok, "internlm2-chat");
-  const auto implicit = record({"a.png"}, {{Role::kHuman, "What item is shown?"}, {Role::kGpt, "Sneaker"}});
-  const auto explicit_ = record({"a.png"}, {{Role::kHuman, "<image>\nWhat item is shown?"},
-                                            {Role::kGpt, "Sneaker"}});
+  const auto implicit =
+      record({"a.png"}, {{Role::kHuman, "What item is shown?"}, {Role::kGpt, "Sneaker"}});
+  const auto explicit_ =
+      record({"a.png"}, {{Role::kHuman, "<image>\nWhat item is shown?"}, {Role::kGpt, "Sneaker"}});
   CHECK(tpl.render(implicit, {5}, 4).input_ids == tpl.render(explicit_, {5}, 4).input_ids);
 }
 
@@ -91,8 +93,9 @@ TEST_CASE("template: multi-image expansion follows placeholder order; text-only 
   const Tokenizer tok(testing::test_tokenizer());
   const ChatTemplate tpl(tok, "internlm2-chat");
   const auto& sp = tok.special();
-  const auto r = record({"a.png", "b.png"}, {{Role::kHuman, "<image> <image> Which image shows a bag?"},
-                                             {Role::kGpt, "Image 2."}});
+  const auto r =
+      record({"a.png", "b.png"}, {{Role::kHuman, "<image> <image> Which image shows a bag?"},
+                                  {Role::kGpt, "Image 2."}});
   const auto got = tpl.render(r, {1, 5}, 4);
   const auto first = std::find(got.input_ids.begin(), got.input_ids.end(), sp.img_start);
   REQUIRE(first != got.input_ids.end());

@@ -10,7 +10,8 @@ using namespace omnibal;
 TEST_CASE("data config: keys parse, validate and feed sample_options", "[data][config]") {
   const Config c = parse_config(
       "data:\n  tokenizer: t.model\n  template: internlm2-chat\n  min_tiles: 2\n  max_tiles: 12\n"
-      "  workers: 3\n  eval_meta: e.json\n", "test.yaml");
+      "  workers: 3\n  eval_meta: e.json\n",
+      "test.yaml");
   CHECK(c.data.tokenizer == "t.model");
   CHECK(c.data.eval_meta == "e.json");
   CHECK(c.data.workers == 3);

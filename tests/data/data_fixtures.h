@@ -29,7 +29,9 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   /// Path of `name` inside the directory.
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string file(const std::string& name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
   const std::string& path() const { return path_; }
 
  private:
@@ -48,7 +50,8 @@ inline void write_split_png(const std::string& path, int width, int height, uint
                             uint8_t right) {
   std::vector<uint8_t> px(static_cast<size_t>(width) * height);
   for (int y = 0; y < height; ++y) {
-    for (int x = 0; x < width; ++x) px[static_cast<size_t>(y) * width + x] = x < width / 2 ? left : right;
+    for (int x = 0; x < width; ++x)
+      px[static_cast<size_t>(y) * width + x] = x < width / 2 ? left : right;
   }
   write_png(path, width, height, 1, px.data());
 }
@@ -60,11 +63,13 @@ inline const std::string& test_tokenizer() {
     static TempDir dir;
     std::string corpus;
     for (int i = 0; i < 20; ++i) {
-      corpus += "What item is shown?\nSneaker\nIs it footwear?\nYes.\nNo.\nuser\nassistant\n"
-                "Which image shows a bag?\nImage 2.\nList the items in row 1.\nCoat, Bag, Dress\n";
+      corpus +=
+          "What item is shown?\nSneaker\nIs it footwear?\nYes.\nNo.\nuser\nassistant\n"
+          "Which image shows a bag?\nImage 2.\nList the items in row 1.\nCoat, Bag, Dress\n";
     }
     write_text(dir.file("corpus.txt"), corpus);
-    const std::string cmd = "cd '" + dir.path() +
+    const std::string cmd =
+        "cd '" + dir.path() +
         "' && spm_train --input=corpus.txt --model_prefix=t --model_type=bpe --vocab_size=400 "
         "--hard_vocab_limit=false --character_coverage=1.0 --byte_fallback=true "
         "--normalization_rule_name=identity --remove_extra_whitespaces=false "

@@ -16,7 +16,8 @@ using namespace omnibal::data;
 namespace {
 std::string demo_dir() {
   const char* dir = std::getenv("OMNIBAL_DEMO_DATA");
-  OMNIBAL_CHECK(dir && *dir, "OMNIBAL_DEMO_DATA is not set (CTest sets it with the data_demo_small "
+  OMNIBAL_CHECK(dir && *dir,
+                "OMNIBAL_DEMO_DATA is not set (CTest sets it with the data_demo_small "
                 "fixture)");
   return dir;
 }

@@ -20,7 +20,10 @@ TilingOptions opts(int tile, int min_tiles, int max_tiles) {
 }  // namespace
 
 TEST_CASE("tiling: grid choice matches hand-computed cases", "[data][tiling]") {
-  struct Case { int w, h, tile, min, max, cols, rows, tiles; const char* why; };
+  struct Case {
+    int w, h, tile, min, max, cols, rows, tiles;
+    const char* why;
+  };
   // Each row was worked out from the rule: closest cols/rows to w/h; on an exact tie the later
   // (larger) grid wins when w*h > 0.5 * tile^2 * cols * rows; thumbnail when cols*rows > 1.
   const Case cases[] = {
@@ -42,7 +45,8 @@ TEST_CASE("tiling: grid choice matches hand-computed cases", "[data][tiling]") {
       {168, 168, 56, 1, 12, 3, 3, 10, "tiny: 28224 > 14112 takes 3x3"},
   };
   for (const auto& c : cases) {
-    INFO(c.w << "x" << c.h << " tile " << c.tile << " [" << c.min << ", " << c.max << "]: " << c.why);
+    INFO(c.w << "x" << c.h << " tile " << c.tile << " [" << c.min << ", " << c.max
+             << "]: " << c.why);
     const auto o = opts(c.tile, c.min, c.max);
     const TileGrid g = find_closest_grid(c.w, c.h, o);
     CHECK(g.cols == c.cols);
@@ -124,7 +128,7 @@ TEST_CASE("tiling: tiles are row-major crops, then the thumbnail, normalised", "
   }
   std::vector<float> dummy(3 * 56 * 56);
   dummy_tile_pixels(o, norm, dummy.data());
-  CHECK(dummy[0] == Approx(1.0f));                // (1 - 0.5) / 0.5
-  CHECK(dummy[56 * 56] == Approx(3.0f));          // (1 - 0.25) / 0.25
-  CHECK(dummy[2 * 56 * 56 + 99] == Approx(1.0f)); // (1 - 0) / 1
+  CHECK(dummy[0] == Approx(1.0f));                 // (1 - 0.5) / 0.5
+  CHECK(dummy[56 * 56] == Approx(3.0f));           // (1 - 0.25) / 0.25
+  CHECK(dummy[2 * 56 * 56 + 99] == Approx(1.0f));  // (1 - 0) / 1
 }

@@ -17,8 +17,8 @@ struct Fixture {
   std::unique_ptr<ConversationDataset> ds;
 
   explicit Fixture(const std::string& extra_line = "") {
-    testing::write_split_png(dir.file("one.png"), 56, 56, 0, 255);    // 1 tile
-    testing::write_split_png(dir.file("two.png"), 112, 56, 0, 255);   // 2x1 + thumbnail
+    testing::write_split_png(dir.file("one.png"), 56, 56, 0, 255);   // 1 tile
+    testing::write_split_png(dir.file("two.png"), 112, 56, 0, 255);  // 2x1 + thumbnail
     std::string lines =
         R"({"image": "one.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Sneaker"}]})"
         "\n"
@@ -118,8 +118,9 @@ TEST_CASE("loader: packs come back in plan order from worker threads", "[data][l
 
 TEST_CASE("loader: a worker's error is rethrown on the consumer, then loading goes on",
           "[data][loader]") {
-  Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
-            "\n");
+  Fixture f(
+      R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
+      "\n");
   const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kError);
   const int workers = GENERATE(1, 2);
   PackLoader loader(builder, {{0}, {1, 3}, {2}}, LoaderOptions{workers, 3, PackParts::all()});
@@ -131,8 +132,9 @@ TEST_CASE("loader: a worker's error is rethrown on the consumer, then loading go
 
 TEST_CASE("loader: skip policy counts bad samples; early destruction does not hang",
           "[data][loader]") {
-  Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
-            "\n");
+  Fixture f(
+      R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
+      "\n");
   const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kSkip);
   {
     PackLoader loader(builder, {{3, 0}, {1, 3}}, LoaderOptions{2, 2, PackParts::all()});
@@ -147,8 +149,9 @@ TEST_CASE("loader: skip policy counts bad samples; early destruction does not ha
 
 TEST_CASE("pack: under skip a pack whose every sample is bad is an empty micro-batch naming them",
           "[data][pack]") {
-  Fixture f(R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
-            "\n");
+  Fixture f(
+      R"({"image": "missing.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
+      "\n");
   const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kSkip);
   BadSampleCounts counts;
   const auto parts = GENERATE(PackParts::all(), PackParts::for_stage(1, 2));

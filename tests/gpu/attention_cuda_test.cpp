@@ -37,11 +37,13 @@ TEST_CASE("SDPA (2.x) equals math attention on CUDA, causal GQA and bidirectiona
   const auto ke = k.repeat_interleave(group, 0), ve = v.repeat_interleave(group, 0);
   const auto mask = compat::causal_additive_mask(len, len, q);
   CHECK(rel(out, compat::math_attention(q, ke, ve, mask)) < tol);
-  const torch::Tensor full = compat::attention(q.unsqueeze(0), ke.unsqueeze(0), ve.unsqueeze(0), false);
+  const torch::Tensor full =
+      compat::attention(q.unsqueeze(0), ke.unsqueeze(0), ve.unsqueeze(0), false);
   CHECK(rel(full.squeeze(0), compat::math_attention(q, ke, ve, torch::Tensor())) < tol);
 }
 
-TEST_CASE("packed varlen attention on CUDA equals the dense block-causal reference", "[gpu][sdpa]") {
+TEST_CASE("packed varlen attention on CUDA equals the dense block-causal reference",
+          "[gpu][sdpa]") {
   torch::manual_seed(3);
   const auto opt = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
   const auto cu = torch::tensor(std::vector<int64_t>{0, 5, 37, 38, 100});

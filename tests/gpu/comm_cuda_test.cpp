@@ -61,8 +61,8 @@ TEST_CASE("NCCL communicator, one rank: all-reduce and broadcast of CUDA tensors
 TEST_CASE("MPI communicator with CUDA tensors: refused by name, staged through the host",
           "[gpu][mpi]") {
   auto comm = make_mpi_communicator(MPI_COMM_WORLD, "gpu test mpi", test_watchdog());
-  const auto x = torch::arange(256, torch::TensorOptions().device(torch::kCUDA, 0)
-                                        .dtype(torch::kFloat32));
+  const auto x =
+      torch::arange(256, torch::TensorOptions().device(torch::kCUDA, 0).dtype(torch::kFloat32));
   auto y = x.clone();
   try {
     comm->all_reduce(y, ReduceOp::kSum);

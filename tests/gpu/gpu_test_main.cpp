@@ -19,9 +19,10 @@ constexpr int kNoCudaExit = 77;
 
 int main(int argc, char** argv) {
   if (!torch::cuda::is_available()) {
-    std::printf("no CUDA device: GPU tests not run (LibTorch %s; torch::cuda::is_available() is "
-                "false: a CPU-only LibTorch, no GPU, or no driver); exit code %d\n",
-                omnibal::models::compat::torch_version(), kNoCudaExit);
+    std::printf(
+        "no CUDA device: GPU tests not run (LibTorch %s; torch::cuda::is_available() is "
+        "false: a CPU-only LibTorch, no GPU, or no driver); exit code %d\n",
+        omnibal::models::compat::torch_version(), kNoCudaExit);
     return kNoCudaExit;
   }
   at::globalContext().setAllowTF32CuBLAS(false);

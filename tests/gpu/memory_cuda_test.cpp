@@ -49,7 +49,8 @@ TEST_CASE("CUDA memory meter: one stage's peak within 10% of the memory model", 
   const auto predicted = memory::stage_memory(table, split, stage, micro_batches, recompute, mo);
 
   models::VlmOptions vo;
-  vo.with_img_context_id(profile::profiling_img_context_id(preset, po.pack)).with_seed(0)
+  vo.with_img_context_id(profile::profiling_img_context_id(preset, po.pack))
+      .with_seed(0)
       .with_device(device);
   std::vector<models::PackBatch> packs;
   for (uint64_t seed = 10; seed < 12; ++seed) {
@@ -71,11 +72,11 @@ TEST_CASE("CUDA memory meter: one stage's peak within 10% of the memory model", 
   const auto measured = profile::probe_stage_memory(probe);
   const double peak = static_cast<double>(measured.peak_bytes - before);
   const double total = predicted.total();
-  std::printf("MEMORY stage %d: predicted %.0f B, measured %.0f B (static predicted %.0f, "
-              "measured %lld; bytes live before %lld)\n",
-              stage, total, peak, predicted.static_bytes(),
-              static_cast<long long>(measured.static_bytes - before),
-              static_cast<long long>(before));
+  std::printf(
+      "MEMORY stage %d: predicted %.0f B, measured %.0f B (static predicted %.0f, "
+      "measured %lld; bytes live before %lld)\n",
+      stage, total, peak, predicted.static_bytes(),
+      static_cast<long long>(measured.static_bytes - before), static_cast<long long>(before));
   std::fflush(stdout);
   INFO("predicted " << total << " B (activations " << predicted.activations << ", transient "
                     << predicted.transient << "), measured " << peak << " B");

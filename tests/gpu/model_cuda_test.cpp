@@ -8,7 +8,8 @@
 using namespace omnibal::models;
 using namespace omnibal::models::testing;
 
-TEST_CASE("tiny VLM: CUDA fp32 equals CPU fp32 and the golden values within 1e-3", "[gpu][golden]") {
+TEST_CASE("tiny VLM: CUDA fp32 equals CPU fp32 and the golden values within 1e-3",
+          "[gpu][golden]") {
   const GoldenFixture fx;
   const auto get = [&](const std::string& key) { return fx.get(key); };
   const auto& preset = tiny_preset();
@@ -16,7 +17,9 @@ TEST_CASE("tiny VLM: CUDA fp32 equals CPU fp32 and the golden values within 1e-3
   const PackBatch pack = fx.pack(preset);
 
   Vlm cpu(preset, VlmOptions{}.with_img_context_id(img_id));
-  Vlm cuda(preset, VlmOptions{}.with_img_context_id(img_id).with_device(torch::kCUDA)
+  Vlm cuda(preset, VlmOptions{}
+                       .with_img_context_id(img_id)
+                       .with_device(torch::kCUDA)
                        .with_dtype(torch::kFloat32));
   fill_golden(cpu);
   fill_golden(cuda);

@@ -22,9 +22,9 @@ partition::UnitCostTable table() {
   t.model = "tiny";
   t.source = "test";
   t.load = {32, 224, 4};
-  const UnitKind kinds[] = {UnitKind::VitEmbed, UnitKind::VitBlock, UnitKind::VitBlock,
+  const UnitKind kinds[] = {UnitKind::VitEmbed,  UnitKind::VitBlock, UnitKind::VitBlock,
                             UnitKind::Projector, UnitKind::LlmEmbed, UnitKind::LlmBlock,
-                            UnitKind::LlmBlock, UnitKind::LlmBlock, UnitKind::LlmBlock,
+                            UnitKind::LlmBlock,  UnitKind::LlmBlock, UnitKind::LlmBlock,
                             UnitKind::Head};
   for (size_t u = 0; u < kNames.size(); ++u) {
     const double fwd = kinds[u] == UnitKind::VitBlock ? 10 : 1;
@@ -63,10 +63,12 @@ TEST_CASE("plan sources: the split and the recompute flags each come from one pl
           "[memory][plan_sources]") {
   auto r = request("uniform", "full");
   CHECK(memory::split_source(r) == SplitSource::kConfig);
-  CHECK(memory::recompute_source(r, SplitSource::kConfig, Partition{{5, 5}}) == RecomputeSource::kConfig);
+  CHECK(memory::recompute_source(r, SplitSource::kConfig, Partition{{5, 5}}) ==
+        RecomputeSource::kConfig);
   r = request("balanced", "adaptive");
   CHECK(memory::split_source(r) == SplitSource::kSearch);
-  CHECK(memory::recompute_source(r, SplitSource::kSearch, Partition{{5, 5}}) == RecomputeSource::kPlanner);
+  CHECK(memory::recompute_source(r, SplitSource::kSearch, Partition{{5, 5}}) ==
+        RecomputeSource::kPlanner);
   r.stages = 1;
   CHECK(memory::split_source(r) == SplitSource::kSingleStage);
   // A stored plan of the same stage count and units serves a resume.
@@ -81,7 +83,8 @@ TEST_CASE("plan sources: the split and the recompute flags each come from one pl
   CHECK(memory::recompute_source(r, SplitSource::kCheckpoint, stored.partition) ==
         RecomputeSource::kCheckpoint);
   // Another split (the config's) or another m: the flags are planned again.
-  CHECK(memory::recompute_source(r, SplitSource::kConfig, Partition{{5, 5}}) == RecomputeSource::kPlanner);
+  CHECK(memory::recompute_source(r, SplitSource::kConfig, Partition{{5, 5}}) ==
+        RecomputeSource::kPlanner);
   r.micro_batches = 2;
   CHECK(memory::recompute_source(r, SplitSource::kCheckpoint, stored.partition) ==
         RecomputeSource::kPlanner);
@@ -93,8 +96,10 @@ TEST_CASE("plan sources: the split and the recompute flags each come from one pl
   CHECK(memory::split_source(r) == SplitSource::kSearch);
 }
 
-TEST_CASE("plan sources: a cost table is asked for only when the split is searched or the flags "
-          "planned", "[memory][plan_sources]") {
+TEST_CASE(
+    "plan sources: a cost table is asked for only when the split is searched or the flags "
+    "planned",
+    "[memory][plan_sources]") {
   int calls = 0;
   auto counted = [&] {
     ++calls;

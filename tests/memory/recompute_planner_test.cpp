@@ -17,11 +17,13 @@ constexpr double kMiB = 1 << 20;
 partition::UnitCostTable random_table(Rng& rng, int vit, int llm) {
   partition::UnitCostTable t;
   auto mib = [&](int lo, int hi) { return kMiB * (lo + static_cast<int>(rng.below(hi - lo + 1))); };
-  t.units.push_back({"vit_embed", UnitKind::VitEmbed, 0.01, 0.02, mib(1, 4), mib(1, 2), true, mib(1, 3)});
+  t.units.push_back(
+      {"vit_embed", UnitKind::VitEmbed, 0.01, 0.02, mib(1, 4), mib(1, 2), true, mib(1, 3)});
   for (int i = 0; i < vit; ++i)
     t.units.push_back({"vit_block", UnitKind::VitBlock, 0.1 + rng.uniform(), 1.0, mib(5, 40),
                        mib(2, 8), true, mib(1, 3)});
-  t.units.push_back({"projector", UnitKind::Projector, 0.02, 0.04, mib(1, 3), mib(1, 2), true, mib(1, 3)});
+  t.units.push_back(
+      {"projector", UnitKind::Projector, 0.02, 0.04, mib(1, 3), mib(1, 2), true, mib(1, 3)});
   for (int i = 0; i < llm; ++i)
     t.units.push_back({"llm_block", UnitKind::LlmBlock, 0.1 + rng.uniform(), 1.0, mib(5, 40),
                        mib(2, 8), true, mib(1, 3)});
@@ -98,8 +100,8 @@ TEST_CASE("full, none and per-stage counts", "[memory][recompute]") {
   CHECK(none.recompute_s == 0);
   CHECK(none.memory[0].total() > full.memory[0].total());
   const auto counts = memory::plan_recompute_counts(t, p, {2, 1}, o);
-  CHECK(counts.recompute == std::vector<bool>{false, true, true, false, false, true, false,
-                                               false, false});
+  CHECK(counts.recompute ==
+        std::vector<bool>{false, true, true, false, false, true, false, false, false});
   CHECK_THROWS_WITH(memory::plan_recompute_counts(t, p, {4, 0}, o),
                     Catch::Contains("stage 0 has only 3"));
   CHECK_THROWS_AS(memory::plan_recompute_counts(t, p, {1}, o), Error);

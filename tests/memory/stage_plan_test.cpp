@@ -53,7 +53,8 @@ memory::StagePlannerOptions options(int stages, int m) {
 
 PartitionSpec spec(const std::string& method, std::vector<int> manual = {}) {
   PartitionSpec p;
-  p.method = method == "manual" ? PartitionMethod::kManual : parse_choice<PartitionMethod>(method, "test");
+  p.method =
+      method == "manual" ? PartitionMethod::kManual : parse_choice<PartitionMethod>(method, "test");
   p.manual = std::move(manual);
   return p;
 }

@@ -21,7 +21,8 @@ inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, con
   Tensor scores = at::matmul(q, k.transpose(-2, -1)) * s;
   if (is_causal) {
     const auto lq = q.size(-2), lk = k.size(-2);
-    scores = scores.masked_fill(at::ones({lq, lk}, at::kBool).triu(1), -std::numeric_limits<float>::infinity());
+    scores = scores.masked_fill(at::ones({lq, lk}, at::kBool).triu(1),
+                                -std::numeric_limits<float>::infinity());
   }
   return at::matmul(at::softmax(scores, -1), v);
 }
@@ -32,7 +33,8 @@ inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, con
 
 using namespace omnibal::models;
 
-TEST_CASE("the SDPA branch of torch_compat.h equals per-head causal attention", "[models][compat]") {
+TEST_CASE("the SDPA branch of torch_compat.h equals per-head causal attention",
+          "[models][compat]") {
   static_assert(compat::has_sdpa(), "this test compiles the 2.x branch");
   const int64_t kv_heads = GENERATE(1, 2, 4), heads = 4, len = 9, d = 8;
   torch::manual_seed(kv_heads);
@@ -47,8 +49,10 @@ TEST_CASE("the SDPA branch of torch_compat.h equals per-head causal attention", 
     CHECK(torch::allclose(out[h], p.matmul(v[g]), 1e-5, 1e-6));
   }
   // Bidirectional (ViT) attention: every query sees every key.
-  const auto ke = k.repeat_interleave(heads / kv_heads, 0), ve = v.repeat_interleave(heads / kv_heads, 0);
-  const torch::Tensor full = compat::attention(q.unsqueeze(0), ke.unsqueeze(0), ve.unsqueeze(0), false);
+  const auto ke = k.repeat_interleave(heads / kv_heads, 0),
+             ve = v.repeat_interleave(heads / kv_heads, 0);
+  const torch::Tensor full =
+      compat::attention(q.unsqueeze(0), ke.unsqueeze(0), ve.unsqueeze(0), false);
   const auto p = torch::softmax(q.matmul(ke.transpose(1, 2)) / std::sqrt(double(d)), -1);
   CHECK(torch::allclose(full.squeeze(0), p.matmul(ve), 1e-5, 1e-6));
 }

@@ -9,7 +9,8 @@
 using namespace omnibal::models;
 using namespace omnibal::models::testing;
 
-TEST_CASE("counter-based dropout masks depend on the key, unit and site only", "[models][dropout]") {
+TEST_CASE("counter-based dropout masks depend on the key, unit and site only",
+          "[models][dropout]") {
   const double p = GENERATE(0.1, 0.25, 0.5);
   const torch::Tensor x = torch::ones({400, 300});
   const int64_t key = dropout_key(1234, 7, 3);

@@ -24,7 +24,8 @@ TEST_CASE("a wrong tile size is rejected", "[models][errors]") {
   PackBatch pack = make_pack(tiny_preset(), {{1, 10, 3}}, 5);
   const int64_t side = GENERATE(42, 50);  // not a multiple of 2 * 14
   pack.pixel_values = torch::zeros({1, 3, side, side});
-  CHECK_THROWS_WITH(model->forward(pack), Catch::Contains("wrong tile size") && Catch::Contains("28"));
+  CHECK_THROWS_WITH(model->forward(pack),
+                    Catch::Contains("wrong tile size") && Catch::Contains("28"));
   pack.pixel_values = torch::zeros({1, 3, 56, 84});
   CHECK_THROWS_WITH(model->forward(pack), Catch::Contains("wrong tile size"));
   pack.pixel_values = torch::zeros({1, 1, 56, 56});
@@ -50,8 +51,9 @@ TEST_CASE("a pack over llm.max_seq_len is rejected", "[models][errors]") {
   Vlm model(tiny_preset(), VlmOptions{}.with_img_context_id(kImgContextId));
   const int max_len = tiny_preset().llm.max_seq_len;
   PackBatch pack = make_pack(tiny_preset(), {{1, 600, 3}, {0, max_len - 600, 3}}, 5);
-  CHECK_THROWS_WITH(model->forward(pack), Catch::Contains(std::to_string(max_len + 4) + " tokens") &&
-                                              Catch::Contains("max_seq_len = " + std::to_string(max_len)));
+  CHECK_THROWS_WITH(model->forward(pack),
+                    Catch::Contains(std::to_string(max_len + 4) + " tokens") &&
+                        Catch::Contains("max_seq_len = " + std::to_string(max_len)));
 }
 
 TEST_CASE("malformed packs and out-of-order units are rejected", "[models][errors]") {

@@ -33,14 +33,17 @@ TEST_CASE("loss reductions on a hand-computed pack", "[models][loss]") {
   const auto cu4 = torch::tensor(std::vector<int64_t>{0, 4, 10, 12, 15});
   CHECK(loss_normaliser(pos, cu4, LossReduction::kSample) == Approx(3.0));
   CHECK(parse_loss_reduction("square") == LossReduction::kSquare);
-  CHECK_THROWS_WITH(parse_loss_reduction("mean"), Catch::Contains("loss.reduction: expected token | sample | square"));
-  CHECK_THROWS_WITH(token_weights(torch::tensor(std::vector<int64_t>{12}), cu, LossReduction::kToken),
+  CHECK_THROWS_WITH(parse_loss_reduction("mean"),
+                    Catch::Contains("loss.reduction: expected token | sample | square"));
+  CHECK_THROWS_WITH(token_weights(torch::tensor(std::vector<int64_t>{12}), cu,
+                                  LossReduction::kToken),
                     Catch::Contains("positions in [0, 12)"));
 }
 
 TEST_CASE("packed and per-sample runs give equal losses and gradients under each reduction",
           "[models][loss]") {
-  const auto reduction = GENERATE(LossReduction::kToken, LossReduction::kSample, LossReduction::kSquare);
+  const auto reduction =
+      GENERATE(LossReduction::kToken, LossReduction::kSample, LossReduction::kSquare);
   const std::vector<SampleSpec> specs{{2, 23, 7}, {0, 17, 2}, {1, 30, 12}};
   const PackBatch pack = make_pack(tiny_preset(), specs, 3);
 
@@ -65,7 +68,9 @@ TEST_CASE("packed and per-sample runs give equal losses and gradients under each
   double total = 0;
   for (const auto& p : parts) {
     UnitState one = single->forward(p);
-    const torch::Tensor mb = reduce_loss(one.token_loss, one.label_positions, one.cu_seqlens, reduction).weighted_sum / normaliser;
+    const torch::Tensor mb =
+        reduce_loss(one.token_loss, one.label_positions, one.cu_seqlens, reduction).weighted_sum /
+        normaliser;
     total += mb.item<double>();
     mb.backward();
   }
@@ -77,7 +82,9 @@ TEST_CASE("packed and per-sample runs give equal losses and gradients under each
   }
   // The reductions really differ on this pack (unequal label counts 7, 2, 12).
   if (reduction != LossReduction::kToken) {
-    const auto t = reduce_loss(out.token_loss, out.label_positions, out.cu_seqlens, LossReduction::kToken);
-    CHECK(std::abs((t.weighted_sum / t.normaliser).item<double>() - packed_loss.item<double>()) > 1e-4);
+    const auto t =
+        reduce_loss(out.token_loss, out.label_positions, out.cu_seqlens, LossReduction::kToken);
+    CHECK(std::abs((t.weighted_sum / t.normaliser).item<double>() - packed_loss.item<double>()) >
+          1e-4);
   }
 }

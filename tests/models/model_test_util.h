@@ -49,14 +49,25 @@ inline torch::Tensor golden_values(const std::string& name, std::vector<int64_t>
   int64_t n = 1;
   for (auto s : shape) n *= s;
   auto ends = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   double base = 0.0, scale = 0.0;
-  if (ends("bias")) { base = 0.0; scale = 0.1; }
-  else if (name.find("norm") != std::string::npos && ends("weight")) { base = 1.0; scale = 0.2; }
-  else if (ends(".ls1") || ends(".ls2")) { base = 0.5; scale = 0.2; }
-  else if (name == "pixel_values") { base = 0.0; scale = 1.0; }
-  else { scale = std::sqrt(3.0 / static_cast<double>(n / shape[0])); }
+  if (ends("bias")) {
+    base = 0.0;
+    scale = 0.1;
+  } else if (name.find("norm") != std::string::npos && ends("weight")) {
+    base = 1.0;
+    scale = 0.2;
+  } else if (ends(".ls1") || ends(".ls2")) {
+    base = 0.5;
+    scale = 0.2;
+  } else if (name == "pixel_values") {
+    base = 0.0;
+    scale = 1.0;
+  } else {
+    scale = std::sqrt(3.0 / static_cast<double>(n / shape[0]));
+  }
   std::vector<float> values(static_cast<size_t>(n));
   uint64_t state = fnv1a(name);
   for (auto& v : values) {
@@ -120,7 +131,8 @@ inline PackBatch make_pack(const ModelPreset& preset, const std::vector<SampleSp
     const int pre = s.text / 3;
     for (int i = 0; i < pre; ++i) sample.push_back(static_cast<int64_t>(rng.below(kImgContextId)));
     for (int64_t i = 0; i < s.tiles * tpt; ++i) sample.push_back(kImgContextId);
-    for (int i = pre; i < s.text; ++i) sample.push_back(static_cast<int64_t>(rng.below(kImgContextId)));
+    for (int i = pre; i < s.text; ++i)
+      sample.push_back(static_cast<int64_t>(rng.below(kImgContextId)));
     for (size_t i = 0; i < sample.size(); ++i) {
       ids.push_back(sample[i]);
       labels.push_back(i + s.labelled >= sample.size() ? sample[i] : -100);
@@ -134,7 +146,8 @@ inline PackBatch make_pack(const ModelPreset& preset, const std::vector<SampleSp
   std::vector<float> px(flags.size() * 3 * side * side);
   for (auto& v : px) v = static_cast<float>(2.0 * rng.uniform() - 1.0);
   PackBatch pack;
-  pack.pixel_values = torch::tensor(px).reshape({static_cast<int64_t>(flags.size()), 3, side, side});
+  pack.pixel_values =
+      torch::tensor(px).reshape({static_cast<int64_t>(flags.size()), 3, side, side});
   pack.image_flags = torch::tensor(flags);
   pack.input_ids = torch::tensor(ids);
   pack.labels = torch::tensor(labels);

@@ -78,8 +78,10 @@ TEST_CASE("the per-segment attention loop equals the dense block-diagonal refere
   }
 }
 
-TEST_CASE("isolation and causality: sample 2 never changes sample 1, later tokens never change "
-          "earlier ones", "[models][packing]") {
+TEST_CASE(
+    "isolation and causality: sample 2 never changes sample 1, later tokens never change "
+    "earlier ones",
+    "[models][packing]") {
   const std::vector<SampleSpec> specs{{1, 14, 17}, {1, 12, 15}};
   PackBatch pack = make_pack(tiny_preset(), specs, 7);
   Vlm model(tiny_preset(), VlmOptions{}.with_img_context_id(kImgContextId));
@@ -95,7 +97,8 @@ TEST_CASE("isolation and causality: sample 2 never changes sample 1, later token
   SECTION("isolation: a text token and the image of sample 2") {
     PackBatch changed = pack;
     changed.input_ids = pack.input_ids.clone();
-    changed.input_ids[split + 1] = (changed.input_ids[split + 1].item<int64_t>() + 1) % kImgContextId;
+    changed.input_ids[split + 1] =
+        (changed.input_ids[split + 1].item<int64_t>() + 1) % kImgContextId;
     changed.pixel_values = pack.pixel_values.clone();
     changed.pixel_values[1] += 0.5;  // sample 2's tile
     const torch::Tensor after = hidden(changed);
@@ -122,7 +125,8 @@ TEST_CASE("a text-only pack without pixel values runs the LLM alone", "[models][
   pack.image_flags = torch::Tensor();
   const UnitState without = model->forward(pack);
   CHECK(without.label_count == 7);
-  CHECK(without.loss_sum.item<double>() == Approx(with_dummy.loss_sum.item<double>()).epsilon(1e-6));
+  CHECK(without.loss_sum.item<double>() ==
+        Approx(with_dummy.loss_sum.item<double>()).epsilon(1e-6));
   pack.input_ids = pack.input_ids.clone();
   pack.input_ids[2] = kImgContextId;
   CHECK_THROWS_WITH(model->forward(pack), Catch::Contains("1 <IMG_CONTEXT> tokens") &&

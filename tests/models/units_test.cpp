@@ -116,7 +116,8 @@ TEST_CASE("recomputing a random subset of units gives the plain loss and gradien
   }
 }
 
-TEST_CASE("unit names, kinds and analytic parameter counts match the built model", "[models][units]") {
+TEST_CASE("unit names, kinds and analytic parameter counts match the built model",
+          "[models][units]") {
   const std::string name = GENERATE(as<std::string>{}, "tiny", "base-100m");
   const auto preset = omnibal::load_model_preset(name);
   const auto names = unit_names(preset);
@@ -168,13 +169,15 @@ TEST_CASE("initialisation depends only on seed and parameter name", "[models][un
   const auto stage = make_units(preset, options, 3, 6);  // projector, llm_embed, llm_block_0
   for (const auto& unit : stage)
     for (const auto& item : unit->named_parameters())
-      CHECK(torch::equal(item.value(), whole->named_parameters()[unit->unit_name() + "." + item.key()]));
+      CHECK(torch::equal(item.value(),
+                         whole->named_parameters()[unit->unit_name() + "." + item.key()]));
   Vlm other(preset, VlmOptions{options}.with_seed(10));
   CHECK_FALSE(torch::equal(other->named_parameters()["llm_block_0.attention.wq.weight"],
                            whole->named_parameters()["llm_block_0.attention.wq.weight"]));
   CHECK(whole->named_parameters()["llm_block_0.attention_norm.weight"].eq(1).all().item<bool>());
   CHECK(whole->named_parameters()["vit_block_1.ls2"].eq(0.1f).all().item<bool>());
-  const double std = whole->named_parameters()["llm_embed.tok_embeddings.weight"].std().item<double>();
+  const double std =
+      whole->named_parameters()["llm_embed.tok_embeddings.weight"].std().item<double>();
   CHECK(std == Approx(0.02).epsilon(0.02));
 }
 
@@ -193,7 +196,8 @@ TEST_CASE("a unit's parameters round-trip through save_unit / load_unit", "[mode
   }
   // Loading another unit's file is an error that names the unit and the file.
   const std::string wrong = (dir / (a[0]->unit_name() + ".pt")).string();
-  CHECK_THROWS_WITH(load_unit(*b[1], wrong), Catch::Contains(b[1]->unit_name()) && Catch::Contains(wrong));
+  CHECK_THROWS_WITH(load_unit(*b[1], wrong),
+                    Catch::Contains(b[1]->unit_name()) && Catch::Contains(wrong));
   std::filesystem::remove_all(dir);
 }
 
@@ -236,6 +240,7 @@ TEST_CASE("tied embeddings: shared in one process, summed across stages", "[mode
   s.hidden.backward(received.grad());
   const auto embed_unit = first[static_cast<size_t>(preset.vit.depth + 2)];
   REQUIRE(embed_unit->unit_name() == "llm_embed");
-  const torch::Tensor summed = embed_unit->named_parameters()["tok_embeddings.weight"].grad() + copy.grad();
+  const torch::Tensor summed =
+      embed_unit->named_parameters()["tok_embeddings.weight"].grad() + copy.grad();
   CHECK(rel_err(summed, embed.grad()) < 1e-5);
 }

@@ -67,7 +67,7 @@ TEST_CASE("analytic model: padding costs, frozen ViT and tensor parallelism",
   CHECK(padded.computed_tokens() == 3600);
   CHECK(packed.computed_tokens() == 2400);
   const auto a = model.costs(packed), b = model.costs(padded);
-  CHECK(b.units[60].forward_s > 1.4 * a.units[60].forward_s);  // 1.5x tokens, more attention
+  CHECK(b.units[60].forward_s > 1.4 * a.units[60].forward_s);     // 1.5x tokens, more attention
   CHECK(b.units[10].forward_s == Approx(a.units[10].forward_s));  // the ViT never pads
   const auto frozen = internvl(true).costs(packed);
   CHECK(frozen.units[10].backward_s == 0);

@@ -18,8 +18,9 @@ using namespace omnibal;
 TEST_CASE("InternVL 6B+20B ablation on the shared length files", "[partition][ablation][real]") {
   plan::AblationOptions o;
   o.model = "internvl-1.5-6b-20b";
-  for (const char* f : {"ai2d_train_12k_wh_token_lengths.json", "chartqa_train_18k_wh_token_lengths.json",
-                        "docvqa_train_10k_wh_token_lengths.json"})
+  for (const char* f :
+       {"ai2d_train_12k_wh_token_lengths.json", "chartqa_train_18k_wh_token_lengths.json",
+        "docvqa_train_10k_wh_token_lengths.json"})
     o.lengths.push_back(require_shared_file(std::string("internvl-chat-1.2-lengths/") + f));
   o.dp = 32;
   o.pp = 8;
@@ -141,8 +142,9 @@ TEST_CASE("the same plan from the ablation and the trainer's planner on the shar
           "[partition][ablation][real]") {
   plan::AblationOptions o;
   o.model = "internvl-1.5-6b-20b";
-  for (const char* f : {"ai2d_train_12k_wh_token_lengths.json", "chartqa_train_18k_wh_token_lengths.json",
-                        "docvqa_train_10k_wh_token_lengths.json"})
+  for (const char* f :
+       {"ai2d_train_12k_wh_token_lengths.json", "chartqa_train_18k_wh_token_lengths.json",
+        "docvqa_train_10k_wh_token_lengths.json"})
     o.lengths.push_back(require_shared_file(std::string("internvl-chat-1.2-lengths/") + f));
   o.dp = 32;
   o.pp = 8;

@@ -17,8 +17,7 @@ class LinearModel : public CostModel {
     const double k = load.computed_tokens() / 100.0;
     for (int u = 0; u < 4; ++u)
       t.units.push_back({"llm_block." + std::to_string(u), UnitKind::LlmBlock, 0.5 * k, 1.0 * k,
-                         100.0 * load.computed_tokens(), 1e9, true,
-                         10.0 * load.computed_tokens()});
+                         100.0 * load.computed_tokens(), 1e9, true, 10.0 * load.computed_tokens()});
     return t;
   }
 };
@@ -32,7 +31,7 @@ SimulatorSetup setup_for(const LinearModel& model, int dp) {
   s.device = device_spec("a100-80g");
   s.device.intra_node_bandwidth = 1e30;  // no transfer time unless a test sets one
   s.device.inter_node_bandwidth = 1e30;
-  s.device.hbm_bandwidth = 1e30;         // no optimizer time
+  s.device.hbm_bandwidth = 1e30;  // no optimizer time
   s.static_bytes = {1000, 2000};
   return s;
 }
@@ -49,7 +48,8 @@ TEST_CASE("P=2, m=2 with uniform micro-batches: textbook 1F1B step", "[partition
   CHECK(rep.step_s == Approx(9));
   CHECK(rep.breakdown.total() == Approx(rep.step_s));
   CHECK(rep.breakdown.useful_s == Approx(6));  // each device computes 2 x 3 s
-  CHECK(rep.breakdown.bubble_s / rep.step_s == Approx(omnibal::schedule::bubble_fraction_1f1b(2, 2)));
+  CHECK(rep.breakdown.bubble_s / rep.step_s ==
+        Approx(omnibal::schedule::bubble_fraction_1f1b(2, 2)));
   CHECK(rep.breakdown.dp_wait_s == Approx(0));
   // Stage 0 holds 2 micro-batches of 2 units x 100 tokens x 100 bytes; stage 1 holds one.
   CHECK(rep.stages[0].peak_memory_bytes == Approx(1000 + 2 * 2e4));
@@ -65,7 +65,8 @@ TEST_CASE("bubble fraction matches (P-1)/(m+P-1) for uniform micro-batches",
   s.partition = Partition{{1, 1, 1, 1}};
   s.static_bytes = {0, 0, 0, 0};
   const auto rep = simulate_step(s, uniform_loads(1, m, 200));
-  CHECK(rep.breakdown.bubble_s / rep.step_s == Approx(omnibal::schedule::bubble_fraction_1f1b(4, m)));
+  CHECK(rep.breakdown.bubble_s / rep.step_s ==
+        Approx(omnibal::schedule::bubble_fraction_1f1b(4, m)));
 }
 
 TEST_CASE("recompute adds forward time to backward; DP waits for the slowest rank",
@@ -148,7 +149,8 @@ TEST_CASE("overheads equal to zero change nothing", "[partition][simulator]") {
   CHECK(zero.step_s == Approx(plain.step_s));
   // A per-micro-batch cost c on every stage lengthens a uniform 1F1B step by (m + P - 1) c.
   s.overheads.per_micro_batch_s = {0.3, 0.3};
-  CHECK(simulate_step(s, uniform_loads(1, m, tokens)).step_s == Approx(plain.step_s + (m + 1) * 0.3));
+  CHECK(simulate_step(s, uniform_loads(1, m, tokens)).step_s ==
+        Approx(plain.step_s + (m + 1) * 0.3));
 }
 
 TEST_CASE("host device: one link bandwidth for pipeline and DP, no HBM figures",

@@ -58,8 +58,8 @@ TEST_CASE("bad cost tables name the unit and key", "[partition][cost_table]") {
 TEST_CASE("a profiled table scales with tiles and tokens", "[partition][cost_table]") {
   const ScaledTableCostModel model(small_table());
   const auto t = model.costs(MicroBatchLoad::packed({4, 4}, {100, 100}));  // 8 tiles, 200 tokens
-  CHECK(t.units[1].forward_s == Approx(1.0));        // ViT: x2 tiles
-  CHECK(t.units[2].forward_s == Approx(0.5));        // LLM: x2 tokens
+  CHECK(t.units[1].forward_s == Approx(1.0));                              // ViT: x2 tiles
+  CHECK(t.units[2].forward_s == Approx(0.5));                              // LLM: x2 tokens
   CHECK(t.units[2].activation_bytes == Approx(4000));
   const auto padded = model.costs(MicroBatchLoad::padded_to_longest({1, 1}, {50, 150}));
   CHECK(padded.units[2].forward_s == Approx(0.75));  // 2 x 150 computed tokens

@@ -77,7 +77,8 @@ Reference reference_step(const std::vector<models::UnitPtr>& all,
     (o.loss_sum / static_cast<double>(ref.labels)).backward();
   }
   for (const auto& u : all)
-    for (const auto& np : u->named_parameters()) ref.grads[u->unit_name() + "." + np.key()] = np.value().grad();
+    for (const auto& np : u->named_parameters())
+      ref.grads[u->unit_name() + "." + np.key()] = np.value().grad();
   return ref;
 }
 
@@ -143,7 +144,8 @@ TEST_CASE("an empty micro-batch runs through 2 stages: same messages, no loss, n
   comm::ParallelComms comms(comm::ProcessGrid({1, 2, 1}, 2), comm::WaitPolicy{120, nullptr});
   const int s = comms.coord().pp;
   comm::TensorMessenger pipe(comms.pipeline());
-  auto units = models::make_units(preset, opt, s == 0 ? 0 : cut, s == 0 ? cut : static_cast<int64_t>(names.size()));
+  auto units = models::make_units(preset, opt, s == 0 ? 0 : cut,
+                                  s == 0 ? cut : static_cast<int64_t>(names.size()));
   pipeline::StageExecutor stage(units, s, 2, &pipe);
   const auto program = schedule::build_1f1b_schedule(2, 3)[s];
   // The last stage holds the packs too (for the loss normaliser); its empty pack must match.
@@ -164,7 +166,8 @@ TEST_CASE("an empty micro-batch runs through 2 stages: same messages, no loss, n
   }
 }
 
-TEST_CASE("1F1B executor on 2 stages equals the whole model (>= 8 MiB activations)", "[pipeline][mpi]") {
+TEST_CASE("1F1B executor on 2 stages equals the whole model (>= 8 MiB activations)",
+          "[pipeline][mpi]") {
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   REQUIRE(world == 2);
@@ -185,7 +188,8 @@ TEST_CASE("1F1B executor on 2 stages equals the whole model (>= 8 MiB activation
   comm::ParallelComms comms(comm::ProcessGrid({1, 2, 1}, 2), comm::WaitPolicy{120, nullptr});
   const int s = comms.coord().pp;
   comm::TensorMessenger pipe(comms.pipeline());
-  auto units = models::make_units(preset, opt, s == 0 ? 0 : cut, s == 0 ? cut : static_cast<int64_t>(names.size()));
+  auto units = models::make_units(preset, opt, s == 0 ? 0 : cut,
+                                  s == 0 ? cut : static_cast<int64_t>(names.size()));
   pipeline::StageExecutor stage(units, s, 2, &pipe);
   const auto program = schedule::build_1f1b_schedule(2, 3)[s];
   const auto r = stage.run_step(program, packs, 1.0 / static_cast<double>(labels));

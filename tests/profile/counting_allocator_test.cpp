@@ -9,8 +9,9 @@
 using omnibal::profile::MemoryMeter;
 using omnibal::profile::ScopedCpuAllocatorCounter;
 
-TEST_CASE("counting allocator: a 1 MiB tensor raises current by 1 MiB, freeing lowers it, peak holds",
-          "[profile]") {
+TEST_CASE(
+    "counting allocator: a 1 MiB tensor raises current by 1 MiB, freeing lowers it, peak holds",
+    "[profile]") {
   const c10::Allocator* before = c10::GetAllocator(c10::DeviceType::CPU);
   {
     ScopedCpuAllocatorCounter counter;
@@ -23,7 +24,7 @@ TEST_CASE("counting allocator: a 1 MiB tensor raises current by 1 MiB, freeing l
     CHECK(counter.peak_bytes() == c0 + (1 << 20));
     t.fill_(2.0f);
     CHECK(t.sum().item<double>() == Approx(2.0 * (1 << 18)));  // the counted block is usable
-    const int64_t peak = counter.peak_bytes();                  // + the 4-byte sum
+    const int64_t peak = counter.peak_bytes();                 // + the 4-byte sum
     CHECK(peak >= c0 + (1 << 20));
     t = torch::Tensor();
     CHECK(counter.current_bytes() == c0);
@@ -79,7 +80,8 @@ TEST_CASE("counting allocator: nested scopes share the counter; frees after the 
   CHECK(again.current_bytes() == inside - 4000);
 }
 
-TEST_CASE("memory meter: CPU meter counts autograd activations; CUDA needs a CUDA build", "[profile]") {
+TEST_CASE("memory meter: CPU meter counts autograd activations; CUDA needs a CUDA build",
+          "[profile]") {
   MemoryMeter meter(torch::kCPU);
   const int64_t c0 = meter.current_bytes();
   torch::Tensor w = torch::ones({64, 64}, torch::requires_grad());
@@ -89,6 +91,5 @@ TEST_CASE("memory meter: CPU meter counts autograd activations; CUDA needs a CUD
   torch::Tensor y = torch::tanh(torch::matmul(x, w));  // tanh keeps its output for backward
   CHECK(meter.current_bytes() - with_inputs >= 128 * 64 * 4);
   if (!omnibal::profile::cuda_memory_stats_available())
-    CHECK_THROWS_WITH(MemoryMeter(torch::Device(torch::kCUDA, 0)),
-                      Catch::Contains("CPU-only"));
+    CHECK_THROWS_WITH(MemoryMeter(torch::Device(torch::kCUDA, 0)), Catch::Contains("CPU-only"));
 }

@@ -35,8 +35,9 @@ memory::MemoryOptions cpu_probe_options() {
 
 }  // namespace
 
-TEST_CASE("memory balance: tiny PP=2, adaptive recompute from a profiled table fits and is predicted",
-          "[profile][memory]") {
+TEST_CASE(
+    "memory balance: tiny PP=2, adaptive recompute from a profiled table fits and is predicted",
+    "[profile][memory]") {
   torch::set_num_threads(1);  // deterministic allocation pattern
   const auto preset = load_model_preset("tiny");
   profile::ProfileOptions po;
@@ -55,14 +56,16 @@ TEST_CASE("memory balance: tiny PP=2, adaptive recompute from a profiled table f
   }
   const int units = static_cast<int>(table.units.size());
   const int stages = 2, micro_batches = 4;
-  const auto split = partition::Partition::from_boundaries({6}, units);  // ViT+projector+embed+1 | 3+head
+  const auto split =
+      partition::Partition::from_boundaries({6}, units);  // ViT+projector+embed+1 | 3+head
 
   memory::RecomputeOptions ro;
   ro.memory = cpu_probe_options();
   ro.micro_batches = micro_batches;
   ro.granularity_bytes = 4096;
   const auto none = memory::plan_no_recompute(table, split, {ro.memory, micro_batches, 1.0, 4096});
-  const auto full = memory::plan_full_recompute(table, split, {ro.memory, micro_batches, 1.0, 4096});
+  const auto full =
+      memory::plan_full_recompute(table, split, {ro.memory, micro_batches, 1.0, 4096});
   // Halfway between full and no recomputation on stage 0 (two micro-batches in flight), and
   // never below what full recomputation needs on either stage.
   ro.budget_bytes = std::max({0.5 * (none.memory[0].total() + full.memory[0].total()),
@@ -99,9 +102,9 @@ TEST_CASE("memory balance: tiny PP=2, adaptive recompute from a profiled table f
     const double predicted = plan.memory[s].total();
     INFO("stage " << s << ": counted peak " << measured.peak_bytes << " B (static "
                   << measured.static_bytes << "), predicted " << predicted << " B (static "
-                  << plan.memory[s].static_bytes() << ", activations "
-                  << plan.memory[s].activations << ", transient " << plan.memory[s].transient
-                  << "), budget " << ro.budget_bytes << " B");
+                  << plan.memory[s].static_bytes() << ", activations " << plan.memory[s].activations
+                  << ", transient " << plan.memory[s].transient << "), budget " << ro.budget_bytes
+                  << " B");
     CHECK(measured.peak_bytes <= ro.budget_bytes);
     CHECK(std::abs(measured.peak_bytes - predicted) <= 0.10 * predicted);
   }

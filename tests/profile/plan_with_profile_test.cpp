@@ -31,12 +31,14 @@ TEST_CASE("profiled tiny table drives BMP and adaptive recompute", "[profile][re
     table.units[i].forward_s = analytic.units[i].forward_s;
     table.units[i].backward_s = analytic.units[i].backward_s;
   }
-  const auto path = (std::filesystem::temp_directory_path() / "omnibal_profiled_tiny.json").string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / "omnibal_profiled_tiny.json").string();
   partition::write_unit_cost_table(table, path);
 
   plan::AblationOptions o;
   o.model = "tiny";
-  o.lengths = {require_shared_file("internvl-chat-1.2-lengths/ai2d_train_12k_wh_token_lengths.json")};
+  o.lengths = {
+      require_shared_file("internvl-chat-1.2-lengths/ai2d_train_12k_wh_token_lengths.json")};
   o.dp = 1;
   o.pp = 2;
   o.micro_batches = 4;

@@ -125,7 +125,8 @@ TEST_CASE("unit profiler: train.freeze vit leaves the ViT without backward and a
   const auto t = profile_units(preset, o).table;
   for (const auto& u : t.units) {
     INFO(u.name);
-    const bool vit = u.kind == partition::UnitKind::VitEmbed || u.kind == partition::UnitKind::VitBlock;
+    const bool vit =
+        u.kind == partition::UnitKind::VitEmbed || u.kind == partition::UnitKind::VitBlock;
     CHECK(u.trainable == !vit);
     if (vit) {
       CHECK(u.backward_s == 0);
@@ -139,5 +140,6 @@ TEST_CASE("unit profiler: train.freeze vit leaves the ViT without backward and a
   }
   // Group names are checked once, where they are read (config and --freeze).
   CHECK_THROWS_WITH(parse_config("train: {freeze: [encoder]}\n", "t.yaml"),
-                    Catch::Contains("train.freeze[0]") && Catch::Contains("expected vit | projector | llm"));
+                    Catch::Contains("train.freeze[0]") &&
+                        Catch::Contains("expected vit | projector | llm"));
 }

@@ -10,17 +10,19 @@ TEST_CASE("1F1B for P=2, m=3 is the textbook order", "[schedule]") {
   const auto lists = build_1f1b_schedule(2, 3);
   REQUIRE(lists.size() == 2);
   const std::vector<Instruction> stage0 = {
-      {Op::Forward, 0},  {Op::SendActivation, 0},                                           // warm-up
-      {Op::Forward, 1},  {Op::SendActivation, 1}, {Op::RecvGrad, 0}, {Op::Backward, 0},     // 1F1B
-      {Op::Forward, 2},  {Op::SendActivation, 2}, {Op::RecvGrad, 1}, {Op::Backward, 1},
-      {Op::RecvGrad, 2}, {Op::Backward, 2},                                                 // drain
+      {Op::Forward, 0},      {Op::SendActivation, 0},  // warm-up
+      {Op::Forward, 1},      {Op::SendActivation, 1}, {Op::RecvGrad, 0}, {Op::Backward, 0},  // 1F1B
+      {Op::Forward, 2},      {Op::SendActivation, 2}, {Op::RecvGrad, 1}, {Op::Backward, 1},
+      {Op::RecvGrad, 2},     {Op::Backward, 2},  // drain
       {Op::ReduceGrads, -1}, {Op::OptimizerStep, -1}};
   CHECK(lists[0] == stage0);
-  const std::vector<Instruction> stage1 = {
-      {Op::RecvActivation, 0}, {Op::Forward, 0}, {Op::Backward, 0}, {Op::SendGrad, 0},
-      {Op::RecvActivation, 1}, {Op::Forward, 1}, {Op::Backward, 1}, {Op::SendGrad, 1},
-      {Op::RecvActivation, 2}, {Op::Forward, 2}, {Op::Backward, 2}, {Op::SendGrad, 2},
-      {Op::ReduceGrads, -1},   {Op::OptimizerStep, -1}};
+  const std::vector<Instruction> stage1 = {{Op::RecvActivation, 0}, {Op::Forward, 0},
+                                           {Op::Backward, 0},       {Op::SendGrad, 0},
+                                           {Op::RecvActivation, 1}, {Op::Forward, 1},
+                                           {Op::Backward, 1},       {Op::SendGrad, 1},
+                                           {Op::RecvActivation, 2}, {Op::Forward, 2},
+                                           {Op::Backward, 2},       {Op::SendGrad, 2},
+                                           {Op::ReduceGrads, -1},   {Op::OptimizerStep, -1}};
   CHECK(lists[1] == stage1);
   CHECK(to_string(stage0[2]) == "Forward{1}");
   CHECK(to_string(stage0.back()) == "OptimizerStep");

@@ -14,12 +14,14 @@ TEST_CASE("AdamW equals torch::optim::AdamW with decay on matrices only", "[trai
   o.weight_decay = 0.1;
   AdamW ours({{"w", w}, {"b", b}}, o);
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<torch::Tensor>{rw},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
-  groups.emplace_back(std::vector<torch::Tensor>{rb},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0)));
+  groups.emplace_back(
+      std::vector<torch::Tensor>{rw},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  groups.emplace_back(
+      std::vector<torch::Tensor>{rb},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0)));
   torch::optim::AdamW ref(groups, torch::optim::AdamWOptions(0.01));
   const auto x = torch::randn({5, 4});
   for (int step = 0; step < 4; ++step) {

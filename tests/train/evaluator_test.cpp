@@ -5,7 +5,8 @@
 using omnibal::models::Phase;
 using omnibal::models::UnitState;
 
-TEST_CASE("exact match: a sample counts only when every answer token's argmax is right", "[train]") {
+TEST_CASE("exact match: a sample counts only when every answer token's argmax is right",
+          "[train]") {
   // Two samples of 4 and 3 tokens; labels[t] is predicted at t - 1 within the sample.
   UnitState s;
   s.phase = Phase::kLoss;

@@ -20,7 +20,8 @@ TEST_CASE("partition trials: the simulator's pick stands unless beaten beyond th
   CHECK(o.chosen == 0);
   // Two candidates beat the pick beyond the noise: the lowest median wins (even-sized repeats:
   // median = mean of the middle two).
-  o = train::decide_trials({{0.2, 0.2, 0.2, 0.2}, {0.15, 0.16, 0.15, 0.16}, {0.12, 0.13, 0.12, 0.13}});
+  o = train::decide_trials(
+      {{0.2, 0.2, 0.2, 0.2}, {0.15, 0.16, 0.15, 0.16}, {0.12, 0.13, 0.12, 0.13}});
   CHECK(o.chosen == 2);
   CHECK(o.median_s[2] == Approx(0.125));
   CHECK_THROWS_AS(train::decide_trials({{0.1}, {}}), Error);

@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 struct TempDir {
   fs::path path;
   explicit TempDir(const std::string& tag)
-      : path(fs::temp_directory_path() / ("omnibal_run_config_" + tag + "_" + std::to_string(::getpid()))) {
+      : path(fs::temp_directory_path() /
+             ("omnibal_run_config_" + tag + "_" + std::to_string(::getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -55,7 +56,8 @@ TEST_CASE("run config: model.hf_style auto from init_from's config.json", "[trai
   CHECK_THROWS_WITH(resolve_run_config(c, {}), Catch::Contains("config.json"));
 }
 
-TEST_CASE("run config: on a resume the checkpoint's model.hf_style wins over init_from", "[train]") {
+TEST_CASE("run config: on a resume the checkpoint's model.hf_style wins over init_from",
+          "[train]") {
   Config c;
   c.model.init_from = "/nonexistent";  // never read when resuming
   ResumePoint resume;
@@ -69,7 +71,8 @@ TEST_CASE("run config: on a resume the checkpoint's model.hf_style wins over ini
   CHECK(resolve_run_config(c, resume).model.hf_style == HfStyle::kLlamaFused);
 }
 
-TEST_CASE("run config: partition_trials -1 becomes partition_top_k, and the rest stays", "[train]") {
+TEST_CASE("run config: partition_trials -1 becomes partition_top_k, and the rest stays",
+          "[train]") {
   Config c;
   c.parallel.partition_top_k = 5;
   const Config r = resolve_run_config(c, {});

@@ -24,7 +24,8 @@ memory::StagePlan fixed_plan(const ModelPreset& preset, const Config& c) {
 
 }  // namespace
 
-TEST_CASE("stage layout: uniform, parameters and manual partitions of the tiny preset", "[train][stage_plan]") {
+TEST_CASE("stage layout: uniform, parameters and manual partitions of the tiny preset",
+          "[train][stage_plan]") {
   const ModelPreset preset = load_model_preset("tiny");
   // tiny: vit_embed, vit_block_0..1, projector, llm_embed, llm_block_0..3, llm_head = 10 units.
   const Config uni = config_with(2, "uniform", "none");
@@ -62,12 +63,12 @@ TEST_CASE("stage layout: recompute none, full and per-stage counts", "[train][st
   const auto f = fixed_plan(preset, full);
   CHECK(f.recomputed_per_stage()[0] == 2);  // vit_block_0, vit_block_1
   CHECK(f.recomputed_per_stage()[1] == 4);  // llm_block_0..3
-  CHECK_FALSE(f.recompute[0]);        // vit_embed is not a block
+  CHECK_FALSE(f.recompute[0]);              // vit_embed is not a block
 
   const Config counts = config_with(2, "{manual: [3, 7]}", "[1, 3]");
   const auto c = fixed_plan(preset, counts);
-  CHECK(c.recompute.per_unit == std::vector<bool>{false, true, false, false, false, true, true, true,
-                                         false, false});
+  CHECK(c.recompute.per_unit ==
+        std::vector<bool>{false, true, false, false, false, true, true, true, false, false});
 
   const Config none = config_with(2, "uniform", "none");
   CHECK(fixed_plan(preset, none).recomputed_per_stage()[0] == 0);

@@ -95,7 +95,8 @@ TEST_CASE("step metrics: the sum of packed tensors is the field-wise sum", "[tra
 TEST_CASE("step metrics: unpack refuses another layout", "[train]") {
   const torch::Tensor v = StepMetrics(2, 1).pack();
   CHECK_THROWS_WITH(StepMetrics::unpack(v, 2, 2),
-                    Catch::Contains("expected [17] float64 for 2 stages and 2 DP ranks, got float64 [15]"));
+                    Catch::Contains(
+                        "expected [17] float64 for 2 stages and 2 DP ranks, got float64 [15]"));
   CHECK_THROWS(StepMetrics::unpack(v.to(torch::kFloat32), 2, 1));
   CHECK_THROWS(StepMetrics(0, 1));
 }
@@ -126,7 +127,7 @@ TEST_CASE("step metrics: the metrics.jsonl record by hand", "[train]") {
   CHECK(j["tokens"] == 400);
   CHECK(j["tokens_per_s"].get<double>() == 100);
   CHECK(j["samples_per_s"].get<double>() == 2);
-  CHECK(j["dp_wait_s"].get<double>() == 0.3);  // the slowest stage's gradient all-reduce
+  CHECK(j["dp_wait_s"].get<double>() == 0.3);         // the slowest stage's gradient all-reduce
   CHECK(j["bubble_fraction"].get<double>() == 0.25);  // (0.5 + 1.5) / 2 stages / 4 s
   CHECK(j["micro_batch_mean_loss"].get<double>() == 2.25);
   CHECK(j["epoch"] == 1);
