@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -40,5 +42,18 @@ bool is_torch_command(const std::string& name);
 int exec_torch_command(int argc, char** argv);
 /// Lists the torch subcommands in `omnibal-plan --help` (they never run in this process).
 void register_torch_command_stubs(CLI::App& app);
+
+/// Runs the parsed subcommands' actions (both binaries' mains): the last action's exit code, or
+/// 1 after printing "omnibal-plan: error: <what>" when one throws.
+inline int run_actions(const Actions& actions) {
+  try {
+    int rc = 0;
+    for (const auto& action : actions) rc = action();
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "omnibal-plan: error: %s\n", e.what());
+    return 1;
+  }
+}
 
 }  // namespace omnibal::plan

@@ -114,28 +114,14 @@ void print_row(const MethodResult& r) {
 }
 
 Json result_json(const MethodResult& r, const PlannerOptions& o) {
-  const auto& m = r.metrics;
-  Json j = {{"method", method_name(r.method)},
-            {"pad_ratio", m.pad_ratio},
-            {"dist_ratio_vit", m.dist_ratio_vit},
-            {"dist_ratio_llm", m.dist_ratio_llm},
-            {"tile_fill", m.tile_fill},
-            {"token_fill", m.token_fill},
-            {"packs", m.packs},
-            {"samples", m.samples},
-            {"samples_per_pack", m.samples_per_pack},
-            {"skipped", m.skipped},
-            {"seconds", r.seconds},
-            {"max_tiles", m.max_tiles},
-            {"max_tokens", m.max_tokens},
-            {"steps", m.steps},
-            {"carried_packs", m.carried_packs},
-            {"carried_samples", m.carried_samples},
-            {"pack_seconds", r.pack_seconds},
-            {"place_seconds", r.place_seconds},
-            {"dp", o.dp},
-            {"micro_batches", o.micro_batches},
-            {"seed", o.seed}};
+  Json j = balance::metrics_json(r.metrics);
+  j.update(Json{{"method", method_name(r.method)},
+                {"seconds", r.seconds},
+                {"pack_seconds", r.pack_seconds},
+                {"place_seconds", r.place_seconds},
+                {"dp", o.dp},
+                {"micro_batches", o.micro_batches},
+                {"seed", o.seed}});
   if (r.budgets.q_vit || r.budgets.q_tok) {
     j["q_vit"] = r.budgets.q_vit;
     j["q_tok"] = r.budgets.q_tok;

@@ -43,23 +43,6 @@ Json pack_json(const SampleTable& t, const PackList& packs, uint32_t p) {
   return j;
 }
 
-Json metrics_json(const BalanceMetrics& m) {
-  return {{"pad_ratio", m.pad_ratio},
-          {"dist_ratio_vit", m.dist_ratio_vit},
-          {"dist_ratio_llm", m.dist_ratio_llm},
-          {"tile_fill", m.tile_fill},
-          {"token_fill", m.token_fill},
-          {"packs", m.packs},
-          {"samples", m.samples},
-          {"samples_per_pack", m.samples_per_pack},
-          {"max_tiles", m.max_tiles},
-          {"max_tokens", m.max_tokens},
-          {"skipped", m.skipped},
-          {"steps", m.steps},
-          {"carried_packs", m.carried_packs},
-          {"carried_samples", m.carried_samples}};
-}
-
 std::vector<SampleRef> read_pack(const Json& j, const std::string& where) {
   OMNIBAL_CHECK(j.is_array(), where, ": expected an array of [dataset, index] pairs");
   std::vector<SampleRef> out;
@@ -81,6 +64,23 @@ const Json& key(const Json& doc, const char* k, const std::string& path) {
 }
 
 }  // namespace
+
+nlohmann::json metrics_json(const BalanceMetrics& m) {
+  return {{"pad_ratio", m.pad_ratio},
+          {"dist_ratio_vit", m.dist_ratio_vit},
+          {"dist_ratio_llm", m.dist_ratio_llm},
+          {"tile_fill", m.tile_fill},
+          {"token_fill", m.token_fill},
+          {"packs", m.packs},
+          {"samples", m.samples},
+          {"samples_per_pack", m.samples_per_pack},
+          {"max_tiles", m.max_tiles},
+          {"max_tokens", m.max_tokens},
+          {"skipped", m.skipped},
+          {"steps", m.steps},
+          {"carried_packs", m.carried_packs},
+          {"carried_samples", m.carried_samples}};
+}
 
 uint64_t plan_hash(const SampleTable& table, const PackList& packs, const StepPlan& plan) {
   PlanHasher h(plan.dp, plan.micro_batches);

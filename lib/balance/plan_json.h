@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct SampleRef {
   uint32_t index = 0;    ///< element index in that dataset's length / annotation file
   bool operator==(const SampleRef& o) const { return dataset == o.dataset && index == o.index; }
 };
+
+/// The metrics of a plan as the JSON object of its file's "metrics" and of `omnibal-plan data
+/// --json` (keys as BalanceMetrics' fields).
+nlohmann::json metrics_json(const BalanceMetrics& m);
 
 /// A data plan as read back from its file.
 struct PlanFile {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -149,11 +150,17 @@ template <class E> std::string choice_list() {
   return out;
 }
 
+/// The value named `text` among E's parsed names, or nullopt.
+template <class E> std::optional<E> find_choice(std::string_view text) {
+  for (std::size_t i = 0; i < Choices<E>::parsed; ++i)
+    if (Choices<E>::names[i].second == text) return Choices<E>::names[i].first;
+  return std::nullopt;
+}
+
 /// Parses `text` as one of E's names. Throws omnibal::Error
 /// "<key>: expected a | b | c, got '<text>'" otherwise (`key` names the config key or flag).
 template <class E> E parse_choice(std::string_view text, const std::string& key) {
-  for (std::size_t i = 0; i < Choices<E>::parsed; ++i)
-    if (Choices<E>::names[i].second == text) return Choices<E>::names[i].first;
+  if (const auto value = find_choice<E>(text)) return *value;
   OMNIBAL_FAIL(key, ": expected ", choice_list<E>(), ", got '", std::string(text), "'");
 }
 

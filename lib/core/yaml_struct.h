@@ -141,8 +141,7 @@ class Reader {
   /// other spelling the key accepts, appended to the choices).
   template <class E> E choice(const YAML::Node& n, const std::string& key, const std::string& text,
                               E, const char* form = nullptr) const {
-    for (std::size_t i = 0; i < Choices<E>::parsed; ++i)
-      if (Choices<E>::names[i].second == text) return Choices<E>::names[i].first;
+    if (const auto value = find_choice<E>(text)) return *value;
     const std::string expected = choice_list<E>() + (form ? std::string(" | ") + form : "");
     bad(n, key, expected.c_str());
   }

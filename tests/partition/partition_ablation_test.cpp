@@ -15,7 +15,11 @@
 
 using namespace omnibal;
 
-TEST_CASE("InternVL 6B+20B ablation on the shared length files", "[partition][ablation][real]") {
+namespace {
+
+// The README's ablation: InternVL-1.5 6B+20B on the three shared length files, DP 32 x PP 8,
+// m 8, global batch 1024 (judged by simulation, the default).
+plan::AblationOptions shared_ablation_options() {
   plan::AblationOptions o;
   o.model = "internvl-1.5-6b-20b";
   for (const char* f :
@@ -26,6 +30,14 @@ TEST_CASE("InternVL 6B+20B ablation on the shared length files", "[partition][ab
   o.pp = 8;
   o.micro_batches = 8;
   o.global_batch = 1024;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("InternVL 6B+20B ablation on the shared length files", "[partition][ablation][real]") {
+  const plan::AblationOptions o = shared_ablation_options();
+  REQUIRE(o.judge_by_simulation);
   const auto res = plan::run_partition_ablation(o);
   REQUIRE(res.rows.size() >= 4);
   CHECK(res.epoch_samples == 40941);
@@ -132,24 +144,14 @@ TEST_CASE("the ablation's memory-aware row and the trainer's start-up planner ch
   check_same_plan(res);
   CHECK(res.adaptive_plan.partition_source.find("round") != std::string::npos);
   // Judged by simulation (standing in for timed trials): the row is still the plan's.
-  o.judge_by_simulation = true;
-  const auto sim = plan::run_partition_ablation(o);
-  CHECK(sim.rows.at(3).partition == sim.adaptive_plan.partition);
-  CHECK(sim.rows.at(3).recomputed_units == sim.adaptive_plan.recomputed_per_stage());
+  // Judged by simulation (the default, so `res` is that run): the row is the plan's.
+  CHECK(res.rows.at(3).partition == res.adaptive_plan.partition);
+  CHECK(res.rows.at(3).recomputed_units == res.adaptive_plan.recomputed_per_stage());
 }
 
 TEST_CASE("the same plan from the ablation and the trainer's planner on the shared length files",
           "[partition][ablation][real]") {
-  plan::AblationOptions o;
-  o.model = "internvl-1.5-6b-20b";
-  for (const char* f :
-       {"ai2d_train_12k_wh_token_lengths.json", "chartqa_train_18k_wh_token_lengths.json",
-        "docvqa_train_10k_wh_token_lengths.json"})
-    o.lengths.push_back(require_shared_file(std::string("internvl-chat-1.2-lengths/") + f));
-  o.dp = 32;
-  o.pp = 8;
-  o.micro_batches = 8;
-  o.global_batch = 1024;
+  plan::AblationOptions o = shared_ablation_options();
   o.judge_by_simulation = false;
   check_same_plan(plan::run_partition_ablation(o));
 }
