@@ -14,11 +14,14 @@ RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, dou
 }
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables) {
+  // In fp32 whatever x's dtype (bf16 training), as Megatron applies RoPE; back to x's dtype.
   const int64_t half = x.size(-1) / 2;
-  const torch::Tensor cos = tables.cos.unsqueeze(1).to(x.scalar_type());  // [T, 1, d]
-  const torch::Tensor sin = tables.sin.unsqueeze(1).to(x.scalar_type());
-  const torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+  const torch::Tensor xf = x.to(torch::kFloat32);
+  const torch::Tensor cos = tables.cos.unsqueeze(1);  // [T, 1, d], fp32
+  const torch::Tensor sin = tables.sin.unsqueeze(1);
+  const torch::Tensor rotated =
+      torch::cat({-xf.narrow(-1, half, half), xf.narrow(-1, 0, half)}, -1);
+  return (xf * cos + rotated * sin).to(x.scalar_type());
 }
 
 }  // namespace omnibal::models

@@ -229,8 +229,9 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
             {},
             0,
             0};
-  c.memory.dp = o.dp;
-  c.memory.zero1 = o.zero1;
+  // The trainer's accounting of a bf16 run (train/distributed_optimizer.h): bf16 weights,
+  // fp32 main gradient plus the bf16 gradient of a backward, fp32 master weights and moments.
+  c.memory = memory::trainer_memory_options(Precision::kBf16, o.zero1, o.dp);
   if (!o.cost_table_in.empty()) use_measured_table(c);
   c.budget = o.budget_gb > 0 ? o.budget_gb * double(1ull << 30)
                              : memory::default_budget_bytes(c.analytic.device().memory_bytes);

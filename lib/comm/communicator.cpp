@@ -97,6 +97,17 @@ void Communicator::broadcast(torch::Tensor tensor, int root, std::string what) {
   ibroadcast(std::move(tensor), root, std::move(what)).wait();
 }
 
+void Communicator::reduce_scatter(torch::Tensor input, torch::Tensor output, std::string what) {
+  if (what.empty())
+    what = fmt::format("reduce-scatter of {} over {}", describe_tensor(input), name());
+  ireduce_scatter(std::move(input), std::move(output), std::move(what)).wait();
+}
+
+void Communicator::all_gather(torch::Tensor input, torch::Tensor output, std::string what) {
+  if (what.empty()) what = fmt::format("all-gather of {} over {}", describe_tensor(input), name());
+  iall_gather(std::move(input), std::move(output), std::move(what)).wait();
+}
+
 void Communicator::barrier(std::string what) {
   if (what.empty()) what = "barrier over " + name();
   ibarrier(std::move(what)).wait();

@@ -83,8 +83,16 @@ class Communicator {
   virtual Request isend(const torch::Tensor& tensor, int peer, int tag, std::string what) = 0;
   /// Receives into `tensor` (contiguous, pre-allocated with the sent size) from `peer`.
   virtual Request irecv(torch::Tensor tensor, int peer, int tag, std::string what) = 0;
-  /// In-place all-reduce of a contiguous tensor over the group (float32/64, int32/64, uint8).
+  /// In-place all-reduce of a contiguous tensor over the group (float32/64, int32/64, uint8;
+  /// bfloat16 for kSum).
   virtual Request iall_reduce(torch::Tensor tensor, ReduceOp op, std::string what) = 0;
+  /// Reduce-scatter (sum): `input` [size() * n] and `output` [n], contiguous, same dtype
+  /// (float32/64; bfloat16 too, summed in fp32 and rounded per step of the reduction); group
+  /// rank r receives the sum over ranks of block r of `input`. ZeRO-1's gradient reduction.
+  virtual Request ireduce_scatter(torch::Tensor input, torch::Tensor output, std::string what) = 0;
+  /// All-gather: `input` [n] and `output` [size() * n], contiguous, same dtype (any); block r of
+  /// `output` becomes group rank r's `input`. ZeRO-1's parameter gather.
+  virtual Request iall_gather(torch::Tensor input, torch::Tensor output, std::string what) = 0;
   /// In-place broadcast of a contiguous tensor from group rank `root`.
   virtual Request ibroadcast(torch::Tensor tensor, int root, std::string what) = 0;
   /// Non-blocking barrier.
@@ -97,6 +105,8 @@ class Communicator {
   /// Blocking forms (post, then wait under the watchdog).
   void all_reduce(torch::Tensor tensor, ReduceOp op = ReduceOp::kSum, std::string what = "");
   void broadcast(torch::Tensor tensor, int root, std::string what = "");
+  void reduce_scatter(torch::Tensor input, torch::Tensor output, std::string what = "");
+  void all_gather(torch::Tensor input, torch::Tensor output, std::string what = "");
   void barrier(std::string what = "");
   /// All-reduce of one integer (CPU); for flags and counters.
   int64_t all_reduce_int(int64_t value, ReduceOp op, std::string what = "");

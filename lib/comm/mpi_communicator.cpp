@@ -1,12 +1,18 @@
 // The MPI backend of Communicator (CPU tensors). Every operation is the non-blocking MPI call
-// (MPI_Isend/Irecv, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) so waits can poll with MPI_Test
-// under the watchdog. Messages larger than 1 GiB are split into chunks because MPI counts are int.
+// (MPI_Isend/Irecv, MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast,
+// MPI_Ibarrier) so waits can poll with MPI_Test under the watchdog. Messages larger than 1 GiB
+// are split into chunks because MPI counts are int (reduce-scatter and all-gather blocks must
+// stay below 2^31 elements / bytes). MPI has no bfloat16: it travels as 16-bit words and is
+// summed by a user-defined operation (each partial sum in fp32, rounded to nearest even, as
+// NCCL's bf16 reduction does per step).
 #include "comm/communicator.h"
 #include "comm/mpi_check.h"
 
 #include "core/error.h"
 
 #include <fmt/format.h>
+
+#include <c10/util/BFloat16.h>
 
 #include <climits>
 
@@ -15,8 +21,27 @@ namespace {
 
 constexpr int64_t kChunkBytes = int64_t{1} << 30;
 
+/// inout[i] = bf16(float(in[i]) + float(inout[i])), the MPI_Op of bfloat16 sums.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const c10::BFloat16*>(in);
+  auto* b = static_cast<c10::BFloat16*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = c10::BFloat16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+/// The bfloat16 sum operation, created once (after MPI_Init; freed by MPI_Finalize).
+MPI_Op bf16_sum_op() {
+  static const MPI_Op op = [] {
+    MPI_Op o;
+    OMNIBAL_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &o));
+    return o;
+  }();
+  return op;
+}
+
 MPI_Datatype mpi_type(at::ScalarType dtype) {
   switch (dtype) {
+    case at::kBFloat16: return MPI_UINT16_T;  // reduced by bf16_sum_op() only
     case at::kFloat: return MPI_FLOAT;
     case at::kDouble: return MPI_DOUBLE;
     case at::kInt: return MPI_INT32_T;
@@ -30,7 +55,12 @@ MPI_Datatype mpi_type(at::ScalarType dtype) {
   }
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+MPI_Op mpi_op(ReduceOp op, at::ScalarType dtype) {
+  if (dtype == at::kBFloat16) {
+    OMNIBAL_CHECK(op == ReduceOp::kSum,
+                  "the MPI backend reduces bfloat16 tensors by sum only; convert to float32");
+    return bf16_sum_op();
+  }
   switch (op) {
     case ReduceOp::kSum: return MPI_SUM;
     case ReduceOp::kMax: return MPI_MAX;
@@ -50,7 +80,8 @@ void check_cpu_contiguous(const torch::Tensor& t, const std::string& what) {
 /// Any number of MPI requests plus the tensors they read or write.
 class MpiRequest : public RequestImpl {
  public:
-  explicit MpiRequest(torch::Tensor keep) : keep_(std::move(keep)) {}
+  explicit MpiRequest(torch::Tensor keep) : keep_{std::move(keep)} {}
+  explicit MpiRequest(std::vector<torch::Tensor> keep) : keep_(std::move(keep)) {}
   std::vector<MPI_Request>& handles() { return handles_; }
   bool test() override {
     if (handles_.empty()) return true;
@@ -61,7 +92,7 @@ class MpiRequest : public RequestImpl {
   }
 
  private:
-  torch::Tensor keep_;
+  std::vector<torch::Tensor> keep_;
   std::vector<MPI_Request> handles_;
 };
 
@@ -123,7 +154,7 @@ class MpiCommunicator : public Communicator {
   Request iall_reduce(torch::Tensor tensor, ReduceOp op, std::string what) override {
     check_cpu_contiguous(tensor, what);
     const MPI_Datatype type = mpi_type(tensor.scalar_type());
-    const MPI_Op mop = mpi_op(op);
+    const MPI_Op mop = mpi_op(op, tensor.scalar_type());
     auto req = std::make_unique<MpiRequest>(tensor);
     const int64_t elem = tensor.element_size();
     auto* base = static_cast<char*>(tensor.data_ptr());
@@ -136,6 +167,34 @@ class MpiCommunicator : public Communicator {
           req->handles().push_back(h);
         },
         elem);
+    return Request(std::move(req), std::move(what), watchdog_);
+  }
+
+  Request ireduce_scatter(torch::Tensor input, torch::Tensor output, std::string what) override {
+    check_blocks(input, output, what);
+    const MPI_Datatype type = mpi_type(input.scalar_type());
+    const MPI_Op mop = mpi_op(ReduceOp::kSum, input.scalar_type());
+    OMNIBAL_CHECK(output.numel() < INT_MAX, what, ": a block of ", output.numel(),
+                  " elements is beyond MPI's int count; use smaller buckets");
+    auto req = std::make_unique<MpiRequest>(std::vector<torch::Tensor>{input, output});
+    MPI_Request h;
+    OMNIBAL_MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(),
+                                                static_cast<int>(output.numel()), type, mop, comm_,
+                                                &h));
+    req->handles().push_back(h);
+    return Request(std::move(req), std::move(what), watchdog_);
+  }
+
+  Request iall_gather(torch::Tensor input, torch::Tensor output, std::string what) override {
+    check_blocks(output, input, what);
+    OMNIBAL_CHECK(input.nbytes() < static_cast<size_t>(INT_MAX), what, ": a block of ",
+                  input.nbytes(), " bytes is beyond MPI's int count; use smaller buckets");
+    auto req = std::make_unique<MpiRequest>(std::vector<torch::Tensor>{input, output});
+    MPI_Request h;
+    const int bytes = static_cast<int>(input.nbytes());
+    OMNIBAL_MPI_CHECK(MPI_Iallgather(input.data_ptr(), bytes, MPI_BYTE, output.data_ptr(), bytes,
+                                     MPI_BYTE, comm_, &h));
+    req->handles().push_back(h);
     return Request(std::move(req), std::move(what), watchdog_);
   }
 
@@ -161,6 +220,17 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
+  /// `full` [size * n] and `block` [n]: CPU, contiguous, same dtype.
+  void check_blocks(const torch::Tensor& full, const torch::Tensor& block,
+                    const std::string& what) const {
+    check_cpu_contiguous(full, what);
+    check_cpu_contiguous(block, what);
+    OMNIBAL_CHECK(full.scalar_type() == block.scalar_type() &&
+                      full.numel() == block.numel() * size_,
+                  what, ": expected a [", size_, " x n] tensor and an [n] block of one dtype, got ",
+                  describe_tensor(full), " and ", describe_tensor(block));
+  }
+
   void check_p2p(const torch::Tensor& t, int peer, int tag, const std::string& what) const {
     check_cpu_contiguous(t, what);
     OMNIBAL_CHECK(peer >= 0 && peer < size_ && peer != rank_, what, ": peer ", peer,

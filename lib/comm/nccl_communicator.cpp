@@ -71,7 +71,7 @@ struct NcclEvent {
 
 class NcclRequest : public RequestImpl {
  public:
-  NcclRequest(ncclComm_t comm, std::shared_ptr<NcclEvent> event, torch::Tensor keep)
+  NcclRequest(ncclComm_t comm, std::shared_ptr<NcclEvent> event, std::vector<torch::Tensor> keep)
       : comm_(comm), event_(std::move(event)), keep_(std::move(keep)) {}
   bool test() override {
     ncclResult_t async = ncclSuccess;
@@ -88,7 +88,7 @@ class NcclRequest : public RequestImpl {
  private:
   ncclComm_t comm_;
   std::shared_ptr<NcclEvent> event_;
-  torch::Tensor keep_;
+  std::vector<torch::Tensor> keep_;
 };
 
 class NcclCommunicator : public Communicator {
@@ -140,6 +140,26 @@ class NcclCommunicator : public Communicator {
                                        nccl_type(t.scalar_type()), nccl_op(op), comm_, s));
     });
   }
+  Request ireduce_scatter(torch::Tensor in, torch::Tensor out, std::string what) override {
+    if (in.device().is_cpu()) return cpu_->ireduce_scatter(std::move(in), std::move(out), what);
+    check_cuda(in, what);
+    check_cuda(out, what);
+    check_blocks(in, out, what);
+    return enqueue(std::vector<torch::Tensor>{in, out}, std::move(what), [&](cudaStream_t s) {
+      OMNIBAL_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(),
+                                           nccl_type(in.scalar_type()), ncclSum, comm_, s));
+    });
+  }
+  Request iall_gather(torch::Tensor in, torch::Tensor out, std::string what) override {
+    if (in.device().is_cpu()) return cpu_->iall_gather(std::move(in), std::move(out), what);
+    check_cuda(in, what);
+    check_cuda(out, what);
+    check_blocks(out, in, what);
+    return enqueue(std::vector<torch::Tensor>{in, out}, std::move(what), [&](cudaStream_t s) {
+      OMNIBAL_NCCL_CHECK(
+          ncclAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), ncclUint8, comm_, s));
+    });
+  }
   Request ibroadcast(torch::Tensor t, int root, std::string what) override {
     if (t.device().is_cpu()) return cpu_->ibroadcast(std::move(t), root, std::move(what));
     check_cuda(t, what);
@@ -163,6 +183,13 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
+  void check_blocks(const torch::Tensor& full, const torch::Tensor& block,
+                    const std::string& what) const {
+    OMNIBAL_CHECK(full.scalar_type() == block.scalar_type() &&
+                      full.numel() == block.numel() * size(),
+                  what, ": expected a [", size(), " x n] tensor and an [n] block of one dtype, got ",
+                  describe_tensor(full), " and ", describe_tensor(block));
+  }
   void check_cuda(const torch::Tensor& t, const std::string& what) const {
     OMNIBAL_CHECK(t.is_cuda() && t.device().index() == device_, what,
                   ": expected a tensor on cuda:", device_, ", got one on ", t.device().str());
@@ -176,13 +203,18 @@ class NcclCommunicator : public Communicator {
     e.recorded = true;
   }
   template <class Fn> Request enqueue(const torch::Tensor& t, std::string what, Fn&& launch) {
+    return enqueue(std::vector<torch::Tensor>{t}, std::move(what), std::forward<Fn>(launch));
+  }
+  template <class Fn>
+  Request enqueue(std::vector<torch::Tensor> keep, std::string what, Fn&& launch) {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     auto event = std::make_shared<NcclEvent>();
     OMNIBAL_CUDA_CHECK(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming));
     launch(c10::cuda::getCurrentCUDAStream(device_).stream());
     if (in_group_) grouped_.push_back(event);
     else record(*event);
-    return Request(std::make_unique<NcclRequest>(comm_, event, t), std::move(what), watchdog_);
+    return Request(std::make_unique<NcclRequest>(comm_, event, std::move(keep)), std::move(what),
+                   watchdog_);
   }
 
   std::string name_;

@@ -60,6 +60,10 @@ enum class UnitGroup { kVit, kProjector, kLlm };
 /// `debug.fail_at.where`: where an injected failure is thrown (tests of job failure).
 enum class FailWhere { kForward, kBackward, kLoader, kStep };
 
+/// `train.precision` (parameters and activations; master weights and moments are fp32 in both)
+/// and `comm.grad_reduce_dtype` (the DP gradient reduction): fp32 or bf16.
+enum class Precision { kFp32, kBf16 };
+
 /// The name table of enum E: `names` lists (value, name) for every value that has a name, in the
 /// order error messages list them; `unnamed` values (the mapping / list forms) are printed with
 /// their own spelling but never parsed.
@@ -128,6 +132,12 @@ template <> struct Choices<FailWhere> {
        {FailWhere::kLoader, "loader"},
        {FailWhere::kStep, "step"}}};
   static constexpr std::size_t parsed = 4;
+};
+
+template <> struct Choices<Precision> {
+  static constexpr std::array<std::pair<Precision, std::string_view>, 2> names{
+      {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}}};
+  static constexpr std::size_t parsed = 2;
 };
 
 /// True for the enums that have a Choices table (the config reader and writer use it).

@@ -136,6 +136,12 @@ struct TrainConfig {
   /// The same after this many minutes since the trainer started (start-up included), agreed
   /// over all ranks at each step boundary. 0 = off.
   double exit_duration_min = 0;
+  /// Parameters and activations in fp32 or bf16 (Megatron's --bf16): bf16 keeps fp32 master
+  /// weights, AdamW moments and the gradient accumulation buffer (train/distributed_optimizer.h).
+  Precision precision = Precision::kFp32;
+  /// ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered over DP, each DP rank
+  /// updates its shard of master weights and moments, parameters all-gathered.
+  bool zero1 = false;
   template <class V> void visit_fields(V& v) {
     v("steps", steps);
     v("lr", lr);
@@ -152,6 +158,8 @@ struct TrainConfig {
     v("grad_clip", grad_clip);
     v("exit_after_steps", exit_after_steps);
     v("exit_duration_min", exit_duration_min);
+    v("precision", precision);
+    v("zero1", zero1);
   }
   void validate(const std::string& where) const;
 };
@@ -174,9 +182,13 @@ struct CommConfig {
   /// has most likely died (mpirun signals the survivors of an MPI_Abort). Keep it below
   /// mpirun's odls_base_sigkill_timeout and above the slowest checkpoint write.
   double stop_grace_s = 20;
+  /// Dtype of the DP gradient reduction (all-reduce or ZeRO-1 reduce-scatter) of the fp32
+  /// accumulation buffer: fp32, or bf16 (half the bytes on the wire, summed in bf16).
+  Precision grad_reduce_dtype = Precision::kFp32;
   template <class V> void visit_fields(V& v) {
     v("timeout_s", timeout_s);
     v("stop_grace_s", stop_grace_s);
+    v("grad_reduce_dtype", grad_reduce_dtype);
   }
   void validate(const std::string& where) const;
 };

@@ -47,6 +47,25 @@ StageMemory stage_memory(const partition::UnitCostTable& table,
   return mem;
 }
 
+MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp) {
+  MemoryOptions m;
+  m.dp = dp;
+  m.zero1 = zero1;
+  switch (precision) {
+    case Precision::kFp32:
+      m.weight_bytes_per_param = 4;
+      m.grad_bytes_per_param = 4;
+      m.optimizer_bytes_per_param = 8;
+      break;
+    case Precision::kBf16:
+      m.weight_bytes_per_param = 2;
+      m.grad_bytes_per_param = 4 + 2;
+      m.optimizer_bytes_per_param = 12;
+      break;
+  }
+  return m;
+}
+
 double default_budget_bytes(double device_memory_bytes) { return 0.92 * device_memory_bytes; }
 
 }  // namespace omnibal::memory

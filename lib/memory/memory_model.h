@@ -16,6 +16,8 @@
 
 #include <vector>
 
+#include "core/choices.h"
+
 #include "partition/stage_partition.h"
 #include "partition/unit_cost_table.h"
 
@@ -49,6 +51,13 @@ StageMemory stage_memory(const partition::UnitCostTable& table,
 /// Bytes one in-flight micro-batch keeps in units [begin, end) under the recompute flags.
 double kept_activation_bytes(const partition::UnitCostTable& table, int begin, int end,
                              const std::vector<bool>& recompute);
+
+/// The trainer's bytes per parameter (train/distributed_optimizer.h) for train.precision and
+/// train.zero1 at `dp` ranks: weights 4 (fp32) or 2 (bf16); gradients: the fp32 main gradient
+/// (4) plus, in bf16, the parameters' bf16 gradient, alive from a micro-batch's backward until
+/// the optimizer folds it in (2); optimizer state: Adam's fp32 moments (8) plus, in bf16, the fp32
+/// master weights (4); the optimizer state divided by dp under ZeRO-1. Workspace as the default.
+MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp);
 
 /// Default budget for a device: its memory minus 8% for the CUDA context, NCCL buffers and
 /// allocator fragmentation (the paper's "remaining free memory" is measured; we must estimate).

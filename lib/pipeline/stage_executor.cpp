@@ -160,6 +160,7 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
         if (hooks.before_op) hooks.before_op("backward", mb);
         const auto t0 = Clock::now();
         backward(mb, loss_scale);
+        if (hooks.after_backward) hooks.after_backward(mb);
         result.times.backward_s += since(t0);
         break;
       }

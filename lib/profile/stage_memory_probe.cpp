@@ -59,6 +59,7 @@ StageProbeResult probe_stage_memory(const StageProbe& p) {
     const auto units = models::make_units(p.preset, p.options, p.begin, p.end);
     apply_freeze(units, p.freeze);
     for (int64_t u = p.begin; u < p.end; ++u) units[u - p.begin]->set_recompute(p.recompute[u]);
+    if (p.on_built) p.on_built(units);
     {  // warm-up: gradients are allocated from here on
       const UnitState out = models::run_units(units, received(p.inputs[0], input_grad));
       const torch::Tensor root = root_of(out);

@@ -6,13 +6,15 @@
 // then forwards `in_flight` micro-batches, keeping each one's input and output as a pipeline
 // stage does (received activation, activation to send), and backpropagates them oldest first
 // with a received gradient of ones. Counted: weights, gradients, in-flight activations,
-// recomputation, buffers; not counted: optimizer state (no optimizer step is taken here).
+// recomputation, buffers, and whatever `on_built` allocates (the tests give it the trainer's
+// optimizer: main gradient, master weights, moments); no optimizer step is taken here.
 // Not here: communication, the real multi-process pipeline (lib/pipeline).
 #pragma once
 
 #include "core/choices.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,10 @@ struct StageProbe {
   /// meter, as a received activation or a loaded pack would be allocated).
   std::vector<models::UnitState> inputs;
   int in_flight = 1;  ///< micro-batches forwarded before the first backward
+  /// Called inside the meter once the units are built, before the warm-up: allocate what
+  /// training keeps besides the model (the optimizer's gradient buffer and state) so that it
+  /// is counted; whatever it allocates must outlive probe_stage_memory.
+  std::function<void(const std::vector<models::UnitPtr>& units)> on_built;
 };
 
 /// What the meter counted (bytes).

@@ -164,6 +164,7 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
   vo.with_img_context_id(profiling_img_context_id(preset, o.pack))
       .with_seed(o.init_seed)
       .with_device(o.device);
+  if (o.dtype) vo.with_dtype(*o.dtype);
   const auto counts = models::unit_parameter_counts(preset);
   const auto units = models::make_units(preset, vo, 0, static_cast<int64_t>(counts.size()));
   apply_freeze(units, o.freeze);

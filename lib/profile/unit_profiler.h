@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,8 @@ struct ProfileOptions {
   std::vector<UnitGroup> freeze;  ///< train.freeze groups: vit, projector, llm
   uint64_t init_seed = 0;         ///< parameter initialisation seed
   torch::Device device = torch::kCPU;
+  /// Parameter and activation dtype (train.precision); default bf16 on CUDA, fp32 on the CPU.
+  std::optional<torch::Dtype> dtype;
   ProfileClock clock = ProfileClock::kWall;
 };
 

@@ -1,16 +1,15 @@
-// AdamW (Loshchilov & Hutter) over named parameters, with the state kept per parameter *name*
-// so that a checkpoint written under one pipeline partition loads under any other (each stage
-// saves and loads the moments of the parameters it holds). Decoupled weight decay applies only
-// to matrices and embeddings (dim >= 2); norms, biases and layer scales are not decayed.
-// Own implementation rather than torch::optim::AdamW because that keys its state by tensor
-// identity, whose access differs between LibTorch versions; the update is the same formula.
+// AdamW (Loshchilov & Hutter, "Decoupled Weight Decay Regularization") as one in-place update of
+// a parameter slice from its gradient and moments; DistributedOptimizer (distributed_optimizer.h)
+// applies it to each parameter's part of its state. Decoupled weight decay applies only to
+// matrices and embeddings (dim >= 2); norms, biases and layer scales are not decayed.
+// Own implementation rather than torch::optim::AdamW: that keys state by tensor identity (whose
+// access differs between LibTorch versions) and cannot update a shard; the formula is the same
+// (tests/train/adamw_test.cpp compares the two).
 #pragma once
 
 #include <torch/torch.h>
 
-#include <map>
-#include <string>
-#include <vector>
+#include <cstdint>
 
 namespace omnibal::train {
 
@@ -22,34 +21,13 @@ struct AdamWOptions {
   double weight_decay = 0.05;
 };
 
-/// AdamW over a fixed list of named parameters (only those with requires_grad).
-class AdamW {
- public:
-  AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWOptions options);
-
-  /// One update at learning rate `lr` (step counter += 1). Parameters without a gradient are
-  /// skipped (their moments stay as they are).
-  void step(double lr);
-  /// Sets every gradient to zero (keeps the buffers).
-  void zero_grad();
-
-  /// Updates done so far (the bias-correction counter).
-  int64_t steps() const { return steps_; }
-  void set_steps(int64_t steps) { steps_ = steps; }
-  /// Trainable parameters by name.
-  const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
-  /// Moments "<name>#exp_avg" and "<name>#exp_avg_sq" of every parameter (zeros before step 1).
-  std::map<std::string, torch::Tensor> state_tensors() const;
-  /// Names state_tensors() uses.
-  std::vector<std::string> state_names() const;
-  /// Copies moments in by name; throws omnibal::Error naming a missing name or a shape mismatch.
-  void load_state_tensors(const std::map<std::string, torch::Tensor>& state);
-
- private:
-  std::vector<std::pair<std::string, torch::Tensor>> params_;
-  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
-  AdamWOptions options_;
-  int64_t steps_ = 0;
-};
+/// One AdamW update of step `step` (1-based, for the bias corrections) at learning rate `lr`, in
+/// place on `param`, `exp_avg` and `exp_avg_sq` (fp32, same shape as `grad`); `decay` turns the
+/// decoupled weight decay on (parameters of dim >= 2):
+///   p *= 1 - lr * wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+///   p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps).
+void adamw_update(torch::Tensor param, const torch::Tensor& grad, torch::Tensor exp_avg,
+                  torch::Tensor exp_avg_sq, double lr, int64_t step, bool decay,
+                  const AdamWOptions& options);
 
 }  // namespace omnibal::train

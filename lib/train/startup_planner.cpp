@@ -72,6 +72,7 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
         po.freeze = cfg.train.freeze;
         po.init_seed = cfg.train.seed;
         po.device = c.device;
+        po.dtype = cfg.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
         text = partition::unit_cost_table_json(profile::profile_units(*c.preset, po).table);
       }
     } catch (const Error& e) {
@@ -115,21 +116,18 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   o.radius = cfg.parallel.partition_radius;
   o.top_k = cfg.parallel.partition_top_k;
   o.unit_names = models::unit_names(*c.preset);
-  o.memory.dp = cfg.parallel.dp;
-  o.memory.zero1 = false;  // the trainer keeps full AdamW state on every DP replica
+  // The trainer's own accounting (train.precision, train.zero1); the table gives the parameter
+  // bytes in its run dtype, from which parameter counts follow.
+  o.memory = memory::trainer_memory_options(cfg.train.precision, cfg.train.zero1, cfg.parallel.dp);
   o.memory.workspace_bytes = c.device.is_cuda() ? o.memory.workspace_bytes : 0.0;
   if (table) {
-    // Bytes per parameter of the table (its run dtype); AdamW keeps m and v in that dtype.
     const auto counts = models::unit_parameter_counts(*c.preset);
     double bytes = 0, params = 0;
     for (size_t u = 0; u < counts.size(); ++u) {
       bytes += table->units[u].parameter_bytes;
       params += static_cast<double>(counts[u]);
     }
-    const double per = params > 0 ? bytes / params : 4.0;
-    o.memory.weight_bytes_per_param = per;
-    o.memory.grad_bytes_per_param = per;
-    o.memory.optimizer_bytes_per_param = 2 * per;
+    if (params > 0) o.memory.weight_bytes_per_param = bytes / params;
   }
   double budget = cfg.memory.budget_gb > 0 ? cfg.memory.budget_gb * kGiB
                                            : default_memory_budget_bytes(c.device);

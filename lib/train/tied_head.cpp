@@ -53,25 +53,18 @@ TiedHead::TiedHead(const ModelPreset& preset, const partition::Partition& split,
                 " and llm_head on stage ", last, ")");
 }
 
-void TiedHead::sum_gradients(comm::Communicator& pipeline) const {
-  if (!active() || !weight_.requires_grad()) return;
+void TiedHead::sum_gradients(comm::Communicator& pipeline, torch::Tensor grad) const {
+  if (!active() || !grad.defined()) return;
   torch::NoGradGuard no_grad;
-  if (!weight_.grad().defined())
-    const_cast<torch::Tensor&>(weight_).mutable_grad() = torch::zeros_like(weight_);
-  torch::Tensor grad = weight_.grad();
   const torch::Tensor other = swap_with_peer(pipeline, grad, peer_, "tied embedding gradient");
   // Same operand order on both ends (embedding first): one IEEE addition, bitwise equal sums.
   const torch::Tensor sum = embedding_end_ ? grad + other : other + grad;
   grad.copy_(sum);
 }
 
-std::vector<torch::Tensor> TiedHead::norm_params(
-    const std::vector<torch::Tensor>& trainable) const {
-  if (!holds_copy()) return trainable;
-  std::vector<torch::Tensor> out;
-  for (const auto& p : trainable)
-    if (!p.is_same(weight_)) out.push_back(p);
-  return out;
+std::set<std::string> TiedHead::norm_excluded() const {
+  if (!holds_copy()) return {};
+  return {kEmbeddingName};
 }
 
 bool TiedHead::copies_equal(comm::Communicator& pipeline) const {

@@ -11,14 +11,16 @@
 //   - the copy is named "llm_embed.tok_embeddings.weight" on the last stage too, so optimizer
 //     state and checkpoints use one name (stored once, by the embedding's stage) and a
 //     checkpoint loads under any PP split, including PP = 1, where the head shares the tensor.
-// The DP all-reduce comes first: every replica then swaps identical values, and the pairwise
-// sum is one commutative addition (summing before the DP reduce would put the tied gradient at
-// different offsets of differently filled buckets on the two stages, which an MPI reduction
-// may round differently). Not here: tensor-parallel vocabulary sharding.
+// The DP reduction comes first: every replica then swaps identical values, and the pairwise
+// sum is one commutative addition. The optimizer gives the weight a bucket of its own on both
+// stages (OptimizerOptions::own_bucket), so both reduce it alike and, under ZeRO-1, DP rank r of
+// both stages holds the same shard of it and swaps just that. Not here: tensor-parallel
+// vocabulary sharding.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,12 +57,14 @@ class TiedHead {
   /// Stage index of the embedding (-1 when not split).
   int embedding_stage() const { return embedding_stage_; }
 
-  /// Replaces this end's gradient by g_embedding + g_head (swapped with the other end over
-  /// `pipeline`, whose group ranks are stage indices). Call after the DP all-reduce, on both
-  /// ends together. No-op when inactive or when the weight is frozen.
-  void sum_gradients(comm::Communicator& pipeline) const;
-  /// `trainable` without the head's copy (a tied weight counts once in the gradient norm).
-  std::vector<torch::Tensor> norm_params(const std::vector<torch::Tensor>& trainable) const;
+  /// Replaces `grad`, this end's DP-reduced gradient of the weight (all of it, or under ZeRO-1
+  /// this DP rank's shard of it: the same range on both ends), by g_embedding + g_head, swapped
+  /// with the other end over `pipeline`, whose group ranks are stage indices. Call after the DP
+  /// reduction, on both ends together. No-op when inactive or when `grad` is undefined (frozen).
+  void sum_gradients(comm::Communicator& pipeline, torch::Tensor grad) const;
+  /// Names this stage leaves out of the gradient norm (the head's copy: a tied weight counts
+  /// once).
+  std::set<std::string> norm_excluded() const;
   /// Whether this stage leaves `name` out of checkpoints and the parameter hash (the copy).
   bool not_written(const std::string& name) const { return holds_copy() && name == kEmbeddingName; }
   /// Swaps the two copies and compares them bitwise (true when inactive). Both ends together.

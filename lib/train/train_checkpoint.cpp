@@ -39,26 +39,31 @@ TrainCheckpoint::~TrainCheckpoint() = default;
 
 void TrainCheckpoint::save(const TrainCounters& counters,
                            const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                           const AdamW& adam, bool writer, const std::string& config_yaml,
+                           DistributedOptimizer& optimizer, bool writer,
+                           const std::string& config_yaml,
                            const std::vector<std::string>& not_written) {
   checkpoint::Shard shard;
+  auto state = optimizer.state_tensors();  // collective over DP under ZeRO-1
   if (writer) {
-    for (const auto& [name, p] : params) shard.tensors[name] = p.detach();
-    for (const auto& [name, t] : adam.state_tensors()) shard.tensors[name] = t;
+    for (const auto& [name, p] : params) shard.tensors[name] = p.detach().to(torch::kFloat32);
+    for (auto& [name, t] : state) shard.tensors[name] = std::move(t);  // fp32 master weights
     for (const auto& name : not_written)
       for (const char* suffix : {"", "#exp_avg", "#exp_avg_sq"}) shard.tensors.erase(name + suffix);
   }
   shard.state = counters.to_json();
-  shard.state["optimizer_steps"] = adam.steps();
+  shard.state["optimizer_steps"] = optimizer.steps();
+  shard.state["precision"] = choice_name(optimizer.options().precision);
+  shard.state["zero1"] = optimizer.options().zero1;
   impl_->store.save(counters.step, shard, config_yaml);
 }
 
 TrainCounters TrainCheckpoint::load(
     const std::string& dir, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-    AdamW& adam) const {
+    DistributedOptimizer& optimizer) const {
   std::vector<std::string> names;
   for (const auto& [name, p] : params) names.push_back(name);
-  for (const auto& n : adam.state_names()) names.push_back(n);
+  for (const auto& n : optimizer.state_names())
+    if (n.find('#') != std::string::npos) names.push_back(n);  // the plain names are above
   const auto tensors = impl_->store.load_tensors(dir, names);
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : params) {
@@ -67,10 +72,10 @@ TrainCounters TrainCheckpoint::load(
                   " in the checkpoint but ", p.sizes(), " in this model (another preset?)");
     p.copy_(t);
   }
-  adam.load_state_tensors(tensors);
+  optimizer.load_state_tensors(tensors);
   const auto states = impl_->store.load_states(dir);
   OMNIBAL_CHECK(!states.empty(), dir, ": the checkpoint has no rank state");
-  adam.set_steps(states[0].at("optimizer_steps").get<int64_t>());
+  optimizer.set_steps(states[0].at("optimizer_steps").get<int64_t>());
   return TrainCounters::from_json(states[0]);
 }
 

@@ -1,9 +1,12 @@
 // The trainer's side of checkpoints (storage is lib/checkpoint's CheckpointStore): what one
 // rank puts in its shard and how it takes its part back. Parameters are stored under
-// "<unit>.<param>" and AdamW moments under "<name>#exp_avg" / "#exp_avg_sq", written by DP rank
-// 0 of each stage only (one writer per tensor); the state JSON carries the step, the data
-// position and the optimizer step. Loading reads exactly the names this rank's stage holds, so
-// a checkpoint loads under any partition, PP or DP size.
+// "<unit>.<param>" in fp32 (trained ones: the optimizer's fp32 master weights; frozen ones:
+// their values) and AdamW moments under "<name>#exp_avg" / "#exp_avg_sq" in fp32, unsharded
+// (ZeRO-1 shards are gathered at save), written by DP rank 0 of each stage only (one writer per
+// tensor); the state JSON carries the step, the data position, the optimizer step and the
+// precision / zero1 / dp the checkpoint was made with. Loading reads exactly the names this
+// rank's stage holds, so a checkpoint loads under any partition, PP or DP size, precision and
+// zero1 setting.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,7 +18,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "train/adamw.h"
+#include "train/distributed_optimizer.h"
 
 namespace omnibal::train {
 
@@ -37,20 +40,21 @@ class TrainCheckpoint {
  public:
   TrainCheckpoint(std::string root, int keep_last, comm::Communicator& world);
   ~TrainCheckpoint();
-  /// Collective. `writer` is true on DP rank 0 of each stage (its tensors are stored).
-  /// `not_written`: names this rank leaves out, with their AdamW moments (a tied head's copy,
-  /// stored by the embedding's stage).
+  /// Collective (the optimizer gathers its ZeRO-1 shards over DP). `writer` is true on DP rank
+  /// 0 of each stage (its tensors are stored). `not_written`: names this rank leaves out, with
+  /// their AdamW moments (a tied head's copy, stored by the embedding's stage).
   void save(const TrainCounters& counters,
-            const std::vector<std::pair<std::string, torch::Tensor>>& params, const AdamW& adam,
-            bool writer, const std::string& config_yaml,
+            const std::vector<std::pair<std::string, torch::Tensor>>& params,
+            DistributedOptimizer& optimizer, bool writer, const std::string& config_yaml,
             const std::vector<std::string>& not_written = {});
   // Which checkpoint to resume (--resume auto | PATH) is found before the trainer is built:
   // find_resume_point (run_config.h).
-  /// Loads this rank's parameters and AdamW state from `dir`; returns rank 0's counters.
-  /// Throws omnibal::Error listing missing names or shape mismatches.
+  /// Loads this rank's parameters, master weights and AdamW state from `dir` (cast to this
+  /// run's precision); returns rank 0's counters. Throws omnibal::Error listing missing names
+  /// or shape mismatches.
   TrainCounters load(const std::string& dir,
                      const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                     AdamW& adam) const;
+                     DistributedOptimizer& optimizer) const;
   /// Rank 0's state JSON stored in `dir` (counters, stage plan).
   nlohmann::json rank_state(const std::string& dir) const;
   /// The resolved config stored in `dir`.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -13,8 +15,7 @@
 #include "models/vlm.h"
 #include "pipeline/stage_executor.h"
 #include "schedule/one_f_one_b.h"
-#include "train/adamw.h"
-#include "train/grad_sync.h"
+#include "train/distributed_optimizer.h"
 #include "train/init_weights.h"
 #include "train/loss_normaliser.h"
 #include "train/lr_schedule.h"
@@ -112,8 +113,8 @@ struct Trainer::State {
   memory::StagePlan plan;  ///< split + recompute flags (train/startup_planner.h)
   std::vector<models::UnitPtr> units;
   NamedParams params;  ///< all of this stage's parameters (frozen included)
-  std::vector<torch::Tensor> trainable;
-  std::unique_ptr<AdamW> adam;
+  /// Mixed precision, ZeRO-1, fp32 master weights, AdamW; made after the weights are set.
+  std::unique_ptr<DistributedOptimizer> optimizer;
   std::unique_ptr<TiedHead> tied;  ///< the tied LM head's two copies when split over stages
   std::unique_ptr<comm::TensorMessenger> pipe;
   std::unique_ptr<pipeline::StageExecutor> stage;
@@ -133,6 +134,7 @@ struct Trainer::State {
   bool is_last_stage() const { return stage_index == stages - 1; }
   std::optional<std::string> exit_due(int64_t steps_this_run);
   void build_stage();
+  void make_optimizer();
   void check_plan_hash();
   void restore(const ResumePoint& resume);
   void log_start() const;
@@ -152,7 +154,8 @@ void Trainer::State::build_stage() {
   models::VlmOptions opt;
   opt.with_img_context_id(tokenizer->special().img_context)
       .with_seed(cfg.train.seed)
-      .with_dropout(cfg.model.dropout);
+      .with_dropout(cfg.model.dropout)
+      .with_dtype(cfg.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32);
   units = models::make_units(preset, opt, plan.begin(stage_index), plan.end(stage_index));
   for (size_t i = 0; i < units.size(); ++i) {
     auto& u = units[i];
@@ -163,18 +166,27 @@ void Trainer::State::build_stage() {
     for (auto& np : u->named_parameters()) {
       np.value().requires_grad_(!frozen);
       params.emplace_back(u->unit_name() + "." + np.key(), np.value());
-      if (!frozen) trainable.push_back(np.value());
     }
   }
   tied = std::make_unique<TiedHead>(preset, plan.partition, stage_index, params);
-  AdamWOptions ao;
-  ao.beta1 = cfg.train.beta1;
-  ao.beta2 = cfg.train.beta2;
-  ao.weight_decay = cfg.train.weight_decay;
-  adam = std::make_unique<AdamW>(params, ao);
   if (stages > 1) pipe = std::make_unique<comm::TensorMessenger>(comms.pipeline());
   stage = std::make_unique<pipeline::StageExecutor>(units, stage_index, stages, pipe.get());
   programs = schedule::build_1f1b_schedule(stages, m);
+}
+
+/// The optimizer over this stage's trainable parameters as they are now (it takes the current
+/// values as master weights): after the initialisation, before a checkpoint is loaded.
+void Trainer::State::make_optimizer() {
+  OptimizerOptions o;
+  o.adam.beta1 = cfg.train.beta1;
+  o.adam.beta2 = cfg.train.beta2;
+  o.adam.weight_decay = cfg.train.weight_decay;
+  o.precision = cfg.train.precision;
+  o.reduce_dtype = cfg.comm.grad_reduce_dtype;
+  o.zero1 = cfg.train.zero1;
+  if (tied->active()) o.own_bucket = {TiedHead::kEmbeddingName};
+  optimizer = std::make_unique<DistributedOptimizer>(params, o, &comms.dp_group(),
+                                                     DpShard{dp_rank, dp});
 }
 
 void Trainer::State::check_plan_hash() {
@@ -221,9 +233,11 @@ pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
   hooks.before_op = [this, step](const char* where, int) {
     maybe_fail(parse_choice<FailWhere>(where, "stage op"), step);
   };
+  if (cfg.train.precision == Precision::kBf16)
+    hooks.after_backward = [this](int) { optimizer->accumulate_grads(); };
   hooks.reduce_grads = [this] {
-    all_reduce_gradients(trainable, comms.dp_group());
-    tied->sum_gradients(comms.pipeline());
+    optimizer->reduce_grads();
+    tied->sum_gradients(comms.pipeline(), optimizer->reduced_grad(TiedHead::kEmbeddingName));
   };
   const LossReduction reduction = cfg.loss.reduction;
   if (reduction != LossReduction::kToken)
@@ -286,7 +300,7 @@ void Trainer::State::save_checkpoint() {
   std::vector<std::string> skip;
   for (const auto& [name, p] : params)
     if (tied->not_written(name)) skip.push_back(name);
-  checkpoints->save(counters, params, *adam, dp_rank == 0, config_yaml, skip);
+  checkpoints->save(counters, params, *optimizer, dp_rank == 0, config_yaml, skip);
   if (comms.rank() == 0)
     log_info("checkpoint: step {} in {}/checkpoints", counters.step, cfg.runtime.run_dir);
 }
@@ -295,8 +309,9 @@ void Trainer::State::save_checkpoint() {
 /// resume, otherwise the seeded initialisation and model.init_from.
 void Trainer::State::restore(const ResumePoint& resume) {
   if (resume.resuming()) {
+    make_optimizer();
     const uint64_t hash = counters.plan_hash;
-    counters = checkpoints->load(resume.dir, params, *adam);
+    counters = checkpoints->load(resume.dir, params, *optimizer);
     counters.plan_hash = hash;
     counters.stage_plan = memory::stage_plan_json(plan);
     if (comms.rank() == 0) log_info("resumed from {} at step {}", resume.dir, counters.step);
@@ -309,6 +324,7 @@ void Trainer::State::restore(const ResumePoint& resume) {
     log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh",
              cfg.runtime.run_dir);
   init_stage_weights(cfg.model, preset, units);
+  make_optimizer();
   if (!cfg.model.init_from.empty()) {
     const std::string hash = param_hash_text();
     if (comms.rank() == 0)
@@ -323,6 +339,11 @@ void Trainer::State::log_start() const {
   const auto& epoch0 = data->epoch_plan(0);
   log_info("{}", comms.grid().describe(comms.rank()));
   log_info("stages: {}", plan.describe_stages());
+  log_info("precision {} (gradient reduction {}), zero1 {}: optimizer state {:.1f} MiB, fp32 "
+           "main gradient {:.1f} MiB on rank 0",
+           choice_name(cfg.train.precision), choice_name(cfg.comm.grad_reduce_dtype),
+           cfg.train.zero1, optimizer->state_bytes() / 1048576.0,
+           optimizer->main_grad_bytes() / 1048576.0);
   const size_t left_out = epoch0.packing.skipped.size();
   log_info(
       "data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
@@ -440,14 +461,14 @@ double Trainer::train_step(int64_t step) {
       global_normaliser(s.is_last_stage() ? local_normaliser(packs, cfg.loss.reduction)
                                           : LossNormaliser{},
                         s.comms.world());
-  s.adam->zero_grad();
+  s.optimizer->zero_grad();
   const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
                                    n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, s.step_hooks(step));
-  const double norm = global_grad_norm(s.tied->norm_params(s.trainable),
-                                       s.stages > 1 ? &s.comms.pipeline() : nullptr);
-  clip_gradients(s.trainable, norm, cfg.train.grad_clip);
+  const double norm =
+      s.optimizer->grad_norm(s.stages > 1 ? &s.comms.pipeline() : nullptr, s.tied->norm_excluded());
+  s.optimizer->clip(norm, cfg.train.grad_clip);
   const double lr = learning_rate(cfg.train, step);
-  s.adam->step(lr);
+  s.optimizer->step(lr);
   s.counters.step = step + 1;
   const double seconds = since(t0);
   const StepMetrics metrics = s.gather_metrics(r, packs);
@@ -500,6 +521,12 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
   out.eval = s.last_eval;
   const double seconds = since(s.run_started);
   const int64_t run_steps = s.counters.step - first;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: KiB on Linux
+  const int64_t peak_rss_kib = s.comms.world().all_reduce_int(
+      static_cast<int64_t>(usage.ru_maxrss), comm::ReduceOp::kMax, "peak RSS");
+  const int64_t state_bytes = s.comms.world().all_reduce_int(s.optimizer->state_bytes(),
+                                                             comm::ReduceOp::kMax, "state bytes");
   nlohmann::json summary = {{"steps", s.counters.step},
                             {"steps_this_run", run_steps},
                             {"seconds", seconds},
@@ -511,6 +538,10 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
                             {"stop_reason", out.stop_reason},
                             {"param_hash", s.param_hash_text()},
                             {"balance_method", choice_name(s.cfg.balance.method)},
+                            {"precision", choice_name(s.cfg.train.precision)},
+                            {"zero1", s.cfg.train.zero1},
+                            {"peak_rss_mib_max_rank", peak_rss_kib / 1024.0},
+                            {"optimizer_state_mib_max_rank", state_bytes / 1048576.0},
                             {"partition", s.plan.partition.to_string()},
                             {"recomputed_per_stage", s.plan.recomputed_per_stage()},
                             {"skipped_samples",

@@ -9,15 +9,18 @@
 //   3. all-reduce the loss normaliser N of the whole global batch (loss.reduction token | sample
 //      | square, loss_normaliser.h), so the loss is sum(w_t * cross-entropy_t) / N whatever the
 //      packing, m, DP or PP;
-//   4. run the 1F1B program; at ReduceGrads the DP all-reduce of gradients in buckets;
-//   5. global gradient norm over all stages, clipping, AdamW at the warm-up + cosine LR;
+//   4. run the 1F1B program (bf16: each micro-batch's gradients folded into the fp32 main
+//      gradient); at ReduceGrads the DP all-reduce (train.zero1: reduce-scatter) in buckets;
+//   5. global gradient norm over all stages, clipping, AdamW at the warm-up + cosine LR on the
+//      fp32 master weights (ZeRO-1: this DP rank's shard, then the all-gather of parameters):
+//      train/distributed_optimizer.h;
 //   6. one all-reduce of the step's StepMetrics (step_metrics.h); rank 0 writes them;
 //   after_step: evaluation and checkpoints every N steps.
 // The config comes resolved from main (run_config.h: every `auto` settled) and is never changed;
 // it is what the run directory and every checkpoint hold.
-// Checkpoints hold parameters and AdamW moments per parameter name (one writer per tensor: DP
-// rank 0 of each stage), the step and data position and the resolved config, so they load
-// under any partition, PP or DP size. There is no generator state to save: the data order
+// Checkpoints hold fp32 master weights and AdamW moments per parameter name, unsharded (one
+// writer per tensor: DP rank 0 of each stage), the step and data position and the resolved
+// config, so they load under any partition, PP or DP size, precision and zero1 setting. There is no generator state to save: the data order
 // derives from (balance.seed, epoch) and dropout masks (model.dropout) from (train.seed, step,
 // the pack's slot in the global batch, unit, site) (models/dropout.h), so resuming is exact.
 // A tied LM head split over two stages is kept in sync by train/tied_head.h.

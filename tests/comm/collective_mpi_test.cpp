@@ -1,5 +1,5 @@
 // Collectives and the process-grid communicators at 4 ranks (registered as `mpiexec -n 4`):
-// all-reduce and broadcast values, the hash agreement (same_on_every_rank), DP groups and
+// all-reduce (fp32/64, int, bf16), reduce-scatter, all-gather and broadcast values, the hash agreement (same_on_every_rank), DP groups and
 // pipelines of a dp 2 x pp 2 grid, and the SIGTERM stop agreement (should_stop) when one rank
 // has the flag.
 #include "comm/parallel_comms.h"
@@ -37,8 +37,48 @@ TEST_CASE("collective: all-reduce sum, max, min", "[collective]") {
   auto ints = torch::full({4}, r, torch::kInt);
   comm->all_reduce(ints, ReduceOp::kSum);
   CHECK(torch::equal(ints, torch::full({4}, 6, torch::kInt)));
-  CHECK_THROWS_WITH(comm->iall_reduce(torch::zeros({2}, torch::kBFloat16), ReduceOp::kSum, "bf16"),
-                    Contains("cannot reduce bfloat16 tensors"));
+  CHECK_THROWS_WITH(comm->iall_reduce(torch::zeros({2}, torch::kBFloat16), ReduceOp::kMax, "bf16"),
+                    Contains("bfloat16 tensors by sum only"));
+  CHECK_THROWS_WITH(comm->iall_reduce(torch::zeros({2}, torch::kHalf), ReduceOp::kSum, "fp16"),
+                    Contains("cannot reduce float16 tensors"));
+}
+
+TEST_CASE("collective: bfloat16 all-reduce sums in fp32 and rounds to bf16", "[collective]") {
+  auto comm = world_comm();
+  const int r = comm->rank();
+  // 1 + (r + 1) / 64 is exact in bf16; the sum 4 + 10/64 = 4.15625 is exact too.
+  auto t = torch::full({300}, 1.0 + (r + 1) / 64.0, torch::kBFloat16);
+  comm->all_reduce(t, ReduceOp::kSum);
+  CHECK(t.scalar_type() == torch::kBFloat16);
+  CHECK(torch::equal(t.to(torch::kFloat), torch::full({300}, 4.15625f)));
+  // 1024 on rank 0 plus 1 from each other rank: bf16's spacing at 1024 is 8, so in any order of
+  // partial sums the result rounds to 1024 (a float32 reduction gives 1027).
+  auto big = torch::full({5}, r == 0 ? 1024.0 : 1.0, torch::kBFloat16);
+  comm->all_reduce(big, ReduceOp::kSum);
+  CHECK(big[0].item<float>() == 1024.0f);
+}
+
+TEST_CASE("collective: reduce-scatter and all-gather blocks", "[collective]") {
+  auto comm = world_comm();
+  const int r = comm->rank(), n = comm->size();
+  // input [n * 6]: rank r holds (r + 1) * [0, 1, ..., n * 6 - 1]; block b of the sum is
+  // 10 * [6b, ..., 6b + 5].
+  const auto base = torch::arange(n * 6, torch::kFloat);
+  torch::Tensor out = torch::empty({6});
+  comm->reduce_scatter(base * (r + 1), out);
+  CHECK(torch::equal(out, base.slice(0, 6 * r, 6 * r + 6) * 10));
+  torch::Tensor gathered = torch::empty({n * 6});
+  comm->all_gather(out, gathered);
+  CHECK(torch::equal(gathered, base * 10));
+  // bf16 reduce-scatter and an int64 all-gather.
+  torch::Tensor bout = torch::empty({2}, torch::kBFloat16);
+  comm->reduce_scatter(torch::full({n * 2}, 0.5, torch::kBFloat16), bout);
+  CHECK(torch::equal(bout.to(torch::kFloat), torch::full({2}, 2.0f)));
+  torch::Tensor ids = torch::empty({n * 3}, torch::kLong);
+  comm->all_gather(torch::full({3}, r, torch::kLong), ids);
+  CHECK(torch::equal(ids, torch::arange(n, torch::kLong).repeat_interleave(3)));
+  CHECK_THROWS_WITH(comm->ireduce_scatter(torch::zeros({n * 2 + 1}), torch::empty({2}), "odd"),
+                    Contains("tensor and an [n] block"));
 }
 
 TEST_CASE("collective: same_on_every_rank tells one differing half of a hash", "[collective]") {

@@ -6,7 +6,8 @@ directories (metrics.jsonl, summary.json, checkpoints/).
   train_checks.py CHECK --bin omnibal-train --mpiexec mpiexec --data DIR --work DIR
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
        sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
-       init_from | bad_sample | empty_pack | packer_skip | exit_after | repeat_time | token_cap
+       init_from | bad_sample | empty_pack | packer_skip | exit_after | repeat_time | token_cap |
+       zero1 | zero1_resume | bf16
        (init_from, packer_skip and repeat_time also need --plan omnibal-plan)
 """
 import argparse
@@ -945,6 +946,118 @@ def check_token_cap(r):
             fail(f"{name}: {len(metrics(rd))} steps in metrics.jsonl, expected 3")
         line = next(l for l in (p.stdout + p.stderr).splitlines() if "plan hash" in l)
         print(f"{' '.join(extra[1::2])}: 3 steps trained ({line.strip()[:200]})")
+
+
+def stored_dtypes(ckpt):
+    """The set of safetensors dtypes of the tensors of checkpoint `ckpt`."""
+    dtypes = set()
+    for f in sorted(os.listdir(ckpt)):
+        if f.endswith(".safetensors"):
+            with open(os.path.join(ckpt, f), "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                dtypes |= {e["dtype"] for k, e in json.loads(fh.read(n)).items()
+                           if k != "__metadata__"}
+    return dtypes
+
+
+def state_mib(p):
+    """Optimizer state MiB on rank 0 from the start-up log line."""
+    text = p.stdout + p.stderr
+    return float(log_value(text, "optimizer state").split()[0])
+
+
+ZERO1 = ["--set", "train.zero1=true"]
+BF16 = ["--set", "train.precision=bf16"]
+
+
+def check_zero1(r):
+    """ZeRO-1 equals plain data parallelism within 1e-6 relative (fp32, 5 steps), at DP 2 and
+    at PP 2 x DP 2 with a tied head split over the two stages; rank 0 holds half the state."""
+    tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
+    for name, np, dp, pp, m, extra in [("z1-dp2", 2, 2, 1, 2, []),
+                                       ("z1-pp2dp2-tied", 4, 2, 2, 2, tied)]:
+        pp_, plain = r.run(np, name + "-plain", dp, pp, m, extra=extra)
+        pz, zero = r.run(np, name, dp, pp, m, extra=extra + ZERO1)
+        worst = 0.0
+        for a, b in zip(metrics(zero), metrics(plain)):
+            for key in ("loss", "grad_norm"):
+                d = rel(a[key], b[key])
+                worst = max(worst, d)
+                if d > 1e-6:
+                    fail(f"{name} step {a['step']}: {key} {a[key]!r} with ZeRO-1 vs {b[key]!r}")
+        params = max_param_rel(checkpoint_params(zero, 5), checkpoint_params(plain, 5))
+        if params > 1e-6:
+            fail(f"{name}: parameters after 5 steps differ by {params:.2e} relative")
+        if extra and summary(zero).get("tied_head_copies_equal") is not True:
+            fail(f"{name}: the tied weight's two copies differ under ZeRO-1")
+        full = summary(plain)["optimizer_state_mib_max_rank"]
+        half = summary(zero)["optimizer_state_mib_max_rank"]
+        state_mib(pz)  # the start-up log names it too
+        if abs(2 * half - full) > 0.01 * full:
+            fail(f"{name}: optimizer state {half} MiB with ZeRO-1 vs {full} MiB without")
+        print(f"{name}: ZeRO-1 == plain DP over 5 steps (loss / grad norm within {worst:.1e}, "
+              f"parameters within {params:.1e}); optimizer state per rank {half:.2f} vs {full:.2f} MiB")
+
+
+def check_zero1_resume(r):
+    """With ZeRO-1: 6 straight == 3 + resume + 3, bitwise, in fp32 (PP 2 x DP 2) and bf16
+    (DP 2); the checkpoint is fp32 whatever the precision."""
+    for prec, np, dp, pp in [("fp32", 4, 2, 2), ("bf16", 2, 2, 1)]:
+        extra = DROPOUT + ZERO1 + ["--set", f"train.precision={prec}"]
+        _, straight = r.run(np, f"z1r-{prec}-straight", dp, pp, 2, steps=6, extra=extra)
+        _, half = r.run(np, f"z1r-{prec}", dp, pp, 2, steps=3, extra=extra)
+        dtypes = stored_dtypes(os.path.join(half, "checkpoints", "step-3"))
+        if dtypes != {"F32"}:
+            fail(f"{prec} ZeRO-1 checkpoint holds {sorted(dtypes)}, expected F32 only")
+        r.run(np, f"z1r-{prec}", dp, pp, 2, steps=6, fresh=False, extra=extra + ["--resume", "auto"])
+        ms, mr = metrics(straight), metrics(half)
+        if len(mr) != 6:
+            fail(f"{prec}: resumed run has {len(mr)} metric lines, expected 6")
+        for a, b in zip(mr, ms):
+            if a["loss"] != b["loss"] or a["grad_norm"] != b["grad_norm"]:
+                fail(f"{prec} step {a['step']}: loss {a['loss']!r} after resume vs {b['loss']!r}")
+        if summary(half)["param_hash"] != summary(straight)["param_hash"]:
+            fail(f"{prec}: parameter hash differs after resume")
+        print(f"{prec} ZeRO-1 at dp {dp} x pp {pp}: 6 straight == 3 + resume + 3 bitwise "
+              f"({summary(straight)['param_hash']}); checkpoint all F32")
+
+
+def check_bf16(r):
+    """bf16 vs fp32 over 100 steps of the tiny preset: the loss at the end within 2 %; a bf16
+    ZeRO-1 checkpoint at DP 2 resumes at DP 1 in fp32 without ZeRO-1 and the reverse."""
+    steps = 100
+    _, f32 = r.run(1, "bf16-ref", 1, 1, 2, steps=steps)
+    _, b16 = r.run(1, "bf16", 1, 1, 2, steps=steps, extra=BF16)
+    mf, mb = metrics(f32), metrics(b16)
+    tail = lambda ms: sum(m["loss"] for m in ms[-10:]) / 10
+    lf, lb = tail(mf), tail(mb)
+    if lf > 0.8 * mf[0]["loss"]:
+        fail(f"fp32 loss fell only from {mf[0]['loss']:.4f} to {lf:.4f}: the test would be vacuous")
+    if rel(lb, lf) > 0.02:
+        fail(f"bf16 loss at the end (mean of the last 10 steps) {lb:.5f} vs fp32 {lf:.5f}")
+    if max(abs(a["loss"] - b["loss"]) for a, b in zip(mb, mf)) == 0:
+        fail("bf16 and fp32 losses are identical: bf16 is not in use")
+    print(f"100 steps: bf16 loss {lb:.5f} vs fp32 {lf:.5f} at the end (mean of the last 10, "
+          f"{100 * rel(lb, lf):.2f} % apart; first step {mf[0]['loss']:.4f})")
+    # Across precision, ZeRO-1 and DP size (dp x m stays 2: the same data plan).
+    _, straight = r.run(1, "x-straight", 1, 1, 2, steps=6)
+    ref = metrics(straight)
+    for name, first, second in [
+            ("x-bf16z1-to-fp32", (2, 2, 1, BF16 + ZERO1), (1, 1, 2, [])),
+            ("x-fp32-to-bf16z1", (1, 1, 2, []), (2, 2, 1, BF16 + ZERO1))]:
+        np, dp, m, extra = first
+        r.run(np, name, dp, 1, m, steps=3, extra=extra)
+        np, dp, m, extra = second
+        r.run(np, name, dp, 1, m, steps=6, fresh=False, extra=extra + ["--resume", "auto"])
+        got = metrics(os.path.join(r.a.work, name))
+        if [g["step"] for g in got] != list(range(6)):
+            fail(f"{name}: steps {[g['step'] for g in got]} after the resume")
+        for a, b in zip(got[3:], ref[3:]):
+            if rel(a["loss"], b["loss"]) > 0.02 or a["lr"] != b["lr"]:
+                fail(f"{name} step {a['step']}: loss {a['loss']:.5f} lr {a['lr']} vs fp32 straight "
+                     f"{b['loss']:.5f} lr {b['lr']}")
+        worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got[3:], ref[3:]))
+        print(f"{name}: resumed and continued within {100 * worst:.2f} % of fp32 straight")
 
 
 def main():

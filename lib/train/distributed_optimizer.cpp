@@ -1,0 +1,298 @@
+#include "train/distributed_optimizer.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace omnibal::train {
+
+namespace {
+
+torch::Dtype param_dtype(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return torch::kFloat32;
+    case Precision::kBf16: return torch::kBFloat16;
+  }
+  return torch::kFloat32;
+}
+
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerOptions options,
+                                           comm::Communicator* dp, DpShard shard)
+    : options_(std::move(options)), dp_(dp), shard_(shard) {
+  OMNIBAL_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size,
+                "DistributedOptimizer: DP rank ", shard.rank, " of ", shard.size);
+  OMNIBAL_CHECK(dp == nullptr || (dp->size() == shard.size && dp->rank() == shard.rank),
+                "DistributedOptimizer: the DP group (rank ", dp ? dp->rank() : -1, " of ",
+                dp ? dp->size() : -1, ") disagrees with the shard (rank ", shard.rank, " of ",
+                shard.size, ")");
+  const torch::Dtype dtype = param_dtype(options_.precision);
+  // Layout order: own_bucket names first (in their listed order), then the rest in stage order.
+  std::vector<std::pair<std::string, torch::Tensor>> ordered;
+  for (const auto& want : options_.own_bucket)
+    for (const auto& [name, p] : params)
+      if (name == want && p.requires_grad()) ordered.emplace_back(name, p);
+  for (const auto& [name, p] : params)
+    if (p.requires_grad() && std::find(options_.own_bucket.begin(), options_.own_bucket.end(),
+                                       name) == options_.own_bucket.end())
+      ordered.emplace_back(name, p);
+  torch::Device device = torch::kCPU;
+  if (!ordered.empty()) device = ordered.front().second.device();
+  for (const auto& [name, p] : ordered) {
+    OMNIBAL_CHECK(p.scalar_type() == dtype, "DistributedOptimizer: parameter '", name, "' is ",
+                  comm::dtype_name(p.scalar_type()), ", expected ", comm::dtype_name(dtype),
+                  " (train.precision ", choice_name(options_.precision), ")");
+    OMNIBAL_CHECK(p.device() == device, "DistributedOptimizer: parameter '", name, "' is on ",
+                  p.device().str(), ", the others on ", device.str());
+  }
+
+  // Buckets of at most bucket_bytes of fp32 gradient, each padded to a multiple of the DP size.
+  const int64_t dpn = shard_.size;
+  const int64_t cap = std::max<int64_t>(1, options_.bucket_bytes / 4);
+  Bucket cur;
+  int64_t used = 0;
+  const auto close = [&] {
+    if (used == 0) return;
+    cur.size = (used + dpn - 1) / dpn * dpn;
+    buckets_.push_back(cur);
+    cur = Bucket{};
+    cur.begin = buckets_.back().begin + buckets_.back().size;
+    used = 0;
+  };
+  std::vector<int> slot_bucket;
+  for (const auto& [name, p] : ordered) {
+    const bool own = std::find(options_.own_bucket.begin(), options_.own_bucket.end(), name) !=
+                     options_.own_bucket.end();
+    const int64_t n = p.numel();
+    if (own || (used > 0 && used + n > cap)) close();
+    slots_.push_back({name, p, cur.begin + used, n, p.dim() >= 2});
+    slot_bucket.push_back(static_cast<int>(buckets_.size()));
+    used += n;
+    if (own) close();
+  }
+  close();
+  const int64_t total = cur.begin;
+
+  torch::NoGradGuard no_grad;
+  param_buffer_ = torch::zeros({total}, torch::dtype(dtype).device(device));
+  main_grad_ = torch::zeros({total}, torch::dtype(torch::kFloat32).device(device));
+  for (auto& s : slots_) {
+    torch::Tensor view = param_buffer_.slice(0, s.offset, s.offset + s.numel);
+    view.copy_(s.param.detach().reshape(-1));
+    s.param.set_data(view.view(s.param.sizes()));
+    if (options_.precision == Precision::kFp32)
+      s.param.mutable_grad() = main_grad_.slice(0, s.offset, s.offset + s.numel).view(s.param.sizes());
+  }
+  for (auto& b : buckets_) {
+    b.owned = options_.zero1 ? b.size / dpn : b.size;
+    b.owned_begin = b.begin + (options_.zero1 ? shard_.rank * b.owned : 0);
+    const torch::Tensor mine = param_buffer_.slice(0, b.owned_begin, b.owned_begin + b.owned);
+    b.master = options_.precision == Precision::kFp32 ? mine : mine.to(torch::kFloat32);
+    b.exp_avg = torch::zeros({b.owned}, main_grad_.options());
+    b.exp_avg_sq = torch::zeros({b.owned}, main_grad_.options());
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    const Bucket& b = buckets_[slot_bucket[i]];
+    const int64_t lo = std::max(s.offset, b.owned_begin);
+    const int64_t hi = std::min(s.offset + s.numel, b.owned_begin + b.owned);
+    if (hi > lo)
+      segments_.push_back({static_cast<int>(i), slot_bucket[i], lo - b.owned_begin, lo, hi - lo});
+  }
+}
+
+torch::Tensor DistributedOptimizer::owned_grad(const Bucket& b) const {
+  return main_grad_.slice(0, b.owned_begin, b.owned_begin + b.owned);
+}
+
+void DistributedOptimizer::zero_grad() {
+  torch::NoGradGuard no_grad;
+  main_grad_.zero_();
+  for (auto& s : slots_) {
+    if (options_.precision == Precision::kBf16) {
+      if (s.param.grad().defined()) s.param.mutable_grad().reset();
+    } else if (!s.param.grad().defined() || !s.param.grad().is_alias_of(main_grad_)) {
+      // Someone replaced the view (e.g. reset it): point it back at the fp32 main gradient.
+      s.param.mutable_grad() =
+          main_grad_.slice(0, s.offset, s.offset + s.numel).view(s.param.sizes());
+    }
+  }
+}
+
+void DistributedOptimizer::accumulate_grads() {
+  if (options_.precision != Precision::kBf16) return;
+  torch::NoGradGuard no_grad;
+  for (auto& s : slots_) {
+    const torch::Tensor g = s.param.grad();
+    if (!g.defined()) continue;
+    main_grad_.slice(0, s.offset, s.offset + s.numel).add_(g.reshape(-1));  // fp32 += bf16
+    s.param.mutable_grad().reset();
+  }
+}
+
+void DistributedOptimizer::reduce_grads() {
+  if (shard_.size == 1) return;
+  OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: DP size ", shard_.size,
+                " but no DP group to reduce over");
+  torch::NoGradGuard no_grad;
+  const bool low = options_.reduce_dtype == Precision::kBf16;
+  for (auto& b : buckets_) {
+    torch::Tensor full = main_grad_.slice(0, b.begin, b.begin + b.size);
+    torch::Tensor wire = low ? full.to(torch::kBFloat16) : full;
+    if (options_.zero1) {
+      torch::Tensor out = torch::empty({b.owned}, wire.options());
+      dp_->reduce_scatter(wire, out, "ZeRO-1 gradient reduce-scatter");
+      owned_grad(b).copy_(out);
+    } else {
+      dp_->all_reduce(wire, comm::ReduceOp::kSum, "gradient all-reduce");
+      if (low) full.copy_(wire);
+    }
+  }
+}
+
+torch::Tensor DistributedOptimizer::reduced_grad(const std::string& name) {
+  for (const auto& seg : segments_)
+    if (slots_[seg.slot].name == name) return main_grad_.slice(0, seg.global, seg.global + seg.length);
+  return torch::Tensor();
+}
+
+double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
+                                       const std::set<std::string>& exclude) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor sq = torch::zeros({1}, torch::kFloat64);
+  for (const auto& seg : segments_) {
+    if (exclude.count(slots_[seg.slot].name)) continue;
+    sq += main_grad_.slice(0, seg.global, seg.global + seg.length)
+              .to(torch::kCPU, torch::kFloat64)
+              .pow(2)
+              .sum();
+  }
+  if (options_.zero1 && shard_.size > 1) {
+    OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group for the gradient norm");
+    dp_->all_reduce(sq, comm::ReduceOp::kSum, "ZeRO-1 gradient norm over DP");
+  }
+  if (pipeline != nullptr && pipeline->size() > 1)
+    pipeline->all_reduce(sq, comm::ReduceOp::kSum, "gradient norm");
+  return std::sqrt(sq.item<double>());
+}
+
+double DistributedOptimizer::clip(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  if (coef < 1.0) {
+    torch::NoGradGuard no_grad;
+    for (const auto& seg : segments_)
+      main_grad_.slice(0, seg.global, seg.global + seg.length).mul_(coef);
+  }
+  return coef;
+}
+
+void DistributedOptimizer::step(double lr) {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  for (const auto& seg : segments_) {
+    Bucket& b = buckets_[seg.bucket];
+    const auto part = [&](const torch::Tensor& t) {
+      return t.slice(0, seg.local, seg.local + seg.length);
+    };
+    adamw_update(part(b.master), main_grad_.slice(0, seg.global, seg.global + seg.length),
+                 part(b.exp_avg), part(b.exp_avg_sq), lr, steps_, slots_[seg.slot].decay,
+                 options_.adam);
+  }
+  for (auto& b : buckets_) {
+    torch::Tensor mine = param_buffer_.slice(0, b.owned_begin, b.owned_begin + b.owned);
+    if (options_.precision == Precision::kBf16) mine.copy_(b.master);
+    if (options_.zero1 && shard_.size > 1) {
+      OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group to gather parameters");
+      dp_->all_gather(mine.clone(), param_buffer_.slice(0, b.begin, b.begin + b.size),
+                      "ZeRO-1 parameter all-gather");
+    }
+  }
+}
+
+std::vector<std::string> DistributedOptimizer::names() const {
+  std::vector<std::string> out;
+  for (const auto& s : slots_) out.push_back(s.name);
+  return out;
+}
+
+std::vector<std::string> DistributedOptimizer::state_names() const {
+  std::vector<std::string> out;
+  for (const auto& s : slots_) {
+    out.push_back(s.name);
+    out.push_back(s.name + "#exp_avg");
+    out.push_back(s.name + "#exp_avg_sq");
+  }
+  return out;
+}
+
+std::map<std::string, torch::Tensor> DistributedOptimizer::state_tensors() {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> out;
+  const bool sharded = options_.zero1 && shard_.size > 1;
+  std::vector<std::array<torch::Tensor, 3>> full(buckets_.size());
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    const torch::Tensor parts[3] = {b.master, b.exp_avg, b.exp_avg_sq};
+    for (int j = 0; j < 3; ++j) {
+      if (!sharded) {
+        full[k][j] = parts[j];
+        continue;
+      }
+      OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group to gather the state");
+      full[k][j] = torch::empty({b.size}, main_grad_.options());
+      dp_->all_gather(parts[j].contiguous(), full[k][j], "ZeRO-1 optimizer state for a checkpoint");
+    }
+  }
+  for (const auto& s : slots_) {
+    size_t k = 0;
+    while (!(buckets_[k].begin <= s.offset && s.offset < buckets_[k].begin + buckets_[k].size)) ++k;
+    const int64_t at = s.offset - buckets_[k].begin;
+    const auto take = [&](int j) { return full[k][j].slice(0, at, at + s.numel).view(s.param.sizes()); };
+    out[s.name] = take(0);
+    out[s.name + "#exp_avg"] = take(1);
+    out[s.name + "#exp_avg_sq"] = take(2);
+  }
+  return out;
+}
+
+void DistributedOptimizer::load_state_tensors(const std::map<std::string, torch::Tensor>& state) {
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    torch::Tensor full[3];
+    for (auto& t : full) t = torch::zeros({b.size}, main_grad_.options());
+    for (const auto& s : slots_) {
+      if (s.offset < b.begin || s.offset >= b.begin + b.size) continue;
+      const char* suffixes[3] = {"", "#exp_avg", "#exp_avg_sq"};
+      for (int j = 0; j < 3; ++j) {
+        const std::string name = s.name + suffixes[j];
+        const auto it = state.find(name);
+        OMNIBAL_CHECK(it != state.end(), "optimizer: the checkpoint has no '", name, "'");
+        OMNIBAL_CHECK(it->second.sizes() == s.param.sizes(), "optimizer: '", name,
+                      "' has shape ", it->second.sizes(), " in the checkpoint, expected ",
+                      s.param.sizes());
+        full[j].slice(0, s.offset - b.begin, s.offset - b.begin + s.numel)
+            .copy_(it->second.reshape(-1));
+      }
+    }
+    const int64_t at = b.owned_begin - b.begin;
+    b.master.copy_(full[0].slice(0, at, at + b.owned));
+    b.exp_avg.copy_(full[1].slice(0, at, at + b.owned));
+    b.exp_avg_sq.copy_(full[2].slice(0, at, at + b.owned));
+    param_buffer_.slice(0, b.begin, b.begin + b.size).copy_(full[0]);
+  }
+}
+
+int64_t DistributedOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& b : buckets_) {
+    bytes += static_cast<int64_t>(b.exp_avg.nbytes() + b.exp_avg_sq.nbytes());
+    if (options_.precision == Precision::kBf16) bytes += static_cast<int64_t>(b.master.nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace omnibal::train

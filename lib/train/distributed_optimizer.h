@@ -1,0 +1,150 @@
+// DistributedOptimizer: AdamW over one pipeline stage's trainable parameters with mixed precision
+// and, optionally, ZeRO-1 (Megatron's distributed optimizer, DeepSpeed ZeRO stage 1).
+//
+// Layout. The stage's trainable parameters are packed, in order, into contiguous buckets of at
+// most `bucket_bytes` (of fp32 gradient; a larger tensor is a bucket of its own; names listed in
+// `own_bucket` come first, each alone), every bucket padded to a multiple of the DP size.
+//   - param buffer (train.precision's dtype): the model's parameters are views into it;
+//   - main gradient (fp32, Megatron's main_grad): fp32 parameters' .grad are views into it, so
+//     autograd accumulates the step's micro-batches in fp32 in place; bf16 parameters keep a
+//     bf16 .grad that accumulate_grads() adds into it after each micro-batch's backward and
+//     frees;
+//   - state: per bucket, this DP rank's part of it (all of it without ZeRO-1, block dp_rank of
+//     dp with it): AdamW moments exp_avg / exp_avg_sq in fp32, and fp32 master weights (bf16:
+//     a copy; fp32: the parameters themselves).
+// Step. reduce_grads(): each bucket of main gradient is all-reduced (ZeRO-1: reduce-scattered)
+// over DP, in comm.grad_reduce_dtype; grad_norm(): the global L2 norm over this rank's reduced
+// part, summed over DP (ZeRO-1) and the pipeline; clip(); step(): AdamW on this rank's part, the
+// master weights copied into the param buffer, and (ZeRO-1) each bucket all-gathered over DP.
+// The update is AdamW's formula (adamw.h) per parameter segment, so fp32 without ZeRO-1 is
+// bitwise the per-parameter optimizer; ZeRO-1 changes only the order of the norm's sum.
+// Checkpoints: state_tensors() gathers every moment and master weight by parameter name,
+// unsharded fp32 (collective over DP); load_state_tensors() takes them under any DP size,
+// ZeRO-1 setting or precision.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/choices.h"
+#include "train/adamw.h"
+
+namespace omnibal::train {
+
+/// Precision, sharding and bucketing of a DistributedOptimizer.
+struct OptimizerOptions {
+  AdamWOptions adam;
+  Precision precision = Precision::kFp32;     ///< dtype of the parameters (train.precision)
+  Precision reduce_dtype = Precision::kFp32;  ///< dtype of the DP reduction (comm.grad_reduce_dtype)
+  bool zero1 = false;                         ///< shard state over DP (train.zero1)
+  int64_t bucket_bytes = 8 << 20;             ///< fp32 gradient bytes per bucket
+  /// Parameters placed first, each in a bucket of its own (the tied embedding, so that both of
+  /// its stages reduce it alike and hold the same shard of it).
+  std::vector<std::string> own_bucket;
+};
+
+/// This rank's place in its DP group (the layout needs only these; the group is used to reduce).
+struct DpShard {
+  int rank = 0;
+  int size = 1;
+};
+
+/// Mixed-precision AdamW with optional ZeRO-1 over one stage (see the file comment).
+class DistributedOptimizer {
+ public:
+  using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
+
+  /// Takes the parameters with requires_grad of `params` (dtype must be `options.precision`'s,
+  /// all on one device), moves them into the param buffer and allocates gradients and state.
+  /// `dp` reduces and gathers; it may be null when shard.size == 1. Throws omnibal::Error on a
+  /// dtype or device mismatch or a DP size that disagrees with `dp`.
+  DistributedOptimizer(const NamedParams& params, OptimizerOptions options, comm::Communicator* dp,
+                       DpShard shard);
+
+  /// Zeroes the main gradient (and drops bf16 .grad).
+  void zero_grad();
+  /// bf16: adds every parameter's .grad into the main gradient in fp32 and frees it. Call after
+  /// each micro-batch's backward. fp32: nothing to do (autograd accumulates into the views).
+  void accumulate_grads();
+  /// Collective over DP: all-reduce (ZeRO-1: reduce-scatter) of the main gradient, bucket by
+  /// bucket, in reduce_dtype. Afterwards only this rank's part (reduced_grad) is meaningful.
+  void reduce_grads();
+  /// This rank's reduced part of parameter `name`'s gradient, flat fp32, a view to edit in place
+  /// (the whole gradient without ZeRO-1); undefined when this rank holds none of it or the name
+  /// is not optimised. Both ends of a tied weight get the same range (own_bucket).
+  torch::Tensor reduced_grad(const std::string& name);
+  /// Collective over DP (ZeRO-1) and `pipeline` (if not null): the L2 norm of the reduced
+  /// gradient of the whole model, leaving out the parameters named in `exclude` (a tied head's
+  /// copy counts once).
+  double grad_norm(comm::Communicator* pipeline, const std::set<std::string>& exclude = {});
+  /// Scales this rank's reduced gradient by min(1, max_norm / (norm + 1e-6)); returns the
+  /// factor. No-op when max_norm <= 0.
+  double clip(double norm, double max_norm);
+  /// Collective over DP under ZeRO-1: AdamW at learning rate `lr` on this rank's part, then the
+  /// parameters updated everywhere (copy from the master weights, all-gather over DP).
+  void step(double lr);
+
+  /// Updates done so far (the bias-correction counter).
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+  /// Names of the optimised parameters, in layout order.
+  std::vector<std::string> names() const;
+  /// Collective over DP: full fp32 tensors by name: "<name>" the master weight, "<name>#exp_avg",
+  /// "<name>#exp_avg_sq" the moments (gathered from the shards under ZeRO-1).
+  std::map<std::string, torch::Tensor> state_tensors();
+  /// Names state_tensors() returns ("<name>", "#exp_avg", "#exp_avg_sq" of each parameter).
+  std::vector<std::string> state_names() const;
+  /// Takes master weights and moments by name (any float dtype, full shape) into this rank's
+  /// part and sets the parameters from the master weights. Throws omnibal::Error naming a
+  /// missing name or a shape mismatch.
+  void load_state_tensors(const std::map<std::string, torch::Tensor>& state);
+  /// Bytes of optimizer state on this rank: moments, plus master weights when they are a copy
+  /// (bf16). The main gradient (fp32, full) is not included.
+  int64_t state_bytes() const;
+  /// Bytes of the fp32 main gradient buffer.
+  int64_t main_grad_bytes() const { return main_grad_.numel() * 4; }
+  const OptimizerOptions& options() const { return options_; }
+
+ private:
+  /// One parameter's place in the flat buffers.
+  struct Slot {
+    std::string name;
+    torch::Tensor param;
+    int64_t offset = 0;  ///< into the flat buffers
+    int64_t numel = 0;
+    bool decay = false;  ///< dim >= 2: decoupled weight decay applies
+  };
+  /// A contiguous range of the flat buffers, [begin, begin + size); this rank holds
+  /// [owned_begin, owned_begin + owned) of it, with state tensors of `owned` elements.
+  struct Bucket {
+    int64_t begin = 0, size = 0, owned_begin = 0, owned = 0;
+    torch::Tensor master, exp_avg, exp_avg_sq;  ///< fp32 [owned]
+  };
+  /// The part of a slot inside a bucket's owned range.
+  struct Segment {
+    int slot = 0, bucket = 0;
+    int64_t local = 0;   ///< offset into the bucket's state tensors
+    int64_t global = 0;  ///< offset into the flat buffers
+    int64_t length = 0;
+  };
+
+  torch::Tensor owned_grad(const Bucket& b) const;
+
+  OptimizerOptions options_;
+  comm::Communicator* dp_ = nullptr;
+  DpShard shard_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<Segment> segments_;
+  torch::Tensor param_buffer_;  ///< parameters' dtype [total]
+  torch::Tensor main_grad_;     ///< fp32 [total]
+  int64_t steps_ = 0;
+};
+
+}  // namespace omnibal::train
