@@ -133,7 +133,10 @@ TEST_CASE("the ablation's memory-aware row and the trainer's start-up planner ch
   o.model = "internvl-1.5-6b-20b";
   o.lengths = {synthetic_lengths(4000)};
   o.dp = 32;
-  o.pp = GENERATE(4, 8);
+  // PP 8 only: with the trainer's bf16 accounting (the bf16 gradient of a backward on top of
+  // the fp32 main gradient, memory::trainer_memory_options) no PP 4 split of this 26B model
+  // fits 80 GB even with full recomputation.
+  o.pp = 8;
   o.micro_batches = GENERATE(4, 8);
   o.global_batch = 32 * o.micro_batches * 4;
   o.iterations = 10;
