@@ -42,7 +42,8 @@ void check_cu_seqlens(const torch::Tensor& cu, int64_t tokens) {
 
 }  // namespace
 
-UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& device) {
+UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& device,
+                               std::optional<torch::Dtype> pixel_dtype) {
   OMNIBAL_CHECK(pack.input_ids.defined() && pack.input_ids.dim() == 1,
                 "PackBatch.input_ids: expected a [T] int64 tensor");
   const int64_t tokens = pack.input_ids.size(0);
@@ -59,7 +60,8 @@ UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& devic
                   "PackBatch.pixel_values: expected [tiles, 3, H, W], got ",
                   pack.pixel_values.sizes());
     const int64_t tiles = pack.pixel_values.size(0);
-    s.hidden = pack.pixel_values.to(device);
+    s.hidden = pixel_dtype ? pack.pixel_values.to(device, *pixel_dtype)
+                           : pack.pixel_values.to(device);
     s.image_flags = pack.image_flags.defined()
                         ? check_ids(pack.image_flags, "image_flags", tiles).to(device)
                         : torch::ones({tiles}, torch::dtype(torch::kInt64).device(device));

@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "models/pack_batch.h"
@@ -51,8 +52,11 @@ struct UnitState {
   /// dropout_key = pack.dropout_key.
   /// Moves tensors to `device` (cu_seqlens stays on the CPU). Checks that the documented shapes
   /// and dtypes agree (T from input_ids, cu_seqlens monotone from 0 to T) and throws
-  /// omnibal::Error naming the field otherwise.
-  static UnitState from_pack(const PackBatch& pack, const torch::Device& device = torch::kCPU);
+  /// omnibal::Error naming the field otherwise. `pixel_dtype`: pixel values are cast to it (the
+  /// model's dtype, as InternVL feeds pixel_values in bf16), so a bf16 stage 0 keeps one bf16
+  /// copy of its input per micro-batch in flight instead of an fp32 one plus the bf16 cast.
+  static UnitState from_pack(const PackBatch& pack, const torch::Device& device = torch::kCPU,
+                             std::optional<torch::Dtype> pixel_dtype = std::nullopt);
 
   /// Number of tokens T in the pack.
   int64_t num_tokens() const { return input_ids.size(0); }

@@ -194,7 +194,7 @@ UnitState VlmImpl::forward(const UnitState& state, int64_t begin, int64_t end) {
 }
 
 UnitState VlmImpl::forward(const PackBatch& pack) {
-  return forward(UnitState::from_pack(pack, options_.device), 0, num_units());
+  return forward(UnitState::from_pack(pack, options_.device, options_.dtype), 0, num_units());
 }
 
 }  // namespace omnibal::models

@@ -108,7 +108,14 @@ void use_measured_table(Context& c) {
                              return s + u.parameter_bytes;
                            });
   };
-  c.memory.weight_bytes_per_param *= bytes(table) / (bytes(analytic) * c.o.tp);
+  // The table's bytes per parameter tell the dtype it was measured in (the analytic model's
+  // are bf16, 2 per parameter per TP rank); account as the trainer does in that precision.
+  const double per = 2.0 * bytes(table) / (bytes(analytic) * c.o.tp);
+  const double workspace = c.memory.workspace_bytes;
+  c.memory = memory::trainer_memory_options(per > 3.0 ? Precision::kFp32 : Precision::kBf16,
+                                            c.o.zero1, c.o.dp);
+  c.memory.weight_bytes_per_param = per;
+  c.memory.workspace_bytes = workspace;
   c.measured.emplace(std::move(table));
 }
 

@@ -51,7 +51,10 @@ torch::Tensor StageExecutor::receive_activation(int mb) {
 models::UnitState StageExecutor::input_state(int mb, const models::PackBatch* pack, bool grad) {
   if (stage_ == 0) {
     OMNIBAL_CHECK(pack != nullptr, "stage 0 needs the pack of micro-batch ", mb);
-    return models::UnitState::from_pack(*pack, device_);
+    std::optional<torch::Dtype> dtype;  // the model's (bf16 training feeds bf16 pixels)
+    if (!units_.front()->parameters().empty())
+      dtype = units_.front()->parameters().front().scalar_type();
+    return models::UnitState::from_pack(*pack, device_, dtype);
   }
   OMNIBAL_CHECK(received_[mb].defined(), "Forward{", mb, "} on stage ", stage_,
                 " before RecvActivation{", mb, "}");

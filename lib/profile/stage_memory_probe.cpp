@@ -41,7 +41,7 @@ std::vector<UnitState> stage_inputs(const ModelPreset& preset, const models::Vlm
   if (begin > 0) before = models::make_units(preset, options, 0, begin);
   torch::NoGradGuard no_grad;
   for (const auto& pack : packs) {
-    UnitState s = UnitState::from_pack(pack, options.device);
+    UnitState s = UnitState::from_pack(pack, options.device, options.dtype);
     for (const auto& u : before) s = u->forward(s);
     out.push_back(s);
   }

@@ -170,7 +170,7 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
   apply_freeze(units, o.freeze);
   const auto trainable = trainable_units(preset, o.freeze);
   const size_t n = units.size();
-  std::vector<UnitState> inputs{UnitState::from_pack(pack, o.device)};  // input state of each unit
+  std::vector<UnitState> inputs{UnitState::from_pack(pack, o.device, vo.dtype)};  // input state of each unit
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i + 1 < n; ++i) inputs.push_back(units[i]->forward(inputs[i]));

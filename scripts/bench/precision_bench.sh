@@ -4,17 +4,20 @@
 # repetitions of STEPS (default 4) steps each; per configuration the median seconds per step
 # (the first step of each run left out), the peak RSS of the larger rank and the optimizer
 # state per rank (summary.json). Prints the load average before and after; run it on an idle
-# machine. Usage: bash scripts/bench/precision_bench.sh [REPS] [STEPS]
+# machine. PRECISIONS (default "fp32 bf16") selects the precisions: bf16 on a CPU LibTorch 1.13
+# runs about 20x slower than fp32 (5 minutes a step here), so measure it with fewer steps.
+# Usage: [PRECISIONS=fp32] bash scripts/bench/precision_bench.sh [REPS] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/bench/bench_common.sh
 bench_binaries
 REPS=${1:-2}
 STEPS=${2:-4}
+PRECISIONS=${PRECISIONS:-fp32 bf16}
 OUT=${OMNIBAL_BENCH_OUT:-$(mktemp -d)}
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for rep in $(seq 1 "$REPS"); do
-  for prec in fp32 bf16; do
+  for prec in $PRECISIONS; do
     for z in false true; do
       dir=$OUT/$prec-zero1-$z-$rep
       rm -rf "$dir"
@@ -29,13 +32,13 @@ for rep in $(seq 1 "$REPS"); do
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$OUT" "$REPS" <<'PY'
+python3 - "$OUT" "$REPS" $PRECISIONS <<'PY'
 import json, os, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
+out, reps, precisions = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 print(f"base-100m, DP 2 x PP 1, m 2, 2 ranks on this machine; {reps} interleaved repetitions")
 print(f"{'precision':<10}{'zero1':<7}{'s/step (median)':>17}{'peak RSS MiB':>14}"
       f"{'opt. state MiB':>16}{'final loss':>12}")
-for prec in ("fp32", "bf16"):
+for prec in precisions:
     for z in ("false", "true"):
         secs, rss, state, loss = [], [], [], []
         for rep in range(1, reps + 1):

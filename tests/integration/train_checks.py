@@ -997,6 +997,17 @@ def check_zero1(r):
             fail(f"{name}: optimizer state {half} MiB with ZeRO-1 vs {full} MiB without")
         print(f"{name}: ZeRO-1 == plain DP over 5 steps (loss / grad norm within {worst:.1e}, "
               f"parameters within {params:.1e}); optimizer state per rank {half:.2f} vs {full:.2f} MiB")
+        if extra:
+            continue
+        # The reduction in bf16 (comm.grad_reduce_dtype): close to fp32's, but not equal.
+        _, low = r.run(np, name + "-bf16-reduce", dp, pp, m,
+                       extra=ZERO1 + ["--set", "comm.grad_reduce_dtype=bf16"])
+        diffs = [rel(a[k], b[k]) for a, b in zip(metrics(low), metrics(plain))
+                 for k in ("loss", "grad_norm")]
+        if max(diffs) > 1e-2 or max(diffs) == 0:
+            fail(f"{name}: a bf16 gradient reduction differs from fp32's by {max(diffs):.2e} "
+                 "relative (expected (0, 1e-2])")
+        print(f"{name}: gradient reduction in bf16 within {max(diffs):.1e} of fp32's")
 
 
 def check_zero1_resume(r):

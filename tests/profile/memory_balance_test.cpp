@@ -2,9 +2,11 @@
 // mixed recompute plan chosen by lib/memory's adaptive planner from a table profiled in the
 // run's precision; for fp32 / bf16 x ZeRO-1 off / on (DP rank 0 of 2), with the trainer's
 // optimizer allocated in the stage (main gradient, master weights, moments), each stage's
-// static bytes (weights, gradients, optimizer state) are within 10% of the prediction made with
-// the trainer's accounting (memory::trainer_memory_options), and in fp32 the counted peak stays
-// within the budget and within 10% of the prediction (bf16's peak: reported, see below).
+// static bytes (weights, gradients, optimizer state) and its counted peak are within 10% of the
+// prediction made with the trainer's accounting (memory::trainer_memory_options), and the peak
+// stays within the budget. (Measured: within 2.2% in fp32, 1.5% in bf16. Before bf16 stages
+// took their pixels in bf16, stage 0 kept an fp32 copy per micro-batch in flight that no unit's
+// profile sees: +18%.)
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -131,16 +133,7 @@ TEST_CASE(
     // Weights, gradients and optimizer state, counted after the warm-up, as predicted.
     CHECK(std::abs(measured.static_bytes - plan.memory[s].static_bytes()) <=
           0.10 * plan.memory[s].static_bytes());
-    if (precision == Precision::kFp32) {
-      CHECK(measured.peak_bytes <= ro.budget_bytes);
-      CHECK(std::abs(measured.peak_bytes - predicted) <= 0.10 * predicted);
-    } else {
-      // Open (issue 13): in bf16 the first stage (ViT) counts about 2.5 MB more in flight than
-      // its profiled activations predict, with or without recomputation; the last stage is
-      // within 1%. Reported, not yet asserted.
-      WARN("bf16 stage " << s << ": counted peak " << measured.peak_bytes << " B vs predicted "
-                         << predicted << " B ("
-                         << 100.0 * (measured.peak_bytes - predicted) / predicted << " %)");
-    }
+    CHECK(measured.peak_bytes <= ro.budget_bytes);
+    CHECK(std::abs(measured.peak_bytes - predicted) <= 0.10 * predicted);
   }
 }
