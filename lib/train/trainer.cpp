@@ -314,7 +314,16 @@ void Trainer::State::restore(const ResumePoint& resume) {
     counters = checkpoints->load(resume.dir, params, *optimizer);
     counters.plan_hash = hash;
     counters.stage_plan = memory::stage_plan_json(plan);
-    if (comms.rank() == 0) log_info("resumed from {} at step {}", resume.dir, counters.step);
+    if (comms.rank() == 0) {
+      const nlohmann::json st = checkpoints->rank_state(resume.dir);
+      const std::string written =
+          st.contains("precision")
+              ? st.at("precision").get<std::string>() + (st.value("zero1", false) ? ", zero1" : "")
+              : std::string("fp32");
+      log_info("resumed from {} at step {} (written in {}; continuing in {}{})", resume.dir,
+               counters.step, written, choice_name(cfg.train.precision),
+               cfg.train.zero1 ? ", zero1" : "");
+    }
     if (!cfg.model.init_from.empty() && comms.rank() == 0)
       log_info("model.init_from {} ignored: resuming from checkpoint {}", cfg.model.init_from,
                resume.dir);

@@ -15,6 +15,7 @@ REPS=${1:-2}
 STEPS=${2:-4}
 PRECISIONS=${PRECISIONS:-fp32 bf16}
 OUT=${OMNIBAL_BENCH_OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for rep in $(seq 1 "$REPS"); do
   for prec in $PRECISIONS; do

@@ -1020,6 +1020,20 @@ def check_zero1_resume(r):
         dtypes = stored_dtypes(os.path.join(half, "checkpoints", "step-3"))
         if dtypes != {"F32"}:
             fail(f"{prec} ZeRO-1 checkpoint holds {sorted(dtypes)}, expected F32 only")
+        with open(os.path.join(half, "checkpoints", "step-3", "rank-0.json")) as f:
+            state = json.load(f)
+        if state.get("precision") != prec or state.get("zero1") is not True:
+            fail(f"{prec}: the checkpoint records precision {state.get('precision')!r} "
+                 f"zero1 {state.get('zero1')!r}")
+        # omnibal-plan export writes bf16 by default from either precision.
+        out = os.path.join(r.a.work, f"z1r-{prec}-export")
+        shutil.rmtree(out, ignore_errors=True)
+        p = subprocess.run([r.a.plan, "export", "--checkpoint",
+                            os.path.join(half, "checkpoints", "step-3"), "--out", out],
+                           env=ENV, capture_output=True, text=True, timeout=120)
+        if p.returncode != 0 or stored_dtypes(out) != {"BF16"}:
+            print(p.stdout[-2000:], p.stderr[-2000:])
+            fail(f"{prec}: omnibal-plan export should write BF16 tensors by default")
         r.run(np, f"z1r-{prec}", dp, pp, 2, steps=6, fresh=False, extra=extra + ["--resume", "auto"])
         ms, mr = metrics(straight), metrics(half)
         if len(mr) != 6:
