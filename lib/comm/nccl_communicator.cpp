@@ -13,6 +13,7 @@
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>  // NCCL 2.10-2.18 define ncclBfloat16 only after it
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <nccl.h>

@@ -1,7 +1,6 @@
 #include "train/distributed_optimizer.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -32,11 +31,12 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
   const torch::Dtype dtype = param_dtype(options_.precision);
   // Layout order: own_bucket names first (in their listed order), then the rest in stage order.
   std::vector<std::pair<std::string, torch::Tensor>> ordered;
+  // Zero-element parameters have nothing to update and no place in a bucket.
   for (const auto& want : options_.own_bucket)
     for (const auto& [name, p] : params)
-      if (name == want && p.requires_grad()) ordered.emplace_back(name, p);
+      if (name == want && p.requires_grad() && p.numel() > 0) ordered.emplace_back(name, p);
   for (const auto& [name, p] : params)
-    if (p.requires_grad() && std::find(options_.own_bucket.begin(), options_.own_bucket.end(),
+    if (p.requires_grad() && p.numel() > 0 && std::find(options_.own_bucket.begin(), options_.own_bucket.end(),
                                        name) == options_.own_bucket.end())
       ordered.emplace_back(name, p);
   torch::Device device = torch::kCPU;
@@ -162,14 +162,16 @@ torch::Tensor DistributedOptimizer::reduced_grad(const std::string& name) {
 double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
                                        const std::set<std::string>& exclude) {
   torch::NoGradGuard no_grad;
-  torch::Tensor sq = torch::zeros({1}, torch::kFloat64);
+  // Summed on the gradient's device, one copy to the host at the end.
+  torch::Tensor acc = torch::zeros({1}, main_grad_.options().dtype(torch::kFloat64));
   for (const auto& seg : segments_) {
     if (exclude.count(slots_[seg.slot].name)) continue;
-    sq += main_grad_.slice(0, seg.global, seg.global + seg.length)
-              .to(torch::kCPU, torch::kFloat64)
-              .pow(2)
-              .sum();
+    acc += main_grad_.slice(0, seg.global, seg.global + seg.length)
+               .to(torch::kFloat64)
+               .pow(2)
+               .sum();
   }
+  torch::Tensor sq = acc.to(torch::kCPU);
   if (options_.zero1 && shard_.size > 1) {
     OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group for the gradient norm");
     dp_->all_reduce(sq, comm::ReduceOp::kSum, "ZeRO-1 gradient norm over DP");
@@ -229,32 +231,29 @@ std::vector<std::string> DistributedOptimizer::state_names() const {
   return out;
 }
 
-std::map<std::string, torch::Tensor> DistributedOptimizer::state_tensors() {
+std::map<std::string, torch::Tensor> DistributedOptimizer::state_tensors(bool keep) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> out;
   const bool sharded = options_.zero1 && shard_.size > 1;
-  std::vector<std::array<torch::Tensor, 3>> full(buckets_.size());
-  for (size_t k = 0; k < buckets_.size(); ++k) {
-    Bucket& b = buckets_[k];
+  if (!sharded && !keep) return out;
+  const char* suffixes[3] = {"", "#exp_avg", "#exp_avg_sq"};
+  for (const Bucket& b : buckets_) {
     const torch::Tensor parts[3] = {b.master, b.exp_avg, b.exp_avg_sq};
     for (int j = 0; j < 3; ++j) {
-      if (!sharded) {
-        full[k][j] = parts[j];
-        continue;
+      torch::Tensor full = parts[j];
+      if (sharded) {
+        OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group to gather the state");
+        full = torch::empty({b.size}, main_grad_.options());
+        dp_->all_gather(parts[j].contiguous(), full, "ZeRO-1 optimizer state for a checkpoint");
+        if (!keep) continue;  // this rank does not write: drop the bucket now
+        full = full.to(torch::kCPU);
       }
-      OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group to gather the state");
-      full[k][j] = torch::empty({b.size}, main_grad_.options());
-      dp_->all_gather(parts[j].contiguous(), full[k][j], "ZeRO-1 optimizer state for a checkpoint");
+      for (const auto& s : slots_) {
+        if (s.offset < b.begin || s.offset >= b.begin + b.size) continue;
+        const int64_t at = s.offset - b.begin;
+        out[s.name + suffixes[j]] = full.slice(0, at, at + s.numel).view(s.param.sizes());
+      }
     }
-  }
-  for (const auto& s : slots_) {
-    size_t k = 0;
-    while (!(buckets_[k].begin <= s.offset && s.offset < buckets_[k].begin + buckets_[k].size)) ++k;
-    const int64_t at = s.offset - buckets_[k].begin;
-    const auto take = [&](int j) { return full[k][j].slice(0, at, at + s.numel).view(s.param.sizes()); };
-    out[s.name] = take(0);
-    out[s.name + "#exp_avg"] = take(1);
-    out[s.name + "#exp_avg_sq"] = take(2);
   }
   return out;
 }

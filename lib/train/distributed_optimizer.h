@@ -16,8 +16,11 @@
 // over DP, in comm.grad_reduce_dtype; grad_norm(): the global L2 norm over this rank's reduced
 // part, summed over DP (ZeRO-1) and the pipeline; clip(); step(): AdamW on this rank's part, the
 // master weights copied into the param buffer, and (ZeRO-1) each bucket all-gathered over DP.
-// The update is AdamW's formula (adamw.h) per parameter segment, so fp32 without ZeRO-1 is
-// bitwise the per-parameter optimizer; ZeRO-1 changes only the order of the norm's sum.
+// The update is AdamW's formula (adamw.h) per parameter segment. Every optimised parameter
+// steps every step: one that no micro-batch reached has a zero gradient, and its weight decay
+// and momentum still apply (as DP > 1 did before and Megatron does). ZeRO-1 sums the norm in
+// another order, and at DP > 2 the reduce-scatter may add in another order than the
+// all-reduce: equal to plain DP within float reordering (tested to 1e-6).
 // Checkpoints: state_tensors() gathers every moment and master weight by parameter name,
 // unsharded fp32 (collective over DP); load_state_tensors() takes them under any DP size,
 // ZeRO-1 setting or precision.
@@ -96,8 +99,11 @@ class DistributedOptimizer {
   /// Names of the optimised parameters, in layout order.
   std::vector<std::string> names() const;
   /// Collective over DP: full fp32 tensors by name: "<name>" the master weight, "<name>#exp_avg",
-  /// "<name>#exp_avg_sq" the moments (gathered from the shards under ZeRO-1).
-  std::map<std::string, torch::Tensor> state_tensors();
+  /// "<name>#exp_avg_sq" the moments (gathered from the shards under ZeRO-1, one bucket at a
+  /// time, onto the CPU). With `keep` false (DP ranks that do not write the checkpoint) the
+  /// gathered buckets are dropped at once and the result is empty: no rank but the writer holds
+  /// a full copy.
+  std::map<std::string, torch::Tensor> state_tensors(bool keep = true);
   /// Names state_tensors() returns ("<name>", "#exp_avg", "#exp_avg_sq" of each parameter).
   std::vector<std::string> state_names() const;
   /// Takes master weights and moments by name (any float dtype, full shape) into this rank's

@@ -44,7 +44,7 @@ std::vector<double> time_candidate(const partition::Partition& split, const Tria
                                    comm::ParallelComms& comms, comm::TensorMessenger* pipe) {
   const int stage = comms.coord().pp, stages = split.stages();
   models::VlmOptions opt;
-  opt.with_img_context_id(setup.img_context_id).with_seed(setup.init_seed);
+  opt.with_img_context_id(setup.img_context_id).with_seed(setup.init_seed).with_dtype(setup.dtype);
   auto units = models::make_units(setup.preset, opt, split.begin(stage), split.end(stage));
   profile::apply_freeze(units, setup.freeze);
   const std::vector<bool> flags = setup.recompute_for(split);

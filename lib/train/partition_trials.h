@@ -36,6 +36,7 @@ struct TrialSetup {
   models::PackBatch pack;         ///< the fixed profiling pack, used for every micro-batch
   int warmup = 1;                 ///< untimed steps per candidate
   int repeats = 3;                ///< timed steps per candidate (>= 3)
+  torch::Dtype dtype = torch::kFloat32;  ///< parameters and activations (train.precision)
   /// Recompute flags (per unit) to run a candidate with (its own recompute plan).
   std::function<std::vector<bool>(const partition::Partition&)> recompute_for;
 };

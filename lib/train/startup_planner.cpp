@@ -158,6 +158,7 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
   setup->img_context_id = c.img_context_id;
   setup->freeze = cfg.train.freeze;
   setup->micro_batches = cfg.parallel.micro_batches;
+  setup->dtype = cfg.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   setup->pack = profile::make_profiling_pack(*c.preset, pack_options(c, load));
   setup->recompute_for = [&cfg, table, o](const partition::Partition& p) {
     memory::StagePlan tmp;

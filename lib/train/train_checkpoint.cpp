@@ -43,10 +43,12 @@ void TrainCheckpoint::save(const TrainCounters& counters,
                            const std::string& config_yaml,
                            const std::vector<std::string>& not_written) {
   checkpoint::Shard shard;
-  auto state = optimizer.state_tensors();  // collective over DP under ZeRO-1
+  // Collective over DP under ZeRO-1; only the writer keeps the gathered state.
+  auto state = optimizer.state_tensors(writer);
   if (writer) {
-    for (const auto& [name, p] : params) shard.tensors[name] = p.detach().to(torch::kFloat32);
     for (auto& [name, t] : state) shard.tensors[name] = std::move(t);  // fp32 master weights
+    for (const auto& [name, p] : params)  // frozen parameters (no master weight): as fp32
+      if (!shard.tensors.count(name)) shard.tensors[name] = p.detach().to(torch::kFloat32);
     for (const auto& name : not_written)
       for (const char* suffix : {"", "#exp_avg", "#exp_avg_sq"}) shard.tensors.erase(name + suffix);
   }

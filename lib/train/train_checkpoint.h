@@ -4,7 +4,7 @@
 // their values) and AdamW moments under "<name>#exp_avg" / "#exp_avg_sq" in fp32, unsharded
 // (ZeRO-1 shards are gathered at save), written by DP rank 0 of each stage only (one writer per
 // tensor); the state JSON carries the step, the data position, the optimizer step and the
-// precision / zero1 / dp the checkpoint was made with. Loading reads exactly the names this
+// precision and zero1 setting the checkpoint was made with. Loading reads exactly the names this
 // rank's stage holds, so a checkpoint loads under any partition, PP or DP size, precision and
 // zero1 setting.
 #pragma once

@@ -51,8 +51,9 @@ TEST_CASE("collective: bfloat16 all-reduce sums in fp32 and rounds to bf16", "[c
   comm->all_reduce(t, ReduceOp::kSum);
   CHECK(t.scalar_type() == torch::kBFloat16);
   CHECK(torch::equal(t.to(torch::kFloat), torch::full({300}, 4.15625f)));
-  // 1024 on rank 0 plus 1 from each other rank: bf16's spacing at 1024 is 8, so in any order of
-  // partial sums the result rounds to 1024 (a float32 reduction gives 1027).
+  // 1024 on rank 0 plus 1 from each other rank: bf16's spacing at 1024 is 8, so the exact 1027
+  // is not representable and every order of partial sums rounds to 1024 (no overflow, no
+  // stray rounding up).
   auto big = torch::full({5}, r == 0 ? 1024.0 : 1.0, torch::kBFloat16);
   comm->all_reduce(big, ReduceOp::kSum);
   CHECK(big[0].item<float>() == 1024.0f);

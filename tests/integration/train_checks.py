@@ -978,6 +978,8 @@ def check_zero1(r):
                                        ("z1-pp2dp2-tied", 4, 2, 2, 2, tied)]:
         pp_, plain = r.run(np, name + "-plain", dp, pp, m, extra=extra)
         pz, zero = r.run(np, name, dp, pp, m, extra=extra + ZERO1)
+        if len(metrics(zero)) != 5 or len(metrics(plain)) != 5:
+            fail(f"{name}: expected 5 metric lines in each run")
         worst = 0.0
         for a, b in zip(metrics(zero), metrics(plain)):
             for key in ("loss", "grad_norm"):
@@ -992,7 +994,10 @@ def check_zero1(r):
             fail(f"{name}: the tied weight's two copies differ under ZeRO-1")
         full = summary(plain)["optimizer_state_mib_max_rank"]
         half = summary(zero)["optimizer_state_mib_max_rank"]
-        state_mib(pz)  # the start-up log names it too
+        # The start-up log prints rank 0's to 0.1 MiB; summary.json the largest rank's.
+        if not 0 < state_mib(pz) <= half + 0.06:
+            fail(f"{name}: the start-up log's optimizer state {state_mib(pz)} MiB does not fit "
+                 f"summary.json's largest {half:.2f} MiB")
         if abs(2 * half - full) > 0.01 * full:
             fail(f"{name}: optimizer state {half} MiB with ZeRO-1 vs {full} MiB without")
         print(f"{name}: ZeRO-1 == plain DP over 5 steps (loss / grad norm within {worst:.1e}, "
@@ -1078,6 +1083,11 @@ def check_bf16(r):
         np, dp, m, extra = second
         r.run(np, name, dp, 1, m, steps=6, fresh=False, extra=extra + ["--resume", "auto"])
         got = metrics(os.path.join(r.a.work, name))
+        s = summary(os.path.join(r.a.work, name))
+        want_prec = "bf16" if BF16[1] in extra else "fp32"
+        if s.get("precision") != want_prec or s.get("zero1") != (ZERO1[1] in extra):
+            fail(f"{name}: the resumed run reports precision {s.get('precision')} zero1 "
+                 f"{s.get('zero1')}")
         if [g["step"] for g in got] != list(range(6)):
             fail(f"{name}: steps {[g['step'] for g in got]} after the resume")
         for a, b in zip(got[3:], ref[3:]):

@@ -40,10 +40,12 @@ TEST_CASE(
     "memory balance: tiny PP=2, adaptive recompute from a profiled table fits and is predicted",
     "[profile][memory]") {
   torch::set_num_threads(1);  // deterministic allocation pattern
-  const auto [precision, zero1] = GENERATE(table<Precision, bool>({{Precision::kFp32, false},
-                                                                    {Precision::kFp32, true},
-                                                                    {Precision::kBf16, false},
-                                                                    {Precision::kBf16, true}}));
+  const auto combination = GENERATE(table<Precision, bool>({{Precision::kFp32, false},
+                                                            {Precision::kFp32, true},
+                                                            {Precision::kBf16, false},
+                                                            {Precision::kBf16, true}}));
+  const Precision precision = std::get<0>(combination);  // plain locals: lambdas capture them
+  const bool zero1 = std::get<1>(combination);
   INFO(choice_name(precision) << ", zero1 " << zero1);
   const torch::Dtype dtype = precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   const auto preset = load_model_preset("tiny");

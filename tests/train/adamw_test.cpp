@@ -79,7 +79,7 @@ TEST_CASE("optimizer: bf16 gradients are accumulated in fp32 across micro-batche
   CHECK(torch::equal(p.to(torch::kFloat32), torch::ones({8})));  // 1 - 1e-4 rounds to 1 in bf16
 }
 
-TEST_CASE("optimizer: a tied weight gets its own bucket; ZeRO-1 shards each bucket", "[train]") {
+TEST_CASE("optimizer: a tied weight gets its own bucket, ZeRO-1 shards each bucket", "[train]") {
   auto a = torch::zeros({5}).requires_grad_(true);
   auto tied = torch::zeros({3, 3}).requires_grad_(true);
   auto c = torch::zeros({7}).requires_grad_(true);
