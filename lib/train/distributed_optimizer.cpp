@@ -7,17 +7,13 @@
 
 namespace omnibal::train {
 
-namespace {
-
-torch::Dtype param_dtype(Precision p) {
+torch::Dtype precision_dtype(Precision p) {
   switch (p) {
     case Precision::kFp32: return torch::kFloat32;
     case Precision::kBf16: return torch::kBFloat16;
   }
   return torch::kFloat32;
 }
-
-}  // namespace
 
 DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerOptions options,
                                            comm::Communicator* dp, DpShard shard)
@@ -28,7 +24,7 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
                 "DistributedOptimizer: the DP group (rank ", dp ? dp->rank() : -1, " of ",
                 dp ? dp->size() : -1, ") disagrees with the shard (rank ", shard.rank, " of ",
                 shard.size, ")");
-  const torch::Dtype dtype = param_dtype(options_.precision);
+  const torch::Dtype dtype = precision_dtype(options_.precision);
   // Layout order: own_bucket names first (in their listed order), then the rest in stage order.
   std::vector<std::pair<std::string, torch::Tensor>> ordered;
   // Zero-element parameters have nothing to update and no place in a bucket.

@@ -40,6 +40,9 @@
 
 namespace omnibal::train {
 
+/// The parameter and activation dtype of train.precision: float32 or bfloat16.
+torch::Dtype precision_dtype(Precision precision);
+
 /// Precision, sharding and bucketing of a DistributedOptimizer.
 struct OptimizerOptions {
   AdamWOptions adam;

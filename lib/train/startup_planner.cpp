@@ -21,6 +21,7 @@
 #include "profile/memory_meter.h"
 #include "profile/profiling_pack.h"
 #include "profile/unit_profiler.h"
+#include "train/distributed_optimizer.h"
 #include "train/partition_trials.h"
 #include "train/training_data.h"
 
@@ -72,7 +73,7 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
         po.freeze = cfg.train.freeze;
         po.init_seed = cfg.train.seed;
         po.device = c.device;
-        po.dtype = cfg.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+        po.dtype = precision_dtype(cfg.train.precision);
         text = partition::unit_cost_table_json(profile::profile_units(*c.preset, po).table);
       }
     } catch (const Error& e) {
@@ -158,7 +159,7 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
   setup->img_context_id = c.img_context_id;
   setup->freeze = cfg.train.freeze;
   setup->micro_batches = cfg.parallel.micro_batches;
-  setup->dtype = cfg.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+  setup->dtype = precision_dtype(cfg.train.precision);
   setup->pack = profile::make_profiling_pack(*c.preset, pack_options(c, load));
   setup->recompute_for = [&cfg, table, o](const partition::Partition& p) {
     memory::StagePlan tmp;

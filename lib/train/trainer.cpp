@@ -155,7 +155,7 @@ void Trainer::State::build_stage() {
   opt.with_img_context_id(tokenizer->special().img_context)
       .with_seed(cfg.train.seed)
       .with_dropout(cfg.model.dropout)
-      .with_dtype(cfg.train.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32);
+      .with_dtype(precision_dtype(cfg.train.precision));
   units = models::make_units(preset, opt, plan.begin(stage_index), plan.end(stage_index));
   for (size_t i = 0; i < units.size(); ++i) {
     auto& u = units[i];

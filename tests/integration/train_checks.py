@@ -1040,14 +1040,9 @@ def check_zero1_resume(r):
             print(p.stdout[-2000:], p.stderr[-2000:])
             fail(f"{prec}: omnibal-plan export should write BF16 tensors by default")
         r.run(np, f"z1r-{prec}", dp, pp, 2, steps=6, fresh=False, extra=extra + ["--resume", "auto"])
-        ms, mr = metrics(straight), metrics(half)
-        if len(mr) != 6:
-            fail(f"{prec}: resumed run has {len(mr)} metric lines, expected 6")
-        for a, b in zip(mr, ms):
-            if a["loss"] != b["loss"] or a["grad_norm"] != b["grad_norm"]:
-                fail(f"{prec} step {a['step']}: loss {a['loss']!r} after resume vs {b['loss']!r}")
-        if summary(half)["param_hash"] != summary(straight)["param_hash"]:
-            fail(f"{prec}: parameter hash differs after resume")
+        if len(metrics(half)) != 6:
+            fail(f"{prec}: resumed run has {len(metrics(half))} metric lines, expected 6")
+        same_training(half, straight, f"{prec} ZeRO-1 3 + resume + 3 vs 6 straight")
         print(f"{prec} ZeRO-1 at dp {dp} x pp {pp}: 6 straight == 3 + resume + 3 bitwise "
               f"({summary(straight)['param_hash']}); checkpoint all F32")
 

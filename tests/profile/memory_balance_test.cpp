@@ -47,7 +47,7 @@ TEST_CASE(
   const Precision precision = std::get<0>(combination);  // plain locals: lambdas capture them
   const bool zero1 = std::get<1>(combination);
   INFO(choice_name(precision) << ", zero1 " << zero1);
-  const torch::Dtype dtype = precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+  const torch::Dtype dtype = train::precision_dtype(precision);
   const auto preset = load_model_preset("tiny");
   profile::ProfileOptions po;
   po.dtype = dtype;

@@ -55,7 +55,7 @@ TEST_CASE("optimizer at DP 2: ZeRO-1 equals plain DP; state moves between shards
   const int r = dp->rank();
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     INFO(omnibal::choice_name(precision));
-    const torch::Dtype dtype = precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
+    const torch::Dtype dtype = omnibal::train::precision_dtype(precision);
     OptimizerOptions o;
     o.precision = precision;
     o.bucket_bytes = 40 * 4;  // several buckets, one of them padded
