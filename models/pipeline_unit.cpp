@@ -41,3 +41,24 @@ void PipelineUnit::expect_phase(const UnitState& state, Phase expected) const {
 }
 
 }  // namespace omnibal::models
+
+namespace omnibal::models {
+
+ShardSpec PipelineUnit::shard_spec(const std::string& local_name) const {
+  const auto it = shards_.find(local_name);
+  return it == shards_.end() || !tp_.active() ? ShardSpec{} : it->second;
+}
+
+void PipelineUnit::shard_parameters() {
+  if (!tp_.active() || sharded_) return;
+  sharded_ = true;
+  torch::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    const auto it = shards_.find(item.key());
+    if (it == shards_.end()) continue;
+    it->second.rows = item.value().size(it->second.dim);
+    item.value().set_data(shard_of(item.value().detach(), it->second, tp_));
+  }
+}
+
+}  // namespace omnibal::models

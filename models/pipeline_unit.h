@@ -15,10 +15,12 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
 #include "models/dropout.h"
+#include "models/tensor_parallel.h"
 #include "models/unit_state.h"
 
 namespace omnibal::models {
@@ -53,8 +55,22 @@ class PipelineUnit : public torch::nn::Module {
   /// Only ViT and LLM blocks use it (models/dropout.h). Throws unless 0 <= p < 1.
   void set_dropout(double p);
   double dropout() const { return dropout_; }
+  /// This unit's tensor-parallel rank and group (size 1: none), fixed at construction.
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  /// How TP splits the parameter `local_name` ("attn.qkv.weight"); replicated unless the unit
+  /// marked it. Holds the full size along the split dimension once make_units sharded it.
+  ShardSpec shard_spec(const std::string& local_name) const;
+  /// Every marked parameter by local name.
+  const std::map<std::string, ShardSpec>& shard_specs() const { return shards_; }
+  /// Replaces each marked parameter (built and initialised at full size) by this rank's slice,
+  /// in place (set_data, so modules keep their handles); records the full sizes. Once only.
+  void shard_parameters();
 
  protected:
+  /// Units built for TP call this in their constructor, then mark their split parameters.
+  void set_tensor_parallel(const TensorParallel& tp) { tp_ = tp; }
+  void mark_sharded(const std::string& local_name, ShardSpec spec) { shards_[local_name] = spec; }
+
   /// Counter-based dropout of `x` at `site`, keyed by state.dropout_key and this unit's name;
   /// x unchanged when dropout() == 0 or the key is 0 (evaluation).
   torch::Tensor apply_dropout(const torch::Tensor& x, const UnitState& state,
@@ -68,6 +84,9 @@ class PipelineUnit : public torch::nn::Module {
   bool recompute_ = false;
   double dropout_ = 0.0;
   uint64_t name_hash_ = 0;
+  TensorParallel tp_;
+  std::map<std::string, ShardSpec> shards_;
+  bool sharded_ = false;
 };
 
 using UnitPtr = std::shared_ptr<PipelineUnit>;

@@ -46,7 +46,9 @@ struct UnitState {
   int64_t label_count = 0;        ///< tokens that contributed to loss_sum
   torch::Tensor token_loss;       ///< [label_count] float32 per-token cross-entropy
   torch::Tensor label_positions;  ///< [label_count] int64: pack position whose logits predict
-  torch::Tensor logits;           ///< [label_count, vocab] logits at label_positions
+  torch::Tensor logits;           ///< [label_count, vocab] logits at label_positions (under
+                                  ///< TP this rank's vocabulary columns only, [K, V'])
+  torch::Tensor predictions;      ///< [label_count] int64 argmax over the whole vocabulary
 
   /// Builds the input state of the first unit from a pack: hidden = pixel_values (kPixels),
   /// dropout_key = pack.dropout_key.

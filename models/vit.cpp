@@ -60,7 +60,8 @@ UnitState VitEmbedUnit::forward(const UnitState& state) {
   return state.with_hidden(tokens + position_embedding_for(side), Phase::kVit);
 }
 
-VitAttentionImpl::VitAttentionImpl(const VitPreset& preset) : heads_(preset.heads) {
+VitAttentionImpl::VitAttentionImpl(const VitPreset& preset, const TensorParallel& tp)
+    : heads_(preset.heads / tp.size), width_(preset.width), tp_(tp) {
   const int64_t d = preset.width;
   qkv =
       register_module("qkv",
@@ -72,27 +73,35 @@ VitAttentionImpl::VitAttentionImpl(const VitPreset& preset) : heads_(preset.head
   proj = register_module("proj", torch::nn::Linear(d, d));
 }
 
+torch::Tensor VitAttentionImpl::qk_norm(const torch::Tensor& x, RmsNorm& norm) {
+  if (!tp_.active()) return norm->forward(x);
+  const torch::Tensor xf = x.to(torch::kFloat32);
+  const torch::Tensor mean_sq = sum_over_tp(xf.pow(2).sum(-1, true), tp_) / width_;
+  return norm->weight * (xf * torch::rsqrt(mean_sq + kVitNormEps)).to(x.scalar_type());
+}
+
 torch::Tensor VitAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t b = x.size(0), n = x.size(1), d = x.size(2), hd = d / heads_;
-  const auto parts = qkv->forward(x).chunk(3, -1);  // each [B, N, d]
+  const int64_t b = x.size(0), n = x.size(1), d = width_ / tp_.size, hd = d / heads_;
+  const auto parts = qkv->forward(x).chunk(3, -1);  // each [B, N, d / tp]
   torch::Tensor q = parts[0], k = parts[1];
   if (q_norm) {  // InternViT-6B normalises q and k over all heads together
-    q = q_norm->forward(q);
-    k = k_norm->forward(k);
+    q = qk_norm(q, q_norm);
+    k = qk_norm(k, k_norm);
   }
   auto heads = [&](const torch::Tensor& t) {
     return t.reshape({b, n, heads_, hd}).transpose(1, 2);
   };
   const torch::Tensor out =
       compat::attention(heads(q), heads(k), heads(parts[2]), /*causal=*/false);
-  return proj->forward(out.transpose(1, 2).reshape({b, n, d}));
+  return row_parallel_linear(out.transpose(1, 2).reshape({b, n, d}), proj->weight, proj->bias, tp_);
 }
 
-VitBlockUnit::VitBlockUnit(const VitPreset& preset, int index)
+VitBlockUnit::VitBlockUnit(const VitPreset& preset, int index, const TensorParallel& tp)
     : PipelineUnit("vit_block_" + std::to_string(index), UnitKind::kVitBlock) {
   const int64_t d = preset.width;
+  set_tensor_parallel(tp);
   norm1 = register_module("norm1", VitNorm(preset.norm, d, kVitNormEps));
-  attn = register_module("attn", VitAttention(preset));
+  attn = register_module("attn", VitAttention(preset, tp));
   norm2 = register_module("norm2", VitNorm(preset.norm, d, kVitNormEps));
   mlp = register_module("mlp", torch::nn::Sequential());
   mlp->push_back("fc1", torch::nn::Linear(d, preset.mlp_dim));
@@ -102,16 +111,36 @@ VitBlockUnit::VitBlockUnit(const VitPreset& preset, int index)
     ls1 = register_parameter("ls1", torch::ones({d}));
     ls2 = register_parameter("ls2", torch::ones({d}));
   }
+  mark_sharded("attn.qkv.weight", {0, 3});
+  if (preset.qkv_bias) mark_sharded("attn.qkv.bias", {0, 3});
+  if (preset.qk_norm) {
+    mark_sharded("attn.q_norm.weight", {0, 1});
+    mark_sharded("attn.k_norm.weight", {0, 1});
+  }
+  mark_sharded("attn.proj.weight", {1, 1});
+  mark_sharded("mlp.fc1.weight", {0, 1});
+  mark_sharded("mlp.fc1.bias", {0, 1});
+  mark_sharded("mlp.fc2.weight", {1, 1});
+}
+
+torch::Tensor VitBlockUnit::mlp_forward(const torch::Tensor& x) {
+  if (!tensor_parallel().active()) return mlp->forward(x);
+  const auto& fc1 = mlp->named_children()[0].value()->as<torch::nn::Linear>();
+  const auto& fc2 = mlp->named_children()[2].value()->as<torch::nn::Linear>();
+  return row_parallel_linear(torch::gelu(fc1->forward(x)), fc2->weight, fc2->bias,
+                             tensor_parallel());
 }
 
 UnitState VitBlockUnit::forward(const UnitState& state) {
   expect_phase(state, Phase::kVit);
   if (!state.hidden.defined()) return state;
   torch::Tensor x = state.hidden;
-  torch::Tensor a =
-      apply_dropout(attn->forward(norm1->forward(x)), state, DropoutSite::kAttentionOutput);
+  const TensorParallel& tp = tensor_parallel();
+  torch::Tensor a = apply_dropout(attn->forward(copy_to_tp(norm1->forward(x), tp)), state,
+                                  DropoutSite::kAttentionOutput);
   x = x + (ls1.defined() ? a * ls1 : a);
-  torch::Tensor m = apply_dropout(mlp->forward(norm2->forward(x)), state, DropoutSite::kMlpOutput);
+  torch::Tensor m =
+      apply_dropout(mlp_forward(copy_to_tp(norm2->forward(x), tp)), state, DropoutSite::kMlpOutput);
   x = x + (ls2.defined() ? m * ls2 : m);
   return state.with_hidden(x, Phase::kVit);
 }

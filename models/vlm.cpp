@@ -96,18 +96,23 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
                 preset.name, "', got [", begin, ", ", end, ")");
   const int64_t projector = preset.vit.depth + 1, embed = projector + 1, head = total - 1;
   const bool tied_here = preset.llm.tie_embeddings && begin <= embed && head < end;
+  const TensorParallel& tp = options.tp;
+  check_tensor_parallel(preset, tp.size);
+  OMNIBAL_CHECK(tp.rank >= 0 && tp.rank < tp.size, "make_units: TP rank ", tp.rank,
+                " outside [0, ", tp.size, ")");
   std::vector<UnitPtr> units;
   for (int64_t i = begin; i < end; ++i) {
     if (i == 0) units.push_back(std::make_shared<VitEmbedUnit>(preset.vit));
     else if (i < projector)
-      units.push_back(std::make_shared<VitBlockUnit>(preset.vit, static_cast<int>(i - 1)));
+      units.push_back(std::make_shared<VitBlockUnit>(preset.vit, static_cast<int>(i - 1), tp));
     else if (i == projector)
       units.push_back(std::make_shared<ProjectorUnit>(preset.vit, preset.llm));
     else if (i == embed)
-      units.push_back(std::make_shared<LlmEmbedUnit>(preset.llm, options.img_context_id));
+      units.push_back(std::make_shared<LlmEmbedUnit>(preset.llm, options.img_context_id, tp));
     else if (i < head)
-      units.push_back(std::make_shared<LlmBlockUnit>(preset.llm, static_cast<int>(i - embed - 1)));
-    else units.push_back(std::make_shared<LlmHeadUnit>(preset.llm, !tied_here));
+      units.push_back(
+          std::make_shared<LlmBlockUnit>(preset.llm, static_cast<int>(i - embed - 1), tp));
+    else units.push_back(std::make_shared<LlmHeadUnit>(preset.llm, !tied_here, tp));
     init_unit_parameters(*units.back(), options.seed, options.init_std);
     units.back()->set_dropout(options.dropout);
   }
@@ -127,6 +132,9 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
     torch::NoGradGuard no_grad;
     w.copy_(fresh);
   }
+  // TP: each unit was built and initialised whole (the same values as at TP 1); keep this
+  // rank's slices. A tied head shares the embedding's tensor, so it shares its shard.
+  for (auto& unit : units) unit->shard_parameters();
   return units;
 }
 
@@ -152,6 +160,7 @@ UnitState empty_output(const PipelineUnit& last, const UnitState& state) {
   out.token_loss = torch::zeros({0}, opt.dtype(torch::kFloat32));
   out.label_positions = torch::zeros({0}, opt.dtype(torch::kInt64));
   out.logits = torch::zeros({0, 0}, opt.dtype(torch::kFloat32));
+  out.predictions = torch::zeros({0}, opt.dtype(torch::kInt64));
   return out;
 }
 

@@ -31,6 +31,7 @@ struct VlmOptions {
   std::optional<torch::Dtype> dtype;  ///< default: bf16 on CUDA, fp32 on CPU
   double init_std = 0.02;             ///< std of the normal init of matrices and embeddings
   double dropout = 0.0;               ///< residual dropout of ViT and LLM blocks (model.dropout)
+  TensorParallel tp;                  ///< this rank's TP group (size 1: none; tensor_parallel.h)
 
   VlmOptions& with_img_context_id(int64_t id) {
     img_context_id = id;
@@ -52,6 +53,10 @@ struct VlmOptions {
     dropout = p;
     return *this;
   }
+  VlmOptions& with_tensor_parallel(TensorParallel t) {
+    tp = std::move(t);
+    return *this;
+  }
 };
 
 /// Names of all units of `preset` in model order (vit_embed ... llm_head):
@@ -64,8 +69,9 @@ std::vector<std::string> unit_names(const ModelPreset& preset);
 std::vector<int64_t> unit_parameter_counts(const ModelPreset& preset);
 
 /// Builds units [begin, end) of `preset`, initialised from options.seed, on options.device in
-/// options.dtype. Throws omnibal::Error on an empty or out-of-range interval or a missing
-/// img_context_id.
+/// options.dtype; under options.tp each unit holds this TP rank's shards of the values the
+/// units have at TP 1 (PipelineUnit::shard_spec). Throws omnibal::Error on an empty or
+/// out-of-range interval, a missing img_context_id or a preset that does not split over tp.
 std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options, int64_t begin,
                                 int64_t end);
 

@@ -23,22 +23,27 @@ ParallelComms::ParallelComms(const ProcessGrid& grid, const WaitPolicy& policy, 
   int world_size = 0;
   OMNIBAL_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   OMNIBAL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-  OMNIBAL_CHECK(world_size == grid.world_size(), "parallel.dp * parallel.pp = ", grid.world_size(),
-                " but mpirun started ", world_size, " ranks");
+  OMNIBAL_CHECK(world_size == grid.world_size(), "parallel.tp * parallel.dp * parallel.pp = ",
+                grid.world_size(), " but mpirun started ", world_size, " ranks");
   coord_ = grid.coord(rank_);
   const GridShape& s = grid.shape();
-  MPI_Comm dp_comm, pp_comm;
+  MPI_Comm dp_comm, pp_comm, tp_comm;
   // Colour = the coordinates that stay fixed within the group; key = the varying index.
   OMNIBAL_MPI_CHECK(
       MPI_Comm_split(MPI_COMM_WORLD, coord_.pp * s.tp + coord_.tp, coord_.dp, &dp_comm));
   OMNIBAL_MPI_CHECK(
       MPI_Comm_split(MPI_COMM_WORLD, coord_.dp * s.tp + coord_.tp, coord_.pp, &pp_comm));
+  OMNIBAL_MPI_CHECK(
+      MPI_Comm_split(MPI_COMM_WORLD, coord_.pp * s.dp + coord_.dp, coord_.tp, &tp_comm));
   world_ = make(backend, MPI_COMM_WORLD, "world", watchdog_, device);
+  tp_ = make(backend, tp_comm, fmt::format("tp group of dp {} stage {}", coord_.dp, coord_.pp),
+             watchdog_, device);
   dp_ = make(backend, dp_comm, fmt::format("dp group of stage {}", coord_.pp), watchdog_, device);
   pp_ = make(backend, pp_comm, fmt::format("pipeline of dp {}", coord_.dp), watchdog_, device);
   // The communicators hold duplicates; the split handles are no longer needed.
   MPI_Comm_free(&dp_comm);
   MPI_Comm_free(&pp_comm);
+  MPI_Comm_free(&tp_comm);
 }
 
 }  // namespace omnibal::comm

@@ -1,6 +1,7 @@
 // The communicators of one rank on the process grid, built once at start-up: the world, the
-// DP group of this rank's pipeline stage (gradient all-reduce) and the pipeline of this rank's
-// DP replica (activations and gradients between stages). Sub-communicators come from
+// DP group of this rank's pipeline stage (gradient all-reduce), the pipeline of this rank's
+// DP replica (activations and gradients between stages) and its TP group (a stage's
+// tensor-parallel all-reduces). Sub-communicators come from
 // MPI_Comm_split with the colours of ProcessGrid, so MPI's group ranks equal the grid's dp
 // index (DP group) and stage index (pipeline). Collective: every rank constructs it together.
 #pragma once
@@ -32,6 +33,9 @@ class ParallelComms {
   Communicator& world() { return *world_; }
   /// Ranks holding this stage in every replica; group rank = dp index.
   Communicator& dp_group() { return *dp_; }
+  /// The tensor-parallel group of this rank's stage and replica; group rank = tp index.
+  /// Carries the TP all-reduces of every block (models/tensor_parallel.h).
+  Communicator& tp_group() { return *tp_; }
   /// This replica's stages; group rank = stage index. Peers for TensorMessenger.
   Communicator& pipeline() { return *pp_; }
   /// Stage index of the previous/next stage in pipeline(), or -1 at the ends.
@@ -44,7 +48,7 @@ class ParallelComms {
   int rank_ = 0;
   GridCoord coord_;
   std::shared_ptr<const Watchdog> watchdog_;
-  std::unique_ptr<Communicator> world_, dp_, pp_;
+  std::unique_ptr<Communicator> world_, dp_, pp_, tp_;
 };
 
 }  // namespace omnibal::comm

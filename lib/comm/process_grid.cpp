@@ -11,12 +11,11 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_size) : shape_(shape) {
   OMNIBAL_CHECK(shape.dp >= 1, "parallel.dp: expected >= 1, got ", shape.dp);
   OMNIBAL_CHECK(shape.pp >= 1, "parallel.pp: expected >= 1, got ", shape.pp);
   OMNIBAL_CHECK(shape.tp >= 1, "parallel.tp: expected >= 1, got ", shape.tp);
-  OMNIBAL_CHECK(shape.tp == 1, "parallel.tp = ", shape.tp,
-                ": tensor parallelism is not supported yet; set parallel.tp: 1");
   OMNIBAL_CHECK(world_size >= 1, "world size: expected >= 1 rank, got ", world_size);
-  OMNIBAL_CHECK(shape.world() == world_size, "parallel.dp * parallel.pp = ", shape.dp, " * ",
-                shape.pp, " = ", shape.world(), " but mpirun started ", world_size,
-                " ranks; launch with -np ", shape.world(), " or change parallel.dp/parallel.pp");
+  OMNIBAL_CHECK(shape.world() == world_size, "parallel.tp * parallel.dp * parallel.pp = ", shape.tp,
+                " * ", shape.dp, " * ", shape.pp, " = ", shape.world(), " but mpirun started ",
+                world_size, " ranks; launch with -np ", shape.world(),
+                " or change parallel.tp/parallel.dp/parallel.pp");
 }
 
 GridCoord ProcessGrid::coord(int rank) const {
@@ -62,10 +61,19 @@ std::vector<int> ProcessGrid::pipeline_group(int dp, int tp) const {
   return ranks;
 }
 
+std::vector<int> ProcessGrid::tp_group(int dp, int stage) const {
+  std::vector<int> ranks;
+  for (int t = 0; t < shape_.tp; ++t) ranks.push_back(rank({dp, stage, t}));
+  return ranks;
+}
+
 std::string ProcessGrid::describe(int r) const {
   const GridCoord c = coord(r);
-  return fmt::format("grid dp {} x pp {} (tp {}): rank {} = dp {}, stage {} of {}", shape_.dp,
-                     shape_.pp, shape_.tp, r, c.dp, c.pp, shape_.pp);
+  if (shape_.tp == 1)
+    return fmt::format("grid dp {} x pp {} (tp 1): rank {} = dp {}, stage {} of {}", shape_.dp,
+                       shape_.pp, r, c.dp, c.pp, shape_.pp);
+  return fmt::format("grid tp {} x dp {} x pp {}: rank {} = tp {}, dp {}, stage {} of {}",
+                     shape_.tp, shape_.dp, shape_.pp, r, c.tp, c.dp, c.pp, shape_.pp);
 }
 
 ProcessGrid make_process_grid(const ParallelConfig& parallel, int world_size) {

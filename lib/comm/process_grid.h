@@ -5,7 +5,8 @@
 //
 // Rank order (Megatron's default "tp-dp-pp"): tp varies fastest, then dp, then pp, so
 //   rank = tp + TP * (dp + DP * pp).
-// Tensor parallelism has room in the types but is refused (TP > 1 is not supported yet).
+// A TP group (ranks that share one stage of one replica) is tp consecutive ranks, so it sits
+// inside a node whenever tp divides the GPUs per node.
 #pragma once
 
 #include <optional>
@@ -22,7 +23,7 @@ namespace omnibal::comm {
 struct GridShape {
   int dp = 1;  ///< data-parallel replicas
   int pp = 1;  ///< pipeline stages
-  int tp = 1;  ///< tensor-parallel ranks (must be 1 for now)
+  int tp = 1;  ///< tensor-parallel ranks
   int world() const { return dp * pp * tp; }
 };
 
@@ -30,7 +31,7 @@ struct GridShape {
 struct GridCoord {
   int dp = 0;  ///< data-parallel index (which replica of the model)
   int pp = 0;  ///< pipeline stage s of P
-  int tp = 0;  ///< tensor-parallel index (always 0 for now)
+  int tp = 0;  ///< tensor-parallel index
   bool operator==(const GridCoord& o) const { return dp == o.dp && pp == o.pp && tp == o.tp; }
 };
 
@@ -38,8 +39,8 @@ struct GridCoord {
 class ProcessGrid {
  public:
   /// Validates the shape against the number of ranks mpirun started.
-  /// Throws omnibal::Error when a size is < 1, when tp > 1 ("not supported yet") or when
-  /// dp * pp * tp != world_size ("parallel.dp * parallel.pp = 6 but mpirun started 4 ranks").
+  /// Throws omnibal::Error when a size is < 1 or when tp * dp * pp != world_size
+  /// ("parallel.tp * parallel.dp * parallel.pp = 2 * 1 * 3 = 6 but mpirun started 4 ranks").
   ProcessGrid(GridShape shape, int world_size);
 
   const GridShape& shape() const { return shape_; }
@@ -62,6 +63,9 @@ class ProcessGrid {
   std::vector<int> dp_group(int stage, int tp = 0) const;
   /// The pipeline of replica `dp`: its ranks ordered by stage (activations flow along it).
   std::vector<int> pipeline_group(int dp, int tp = 0) const;
+
+  /// The TP group of replica `dp`, stage `stage`: tp consecutive ranks ordered by tp index.
+  std::vector<int> tp_group(int dp, int stage) const;
 
   /// "dp 2 x pp 2 (tp 1): rank 3 = dp 1, stage 1" style summary for start-up logs.
   std::string describe(int rank) const;

@@ -137,7 +137,7 @@ template <class T> void check_positive(const std::string& key, T value) {
 void ParallelConfig::validate(const std::string& w) const {
   check_positive(w + "dp", dp);
   check_positive(w + "pp", pp);
-  OMNIBAL_CHECK(tp == 1, w, "tp: tensor parallelism is not supported yet; expected 1, got ", tp);
+  check_positive(w + "tp", tp);
   check_positive(w + "micro_batches", micro_batches);
   if (partition.method == PartitionMethod::kManual) {
     OMNIBAL_CHECK(static_cast<int>(partition.manual.size()) == pp, w,

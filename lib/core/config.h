@@ -33,7 +33,7 @@ struct RecomputeSpec {
 struct ParallelConfig {
   int dp = 1;                 ///< data-parallel ranks
   int pp = 1;                 ///< pipeline stages
-  int tp = 1;                 ///< tensor-parallel ranks (1 until TP exists)
+  int tp = 1;                 ///< tensor-parallel ranks (Megatron TP, innermost on the grid)
   int micro_batches = 1;      ///< m: micro-batches (packs) per DP rank per step
   PartitionSpec partition;    ///< how pipeline units are split into stages
   int partition_trials = -1;  ///< candidates timed for real; -1 = top K of the search

@@ -165,6 +165,7 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
       .with_seed(o.init_seed)
       .with_device(o.device);
   if (o.dtype) vo.with_dtype(*o.dtype);
+  if (o.tp > 1) vo.with_tensor_parallel(models::TensorParallel::for_profiling(0, o.tp));
   const auto counts = models::unit_parameter_counts(preset);
   const auto units = models::make_units(preset, vo, 0, static_cast<int64_t>(counts.size()));
   apply_freeze(units, o.freeze);
@@ -203,7 +204,8 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
     c.forward_s = median(fwd);
     c.backward_s = modes[i].backward ? median(bwd) : 0.0;
     c.activation_bytes = static_cast<double>(std::max<int64_t>(0, runs[i].back().kept_bytes));
-    c.parameter_bytes = static_cast<double>(counts[i]) * param_size;
+    c.parameter_bytes =  // under TP: one rank's shards (padded vocabulary rows included)
+        static_cast<double>(o.tp > 1 ? units[i]->num_parameters() : counts[i]) * param_size;
     c.trainable = trainable[i];
     c.output_bytes = i + 1 < n ? static_cast<double>(bytes_of(inputs[i + 1].hidden) +
                                                      bytes_of(inputs[i + 1].side_tensor()))

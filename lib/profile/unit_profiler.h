@@ -58,6 +58,9 @@ struct ProfileOptions {
   /// Parameter and activation dtype (train.precision); default bf16 on CUDA, fp32 on the CPU.
   std::optional<torch::Dtype> dtype;
   ProfileClock clock = ProfileClock::kWall;
+  /// parallel.tp: profile one TP rank's shards (TensorParallel::for_profiling: the units hold
+  /// and compute a rank's slices; the TP all-reduces are left out, the simulator adds them).
+  int tp = 1;
 };
 
 /// The table plus what the table format has no field for.

@@ -156,12 +156,16 @@ torch::Tensor DistributedOptimizer::reduced_grad(const std::string& name) {
 }
 
 double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
-                                       const std::set<std::string>& exclude) {
+                                       const std::set<std::string>& exclude,
+                                       comm::Communicator* tp,
+                                       const std::set<std::string>& tp_replicated) {
+  const bool tp_on = tp != nullptr && tp->size() > 1;
   torch::NoGradGuard no_grad;
   // Summed on the gradient's device, one copy to the host at the end.
   torch::Tensor acc = torch::zeros({1}, main_grad_.options().dtype(torch::kFloat64));
   for (const auto& seg : segments_) {
     if (exclude.count(slots_[seg.slot].name)) continue;
+    if (tp_on && tp->rank() != 0 && tp_replicated.count(slots_[seg.slot].name)) continue;
     acc += main_grad_.slice(0, seg.global, seg.global + seg.length)
                .to(torch::kFloat64)
                .pow(2)
@@ -174,6 +178,7 @@ double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
   }
   if (pipeline != nullptr && pipeline->size() > 1)
     pipeline->all_reduce(sq, comm::ReduceOp::kSum, "gradient norm");
+  if (tp_on) tp->all_reduce(sq, comm::ReduceOp::kSum, "gradient norm over TP");
   return std::sqrt(sq.item<double>());
 }
 

@@ -87,8 +87,11 @@ class DistributedOptimizer {
   torch::Tensor reduced_grad(const std::string& name);
   /// Collective over DP (ZeRO-1) and `pipeline` (if not null): the L2 norm of the reduced
   /// gradient of the whole model, leaving out the parameters named in `exclude` (a tied head's
-  /// copy counts once).
-  double grad_norm(comm::Communicator* pipeline, const std::set<std::string>& exclude = {});
+  /// copy counts once) and, over `tp` (if not null), summing the TP ranks' shards with the
+  /// parameters in `tp_replicated` (whole on every TP rank) counted on TP rank 0 only.
+  double grad_norm(comm::Communicator* pipeline, const std::set<std::string>& exclude = {},
+                   comm::Communicator* tp = nullptr,
+                   const std::set<std::string>& tp_replicated = {});
   /// Scales this rank's reduced gradient by min(1, max_norm / (norm + 1e-6)); returns the
   /// factor. No-op when max_norm <= 0.
   double clip(double norm, double max_norm);

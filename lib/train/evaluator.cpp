@@ -60,7 +60,7 @@ SampleMatch match_samples(const models::UnitState& out) {
   if (out.label_count == 0) return m;
   const torch::Tensor pos = out.label_positions.to(torch::kCPU);
   const torch::Tensor targets = out.labels.to(torch::kCPU).index_select(0, pos + 1);
-  const torch::Tensor hit = out.logits.argmax(-1).to(torch::kCPU).eq(targets);
+  const torch::Tensor hit = out.predictions.to(torch::kCPU).eq(targets);
   const torch::Tensor loss = out.token_loss.to(torch::kCPU, torch::kFloat64);
   const auto cu = out.cu_seqlens.accessor<int64_t, 1>();
   const auto p = pos.accessor<int64_t, 1>();
@@ -111,6 +111,7 @@ EvalResult Evaluator::run(pipeline::StageExecutor& stage, comm::ParallelComms& c
   } else {
     for (int i = 0; i < static_cast<int>(mine.size()); ++i) stage.forward_only(i, nullptr);
   }
+  if (comms.coord().tp != 0) acc.zero_();  // TP ranks score the same packs: count once
   comms.world().all_reduce(acc, comm::ReduceOp::kSum, "eval scores");
   EvalResult r;
   r.overall.task = "overall";

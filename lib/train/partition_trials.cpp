@@ -1,5 +1,7 @@
 #include "train/partition_trials.h"
 
+#include "train/tp_group.h"
+
 #include <fmt/format.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -45,6 +47,7 @@ std::vector<double> time_candidate(const partition::Partition& split, const Tria
   const int stage = comms.coord().pp, stages = split.stages();
   models::VlmOptions opt;
   opt.with_img_context_id(setup.img_context_id).with_seed(setup.init_seed).with_dtype(setup.dtype);
+  opt.with_tensor_parallel(tensor_parallel_of(comms));  // trials run the TP all-reduces too
   auto units = models::make_units(setup.preset, opt, split.begin(stage), split.end(stage));
   profile::apply_freeze(units, setup.freeze);
   const std::vector<bool> flags = setup.recompute_for(split);

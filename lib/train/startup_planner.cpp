@@ -74,6 +74,7 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
         po.init_seed = cfg.train.seed;
         po.device = c.device;
         po.dtype = precision_dtype(cfg.train.precision);
+        po.tp = cfg.parallel.tp;
         text = partition::unit_cost_table_json(profile::profile_units(*c.preset, po).table);
       }
     } catch (const Error& e) {
@@ -128,7 +129,13 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
       bytes += table->units[u].parameter_bytes;
       params += static_cast<double>(counts[u]);
     }
-    if (params > 0) o.memory.weight_bytes_per_param = bytes / params;
+    // Under TP the table holds one rank's shards, fewer than the preset's counts: take the
+    // run dtype's size instead of the ratio.
+    if (cfg.parallel.tp > 1)
+      o.memory.weight_bytes_per_param = static_cast<double>(
+          torch::elementSize(precision_dtype(cfg.train.precision)));
+    else if (params > 0)
+      o.memory.weight_bytes_per_param = bytes / params;
   }
   double budget = cfg.memory.budget_gb > 0 ? cfg.memory.budget_gb * kGiB
                                            : default_memory_budget_bytes(c.device);

@@ -41,33 +41,45 @@ void TrainCheckpoint::save(const TrainCounters& counters,
                            const std::vector<std::pair<std::string, torch::Tensor>>& params,
                            DistributedOptimizer& optimizer, bool writer,
                            const std::string& config_yaml,
-                           const std::vector<std::string>& not_written) {
+                           const std::vector<std::string>& not_written, const TpLayout& tp) {
   checkpoint::Shard shard;
   // Collective over DP under ZeRO-1; only the writer keeps the gathered state.
   auto state = optimizer.state_tensors(writer);
   if (writer) {
-    for (auto& [name, t] : state) shard.tensors[name] = std::move(t);  // fp32 master weights
+    // The TP ranks of a DP-rank-0 stage are writers together; the gathers below run in the
+    // same (sorted) name order on each of them.
+    for (auto& [name, t] : state) shard.tensors[name] = tp.gather(name, t);  // fp32 masters
     for (const auto& [name, p] : params)  // frozen parameters (no master weight): as fp32
-      if (!shard.tensors.count(name)) shard.tensors[name] = p.detach().to(torch::kFloat32);
+      if (!shard.tensors.count(name))
+        shard.tensors[name] = tp.gather(name, p.detach().to(torch::kFloat32));
     for (const auto& name : not_written)
       for (const char* suffix : {"", "#exp_avg", "#exp_avg_sq"}) shard.tensors.erase(name + suffix);
+    if (tp.active() && tp.tp().rank != 0) shard.tensors.clear();  // TP rank 0 stores them
   }
   shard.state = counters.to_json();
   shard.state["optimizer_steps"] = optimizer.steps();
   shard.state["precision"] = choice_name(optimizer.options().precision);
   shard.state["zero1"] = optimizer.options().zero1;
+  shard.state["tp"] = tp.tp().size;
   impl_->store.save(counters.step, shard, config_yaml);
 }
 
 TrainCounters TrainCheckpoint::load(
     const std::string& dir, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-    DistributedOptimizer& optimizer) const {
+    DistributedOptimizer& optimizer, const TpLayout& tp) const {
   std::vector<std::string> names;
   for (const auto& [name, p] : params) names.push_back(name);
   for (const auto& n : optimizer.state_names())
     if (n.find('#') != std::string::npos) names.push_back(n);  // the plain names are above
-  const auto tensors = impl_->store.load_tensors(dir, names);
+  auto tensors = impl_->store.load_tensors(dir, names);
   torch::NoGradGuard no_grad;
+  for (auto& [name, t] : tensors) {
+    const models::ShardSpec spec = tp.spec(name);
+    OMNIBAL_CHECK(!spec.sharded() || (t.dim() > spec.dim && t.size(spec.dim) == spec.rows), dir,
+                  ": '", name, "' has shape ", t.sizes(), " in the checkpoint but ", spec.rows,
+                  " rows along dimension ", spec.dim, " in this model (another preset?)");
+    t = tp.shard(name, t);
+  }
   for (const auto& [name, p] : params) {
     const torch::Tensor& t = tensors.at(name);
     OMNIBAL_CHECK(t.sizes() == p.sizes(), dir, ": parameter '", name, "' has shape ", t.sizes(),

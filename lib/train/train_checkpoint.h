@@ -6,7 +6,9 @@
 // tensor); the state JSON carries the step, the data position, the optimizer step and the
 // precision and zero1 setting the checkpoint was made with. Loading reads exactly the names this
 // rank's stage holds, so a checkpoint loads under any partition, PP or DP size, precision and
-// zero1 setting.
+// zero1 setting. Under TP the tensors are gathered over the TP group at save (TP rank 0 of DP
+// rank 0 writes them whole) and each TP rank takes its shard at load, so the files are the
+// same whatever parallel.tp wrote them and load under any other.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -19,6 +21,7 @@
 
 #include "comm/communicator.h"
 #include "train/distributed_optimizer.h"
+#include "train/tp_group.h"
 
 namespace omnibal::train {
 
@@ -42,19 +45,21 @@ class TrainCheckpoint {
   ~TrainCheckpoint();
   /// Collective (the optimizer gathers its ZeRO-1 shards over DP). `writer` is true on DP rank
   /// 0 of each stage (its tensors are stored). `not_written`: names this rank leaves out, with
-  /// their AdamW moments (a tied head's copy, stored by the embedding's stage).
+  /// their AdamW moments (a tied head's copy, stored by the embedding's stage). `tp`: the
+  /// stage's shard layout (collective over TP when active; only TP rank 0 stores).
   void save(const TrainCounters& counters,
             const std::vector<std::pair<std::string, torch::Tensor>>& params,
             DistributedOptimizer& optimizer, bool writer, const std::string& config_yaml,
-            const std::vector<std::string>& not_written = {});
+            const std::vector<std::string>& not_written = {}, const TpLayout& tp = {});
   // Which checkpoint to resume (--resume auto | PATH) is found before the trainer is built:
   // find_resume_point (run_config.h).
   /// Loads this rank's parameters, master weights and AdamW state from `dir` (cast to this
   /// run's precision); returns rank 0's counters. Throws omnibal::Error listing missing names
   /// or shape mismatches.
+  /// `tp`: each TP rank keeps its shard of the stored (whole) tensors.
   TrainCounters load(const std::string& dir,
                      const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                     DistributedOptimizer& optimizer) const;
+                     DistributedOptimizer& optimizer, const TpLayout& tp = {}) const;
   /// Rank 0's state JSON stored in `dir` (counters, stage plan).
   nlohmann::json rank_state(const std::string& dir) const;
   /// The resolved config stored in `dir`.

@@ -23,6 +23,7 @@
 #include "train/startup_planner.h"
 #include "train/step_metrics.h"
 #include "train/tied_head.h"
+#include "train/tp_group.h"
 #include "train/train_checkpoint.h"
 #include "train/training_data.h"
 
@@ -116,6 +117,9 @@ struct Trainer::State {
   /// Mixed precision, ZeRO-1, fp32 master weights, AdamW; made after the weights are set.
   std::unique_ptr<DistributedOptimizer> optimizer;
   std::unique_ptr<TiedHead> tied;  ///< the tied LM head's two copies when split over stages
+  models::TensorParallel tp;       ///< this rank's TP group (size 1: none)
+  TpLayout tp_layout;              ///< which parameters are TP-sharded, and how
+  std::set<std::string> tp_replicated;  ///< parameters whole on every TP rank (norm counts once)
   std::unique_ptr<comm::TensorMessenger> pipe;
   std::unique_ptr<pipeline::StageExecutor> stage;
   std::unique_ptr<TrainingData> data;  ///< the data plan and this rank's loader
@@ -128,9 +132,10 @@ struct Trainer::State {
   Clock::time_point started = Clock::now();  ///< train.exit_duration_min counts from here
   Clock::time_point run_started;             ///< run() began (summary.json's seconds)
   std::string config_yaml;  ///< cfg as written to the run directory and every checkpoint
-  int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1;
+  int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1, tp_rank = 0;
   std::optional<EvalResult> last_eval;
 
+  models::VlmOptions model_options() const;
   bool is_last_stage() const { return stage_index == stages - 1; }
   std::optional<std::string> exit_due(int64_t steps_this_run);
   void build_stage();
@@ -144,19 +149,26 @@ struct Trainer::State {
                              const std::vector<models::PackBatch>& packs);
   int64_t param_hash();
   bool tied_copies_equal();
+  bool tp_replicated_equal();
   std::string param_hash_text() {
     return fmt::format("{:08x}", static_cast<uint64_t>(param_hash()) & 0xffffffffffffULL);
   }
   void save_checkpoint();
 };
 
-void Trainer::State::build_stage() {
+models::VlmOptions Trainer::State::model_options() const {
   models::VlmOptions opt;
   opt.with_img_context_id(tokenizer->special().img_context)
       .with_seed(cfg.train.seed)
       .with_dropout(cfg.model.dropout)
       .with_dtype(precision_dtype(cfg.train.precision));
-  units = models::make_units(preset, opt, plan.begin(stage_index), plan.end(stage_index));
+  return opt;
+}
+
+void Trainer::State::build_stage() {
+  units = models::make_units(preset, model_options().with_tensor_parallel(tp),
+                             plan.begin(stage_index), plan.end(stage_index));
+  tp_layout = TpLayout(units, tp);
   for (size_t i = 0; i < units.size(); ++i) {
     auto& u = units[i];
     u->set_recompute(plan.recompute[plan.begin(stage_index) + static_cast<int>(i)]);
@@ -168,6 +180,9 @@ void Trainer::State::build_stage() {
       params.emplace_back(u->unit_name() + "." + np.key(), np.value());
     }
   }
+  std::vector<std::string> names;
+  for (const auto& [name, p] : params) names.push_back(name);
+  tp_replicated = tp_layout.replicated_names(names);
   tied = std::make_unique<TiedHead>(preset, plan.partition, stage_index, params);
   if (stages > 1) pipe = std::make_unique<comm::TensorMessenger>(comms.pipeline());
   stage = std::make_unique<pipeline::StageExecutor>(units, stage_index, stages, pipe.get());
@@ -253,6 +268,11 @@ pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
 StepMetrics Trainer::State::gather_metrics(const pipeline::StageStepResult& r,
                                            const std::vector<models::PackBatch>& packs) {
   StepMetrics mine(stages, dp);
+  if (tp_rank != 0) {  // the TP ranks of a stage hold the same loss, packs and times
+    torch::Tensor v = mine.pack();
+    comms.world().all_reduce(v, comm::ReduceOp::kSum, "step metrics");
+    return StepMetrics::unpack(v, stages, dp);
+  }
   if (is_last_stage()) {
     mine.loss_term_sum = r.loss_term_sum;  // sum of w_t * l_t under loss.reduction
     for (const auto& [loss, count] : r.micro_batches) {
@@ -281,9 +301,12 @@ StepMetrics Trainer::State::gather_metrics(const pipeline::StageStepResult& r,
 
 int64_t Trainer::State::param_hash() {
   int64_t sum = 0;
-  if (dp_rank == 0)
-    for (const auto& [name, p] : params)
-      if (!tied->not_written(name)) sum += param_digest(name, p);
+  if (dp_rank == 0)  // the digest of the whole tensor (gathered over TP), counted on TP rank 0
+    for (const auto& [name, p] : params) {
+      if (tied->not_written(name)) continue;
+      const torch::Tensor full = tp_layout.gather(name, p.detach());
+      if (tp_rank == 0) sum += param_digest(name, full);
+    }
   return comms.world().all_reduce_int(sum, comm::ReduceOp::kSum, "parameter hash");
 }
 
@@ -293,6 +316,19 @@ bool Trainer::State::tied_copies_equal() {
   return comms.world().all_reduce_int(differ, comm::ReduceOp::kMax, "tied head check") == 0;
 }
 
+// Collective: whether every replicated parameter (whole on each TP rank) is bitwise the same on
+// every rank of its TP group, on every stage and replica.
+bool Trainer::State::tp_replicated_equal() {
+  int64_t digest = 0;
+  for (const auto& [name, p] : params)
+    if (tp_replicated.count(name)) digest += param_digest(name, p);
+  const int64_t differ =
+      comm::same_on_every_rank(comms.tp_group(), static_cast<uint64_t>(digest), "TP replicas")
+          ? 0
+          : 1;
+  return comms.world().all_reduce_int(differ, comm::ReduceOp::kMax, "TP replica check") == 0;
+}
+
 void Trainer::State::save_checkpoint() {
   const DataPosition pos = data->position(counters.step);
   counters.epoch = pos.epoch;
@@ -300,7 +336,7 @@ void Trainer::State::save_checkpoint() {
   std::vector<std::string> skip;
   for (const auto& [name, p] : params)
     if (tied->not_written(name)) skip.push_back(name);
-  checkpoints->save(counters, params, *optimizer, dp_rank == 0, config_yaml, skip);
+  checkpoints->save(counters, params, *optimizer, dp_rank == 0, config_yaml, skip, tp_layout);
   if (comms.rank() == 0)
     log_info("checkpoint: step {} in {}/checkpoints", counters.step, cfg.runtime.run_dir);
 }
@@ -311,7 +347,7 @@ void Trainer::State::restore(const ResumePoint& resume) {
   if (resume.resuming()) {
     make_optimizer();
     const uint64_t hash = counters.plan_hash;
-    counters = checkpoints->load(resume.dir, params, *optimizer);
+    counters = checkpoints->load(resume.dir, params, *optimizer, tp_layout);
     counters.plan_hash = hash;
     counters.stage_plan = memory::stage_plan_json(plan);
     if (comms.rank() == 0) {
@@ -332,7 +368,23 @@ void Trainer::State::restore(const ResumePoint& resume) {
   if (resume.request == "auto" && comms.rank() == 0)
     log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh",
              cfg.runtime.run_dir);
-  init_stage_weights(cfg.model, preset, units);
+  if (!tp.active()) {
+    init_stage_weights(cfg.model, preset, units);
+  } else if (!cfg.model.init_from.empty()) {
+    // The checkpoint holds whole tensors: load them into an unsharded copy of this stage, then
+    // keep this rank's shards (a transient second copy of the stage's weights).
+    const auto whole = models::make_units(preset, model_options(), plan.begin(stage_index),
+                                          plan.end(stage_index));
+    init_stage_weights(cfg.model, preset, whole);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < units.size(); ++i) {
+      auto full = whole[i]->named_parameters();
+      for (auto& np : units[i]->named_parameters()) {
+        const std::string name = units[i]->unit_name() + "." + np.key();
+        np.value().copy_(tp_layout.shard(name, full[np.key()].detach()));
+      }
+    }
+  }
   make_optimizer();
   if (!cfg.model.init_from.empty()) {
     const std::string hash = param_hash_text();
@@ -347,6 +399,11 @@ void Trainer::State::log_start() const {
   if (comms.rank() != 0) return;
   const auto& epoch0 = data->epoch_plan(0);
   log_info("{}", comms.grid().describe(comms.rank()));
+  if (tp.active())
+    log_info("tensor parallel: tp {} (TP all-reduces over {}), vocabulary {} padded to {} "
+             "rows per TP rank",
+             tp.size, comms.tp_group().name(), preset.llm.vocab_size,
+             models::vocab_per_rank(preset.llm.vocab_size, tp.size));
   log_info("stages: {}", plan.describe_stages());
   log_info("precision {} (gradient reduction {}), zero1 {}: optimizer state {:.1f} MiB, fp32 "
            "main gradient {:.1f} MiB on rank 0",
@@ -380,8 +437,11 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.dp_rank = comms.coord().dp;
   s.dp = comms.grid().shape().dp;
   s.m = config.parallel.micro_batches;
+  s.tp_rank = comms.coord().tp;
   s.config_yaml = to_yaml(config);  // every auto resolved (export reads model.hf_style)
   s.preset = load_model_preset(config.model.preset);
+  models::check_tensor_parallel(s.preset, comms.grid().shape().tp);
+  s.tp = tensor_parallel_of(comms);
   OMNIBAL_CHECK(!config.data.meta.empty(), "data.meta: expected the training meta file");
   OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
   s.tokenizer = std::make_unique<data::Tokenizer>(config.data.tokenizer);
@@ -466,15 +526,16 @@ double Trainer::train_step(int64_t step) {
     packs[k].dropout_key =
         models::dropout_key(cfg.train.seed, step, s.data->slot(s.dp_rank, static_cast<int>(k)));
   // N of the whole global batch, identical on every rank (loss_normaliser.h).
-  const LossNormaliser n =
-      global_normaliser(s.is_last_stage() ? local_normaliser(packs, cfg.loss.reduction)
-                                          : LossNormaliser{},
-                        s.comms.world());
+  const LossNormaliser n = global_normaliser(s.is_last_stage() && s.tp_rank == 0
+                                                 ? local_normaliser(packs, cfg.loss.reduction)
+                                                 : LossNormaliser{},
+                                             s.comms.world());
   s.optimizer->zero_grad();
   const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
                                    n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, s.step_hooks(step));
   const double norm =
-      s.optimizer->grad_norm(s.stages > 1 ? &s.comms.pipeline() : nullptr, s.tied->norm_excluded());
+      s.optimizer->grad_norm(s.stages > 1 ? &s.comms.pipeline() : nullptr, s.tied->norm_excluded(),
+                             s.tp.active() ? &s.comms.tp_group() : nullptr, s.tp_replicated);
   s.optimizer->clip(norm, cfg.train.grad_clip);
   const double lr = learning_rate(cfg.train, step);
   s.optimizer->step(lr);
@@ -513,7 +574,8 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
   State& s = *s_;
   s.data->stop_loading();
   const int64_t skipped =
-      s.comms.world().all_reduce_int(s.data->skipped_in_packs(), comm::ReduceOp::kSum,
+      s.comms.world().all_reduce_int(s.tp_rank == 0 ? s.data->skipped_in_packs() : 0,
+                                     comm::ReduceOp::kSum,
                                      "skipped-sample count");
   const int64_t scanned_out = s.data->set().bad_samples, packer = s.data->skipped_by_packer();
   if (s.comms.rank() == 0 && (skipped > 0 || scanned_out > 0 || packer > 0))
@@ -549,6 +611,7 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
                             {"balance_method", choice_name(s.cfg.balance.method)},
                             {"precision", choice_name(s.cfg.train.precision)},
                             {"zero1", s.cfg.train.zero1},
+                            {"tp", s.cfg.parallel.tp},
                             {"peak_rss_mib_max_rank", peak_rss_kib / 1024.0},
                             {"optimizer_state_mib_max_rank", state_bytes / 1048576.0},
                             {"partition", s.plan.partition.to_string()},
@@ -557,6 +620,12 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
                              {{"scan", scanned_out}, {"packer", packer}, {"training", skipped}}}};
   if (s.last_eval) summary["eval"] = eval_json(s.counters.step, *s.last_eval);
   if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
+  if (s.tp.active()) {
+    summary["tp_replicated_equal"] = s.tp_replicated_equal();
+    torch::Tensor t = torch::full({1}, tp_all_reduce_seconds(s.tp), torch::kFloat64);
+    s.comms.world().all_reduce(t, comm::ReduceOp::kMax, "TP all-reduce time");
+    summary["tp_all_reduce_s_per_step_max_rank"] = run_steps ? t.item<double>() / run_steps : 0.0;
+  }
   s.log->finish(summary);
 }
 

@@ -33,6 +33,40 @@ TEST_CASE("process grid: hand-computed dp 2 x pp 3 layout", "[comm][grid]") {
   CHECK(grid.describe(3) == "grid dp 2 x pp 3 (tp 1): rank 3 = dp 1, stage 1 of 3");
 }
 
+TEST_CASE("process grid: hand-computed tp 2 x dp 2 x pp 2 layout (Megatron tp-dp-pp)",
+          "[comm][grid]") {
+  const ProcessGrid grid(GridShape{2, 2, 2}, 8);
+  // rank = tp + 2 * (dp + 2 * pp): TP groups are consecutive pairs {0,1} {2,3} {4,5} {6,7}.
+  CHECK(grid.coord(5) == GridCoord{0, 1, 1});  // {dp, pp, tp}
+  CHECK(grid.coord(6) == GridCoord{1, 1, 0});
+  CHECK(grid.tp_group(1, 0) == std::vector<int>{2, 3});
+  CHECK(grid.tp_group(0, 1) == std::vector<int>{4, 5});
+  CHECK(grid.dp_group(1, 1) == std::vector<int>{5, 7});
+  CHECK(grid.pipeline_group(1, 0) == std::vector<int>{2, 6});
+  CHECK(grid.next_stage_rank(3) == 7);
+  CHECK(grid.describe(7) == "grid tp 2 x dp 2 x pp 2: rank 7 = tp 1, dp 1, stage 1 of 2");
+}
+
+TEST_CASE("process grid: TP groups partition the world over swept sizes", "[comm][grid]") {
+  const int tp = GENERATE(1, 2, 4, 8);
+  const int dp = GENERATE(1, 3);
+  const int pp = GENERATE(1, 2, 5);
+  const ProcessGrid grid(GridShape{dp, pp, tp}, tp * dp * pp);
+  std::multiset<int> in_tp;
+  for (int s = 0; s < pp; ++s)
+    for (int d = 0; d < dp; ++d) {
+      const auto group = grid.tp_group(d, s);
+      REQUIRE(static_cast<int>(group.size()) == tp);
+      for (int t = 0; t < tp; ++t) {
+        CHECK(group[t] == group[0] + t);  // innermost: consecutive ranks
+        CHECK(grid.coord(group[t]) == GridCoord{d, s, t});
+        in_tp.insert(group[t]);
+      }
+    }
+  CHECK(static_cast<int>(in_tp.size()) == tp * dp * pp);
+  CHECK(std::set<int>(in_tp.begin(), in_tp.end()).size() == in_tp.size());
+}
+
 TEST_CASE("process grid: invariants over swept sizes", "[comm][grid]") {
   const int dp = GENERATE(1, 2, 3, 8, 64);
   const int pp = GENERATE(1, 2, 5, 16);
@@ -67,9 +101,10 @@ TEST_CASE("process grid: invariants over swept sizes", "[comm][grid]") {
 
 TEST_CASE("process grid: size errors name the keys", "[comm][grid]") {
   CHECK_THROWS_WITH(ProcessGrid(GridShape{2, 3, 1}, 4),
-                    Contains("parallel.dp * parallel.pp = 2 * 3 = 6 but mpirun started 4 ranks"));
-  CHECK_THROWS_WITH(ProcessGrid(GridShape{1, 2, 2}, 4),
-                    Contains("parallel.tp = 2: tensor parallelism is not supported yet"));
+                    Contains("parallel.tp * parallel.dp * parallel.pp = 1 * 2 * 3 = 6 but mpirun "
+                             "started 4 ranks; launch with -np 6"));
+  CHECK_THROWS_WITH(ProcessGrid(GridShape{1, 2, 2}, 8),
+                    Contains("= 2 * 1 * 2 = 4 but mpirun started 8 ranks"));
   CHECK_THROWS_WITH(ProcessGrid(GridShape{0, 2, 1}, 0),
                     Contains("parallel.dp: expected >= 1, got 0"));
   CHECK_THROWS_WITH(ProcessGrid(GridShape{1, -1, 1}, 1), Contains("parallel.pp: expected >= 1"));

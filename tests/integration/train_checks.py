@@ -7,7 +7,7 @@ directories (metrics.jsonl, summary.json, checkpoints/).
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
        sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
        init_from | bad_sample | empty_pack | packer_skip | exit_after | repeat_time | token_cap |
-       zero1 | zero1_resume | bf16
+       zero1 | zero1_resume | bf16 | tp | tp_grid | tp_resume | tp_refusals
        (init_from, packer_skip and repeat_time also need --plan omnibal-plan)
 """
 import argparse
@@ -1091,6 +1091,142 @@ def check_bf16(r):
                      f"{b['loss']:.5f} lr {b['lr']}")
         worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got[3:], ref[3:]))
         print(f"{name}: resumed and continued within {100 * worst:.2f} % of fp32 straight")
+
+
+def tp(n):
+    return ["--set", f"parallel.tp={n}"]
+
+
+def close_training(got_dir, ref_dir, tol, what, steps=None):
+    """Losses and gradient norms of got_dir within tol (relative) of ref_dir's, step by step."""
+    got, ref = metrics(got_dir), metrics(ref_dir)
+    n = steps or len(ref)
+    if len(got) < n:
+        fail(f"{what}: {len(got)} steps, expected {n}")
+    worst = 0.0
+    for a, b in zip(got[:n], ref[:n]):
+        for key in ("loss", "grad_norm"):
+            if rel(a[key], b[key]) > tol:
+                fail(f"{what} step {a['step']}: {key} {a[key]:.9f} vs one process {b[key]:.9f}")
+        if a["samples"] != b["samples"] or a["label_tokens"] != b["label_tokens"]:
+            fail(f"{what} step {a['step']}: global batch differs (samples or label tokens)")
+        worst = max(worst, rel(a["loss"], b["loss"]))
+    return worst
+
+
+def check_tp(r):
+    """TP 2 equals one process over 5 steps (losses, gradient norms, final parameters within
+    1e-5 relative), replicated parameters stay bitwise equal on both TP ranks, the checkpoint
+    holds whole tensors; with dropout on, TP 2 equals TP 2 resumed bitwise."""
+    _, ref = r.run(1, "tp-ref", 1, 1, 4)
+    _, d = r.run(2, "tp-tp2", 1, 1, 4, extra=tp(2))
+    worst = close_training(d, ref, 1e-5, "tp 2")
+    pa, pb = checkpoint_params(d, 5), checkpoint_params(ref, 5)
+    for k in ("llm_embed.tok_embeddings.weight", "llm_block_0.attention.wk.weight",
+              "vit_block_0.attn.qkv.weight", "vit_block_1.mlp.fc2.weight"):
+        if len(pa[k]) != len(pb[k]):
+            fail(f"tp 2 checkpoint: {k} holds {len(pa[k])} values, one process {len(pb[k])}")
+    dp = max_param_rel(pa, pb)
+    if dp > 1e-5:
+        fail(f"tp 2: final parameters differ from one process by {dp:.2e} relative (> 1e-5)")
+    s = summary(d)
+    if s.get("tp_replicated_equal") is not True:
+        fail("tp 2: a replicated parameter (norm, bias, layer scale, projector) differs between "
+             "the TP ranks after training")
+    if s.get("tp") != 2 or not s.get("tp_all_reduce_s_per_step_max_rank", 0) > 0:
+        fail(f"tp 2: summary.json should report tp 2 and the TP all-reduce time, got {s.get('tp')}"
+             f" and {s.get('tp_all_reduce_s_per_step_max_rank')}")
+    print(f"tp 2: 5 steps equal one process (max relative loss difference {worst:.1e}, final "
+          f"parameters {dp:.1e}); replicated parameters bitwise equal on both TP ranks; "
+          f"checkpoint tensors whole")
+    # Dropout on: TP 2 straight == TP 2 for 3 steps + resume to 6.
+    _, straight = r.run(2, "tp-do-straight", 1, 1, 4, steps=6, extra=tp(2) + DROPOUT)
+    r.run(2, "tp-do-resumed", 1, 1, 4, steps=3, extra=tp(2) + DROPOUT)
+    _, resumed = r.run(2, "tp-do-resumed", 1, 1, 4, steps=6, fresh=False,
+                       extra=tp(2) + DROPOUT + ["--resume", "auto"])
+    same_training(resumed, straight, "tp 2 dropout 0.1 resumed")
+    _, do_ref = r.run(1, "tp-do-ref", 1, 1, 4, steps=6, extra=DROPOUT)
+    w = close_training(straight, do_ref, 1e-5, "tp 2 dropout 0.1")
+    print(f"tp 2, dropout 0.1: 6 straight == 3 + resume + 3 bitwise (parameter hash "
+          f"{summary(straight)['param_hash']}); equal to one process with dropout within {w:.1e} "
+          f"(the masks do not depend on the TP rank)")
+
+
+def check_tp_grid(r):
+    """TP 2 x PP 2, TP 2 x DP 2 (4 ranks) and TP 2 x PP 2 x DP 2 (8 ranks, 3 steps) equal one
+    process within 1e-4; the tied head under TP 2 x PP 2 too (copies equal, stored once)."""
+    _, ref = r.run(1, "tpg-ref", 1, 1, 4)
+    for name, np, dp, pp, m, steps in [("tpg-tp2pp2", 4, 1, 2, 4, 5), ("tpg-tp2dp2", 4, 2, 1, 2, 5),
+                                       ("tpg-tp2pp2dp2", 8, 2, 2, 2, 3)]:
+        _, d = r.run(np, name, dp, pp, m, steps=steps, extra=tp(2), timeout=600)
+        w = close_training(d, ref, 1e-4, name, steps=steps)
+        if summary(d).get("tp_replicated_equal") is not True:
+            fail(f"{name}: replicated parameters differ between TP ranks")
+        print(f"{name}: {steps} steps equal one process (max relative loss difference {w:.1e})")
+    tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
+    _, tref = r.run(1, "tpg-tied-ref", 1, 1, 4, steps=4, extra=tied)
+    _, d = r.run(4, "tpg-tied-tp2pp2", 1, 2, 4, steps=4, extra=tied + tp(2))
+    w = close_training(d, tref, 1e-4, "tied tp 2 x pp 2")
+    s = summary(d)
+    if s.get("tied_head_copies_equal") is not True or s.get("tp_replicated_equal") is not True:
+        fail(f"tied tp 2 x pp 2: tied copies equal {s.get('tied_head_copies_equal')}, "
+             f"replicas equal {s.get('tp_replicated_equal')}")
+    names = stored_names(os.path.join(d, "checkpoints", "step-4"))
+    if names.get("llm_embed.tok_embeddings.weight") != 1 or "llm_head.output.weight" in names:
+        fail("tied tp 2 x pp 2: the tied weight should be stored once, whole")
+    print(f"tied head at tp 2 x pp 2: 4 steps equal one process ({w:.1e}); copies bitwise equal; "
+          f"stored once")
+
+
+def check_tp_resume(r):
+    """Checkpoints cross TP sizes: TP 2 -> TP 1 and TP 1 -> TP 2 (at another PP) continue with
+    the losses of a straight run (1e-5); `omnibal-plan export` of the TP 2 checkpoint equals the
+    export of the TP 1 checkpoint's run within float rounding and starts a TP 2 run."""
+    _, straight = r.run(1, "tpr-straight", 1, 1, 4, steps=6)
+    ms = metrics(straight)
+    for name, first, then in [("tpr-2to1", (2, 1, 1, tp(2)), (1, 1, 1, [])),
+                              ("tpr-1to2", (1, 1, 1, []), (4, 1, 2, tp(2)))]:
+        np1, dp1, pp1, x1 = first
+        r.run(np1, name, dp1, pp1, 4 // dp1, steps=3, extra=x1)
+        np2, dp2, pp2, x2 = then
+        _, d = r.run(np2, name, dp2, pp2, 4 // dp2, steps=6, fresh=False,
+                     extra=x2 + ["--resume", "auto"])
+        got = metrics(d)
+        if len(got) != 6:
+            fail(f"{name}: {len(got)} metric lines after resume, expected 6")
+        for a, b in zip(got[3:], ms[3:]):
+            if rel(a["loss"], b["loss"]) > 1e-5:
+                fail(f"{name} step {a['step']}: loss {a['loss']:.9f} after resume vs "
+                     f"{b['loss']:.9f} straight")
+        print(f"{name}: resumed at step 3, steps 4-6 within 1e-5 of the straight run")
+    out = os.path.join(r.a.work, "tpr-export")
+    shutil.rmtree(out, ignore_errors=True)
+    ckpt = os.path.join(r.a.work, "tpr-2to1", "checkpoints", "step-3")
+    p = subprocess.run([r.a.plan, "export", "--checkpoint", ckpt, "--out", out, "--dtype", "fp32"],
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        print(p.stdout, p.stderr)
+        fail("omnibal-plan export of a TP 2 checkpoint failed")
+    _, a = r.run(2, "tpr-init-tp2", 1, 1, 4, steps=1, extra=tp(2) + ["--set", f"model.init_from={out}"])
+    _, b = r.run(1, "tpr-init-tp1", 1, 1, 4, steps=1, extra=["--set", f"model.init_from={out}"])
+    w = close_training(a, b, 1e-5, "init_from the TP 2 export at tp 2")
+    print(f"omnibal-plan export of the TP 2 checkpoint; a TP 2 run initialised from it equals a "
+          f"TP 1 run from it ({w:.1e})")
+
+
+def check_tp_refusals(r):
+    """parallel.tp that the preset cannot split, -np that is not tp x dp x pp."""
+    p, _ = r.run(4, "tpf-heads", 1, 1, 4, extra=tp(4), expect_ok=False)
+    line = refusal(p, "llm.kv_heads = 2 is not divisible by 4", "tp 4 with kv_heads 2")
+    print("tp 4 on tiny (2 KV heads) refused: " + line[:150])
+    args, _ = r.cmd(3, "tpf-np", 1, 1, 4, extra=tp(2))
+    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
+    line = refusal(p, "parallel.tp * parallel.dp * parallel.pp = 2 * 1 * 1 = 2 but mpirun started 3",
+                   "-np 3 at tp 2")
+    print("-np 3 at tp 2 refused: " + line[:150])
+    p, _ = r.run(2, "tpf-zero", 1, 1, 4, extra=["--set", "parallel.tp=0"], expect_ok=False)
+    line = refusal(p, "parallel.tp: expected a positive value, got 0", "parallel.tp 0")
+    print("parallel.tp 0 refused: " + line[:150])
 
 
 def main():
