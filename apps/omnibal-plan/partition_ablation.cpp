@@ -14,6 +14,7 @@
 #include "memory/recompute_planner.h"
 #include "memory/stage_plan.h"
 #include "partition/analytic_cost_model.h"
+#include "partition/tensor_parallel.h"
 
 namespace omnibal::plan {
 namespace {
@@ -95,9 +96,12 @@ struct Context {
 /// Loads --cost-table-in: a measured table of the same preset replaces the analytic costs (the
 /// device still gives link bandwidths and memory). Its bytes per parameter (fp32 when profiled
 /// on the CPU) follow from the preset's parameter counts, so the memory model counts weights,
-/// gradients and optimizer state per parameter correctly.
+/// gradients and optimizer state per parameter correctly. The table must be per rank of --tp;
+/// its TP all-reduce volumes follow from the preset in the dtype it was measured in.
 void use_measured_table(Context& c) {
   auto table = partition::read_unit_cost_table(c.o.cost_table_in);
+  OMNIBAL_CHECK(table.tp == c.o.tp, c.o.cost_table_in, ": a table per rank of tp ", table.tp,
+                ", but --tp is ", c.o.tp, " (profile at the tp you plan for)");
   const auto analytic = c.analytic.costs(partition::MicroBatchLoad::packed({1}, {1}));
   OMNIBAL_CHECK(table.units.size() == analytic.units.size(), c.o.cost_table_in, ": ",
                 table.units.size(), " units, but preset '", c.o.model, "' has ",
@@ -110,12 +114,13 @@ void use_measured_table(Context& c) {
   };
   // The table's bytes per parameter tell the dtype it was measured in (the analytic model's
   // are bf16, 2 per parameter per TP rank); account as the trainer does in that precision.
-  const double per = 2.0 * bytes(table) / (bytes(analytic) * c.o.tp);
+  const double per = 2.0 * bytes(table) / bytes(analytic);
   const double workspace = c.memory.workspace_bytes;
   c.memory = memory::trainer_memory_options(per > 3.0 ? Precision::kFp32 : Precision::kBf16,
-                                            c.o.zero1, c.o.dp);
+                                            c.o.zero1, c.o.dp, c.o.tp);
   c.memory.weight_bytes_per_param = per;
   c.memory.workspace_bytes = workspace;
+  partition::set_tp_all_reduces(table, c.analytic.preset(), per > 3.0 ? 4.0 : 2.0);
   c.measured.emplace(std::move(table));
 }
 
@@ -173,6 +178,7 @@ memory::StagePlannerOptions planner_options(const Context& c, const std::vector<
   o.radius = c.o.radius;
   o.top_k = c.o.top_k;
   o.link_bandwidth = partition::pipeline_link_bandwidth(c.analytic.device(), c.o.dp, c.o.tp);
+  o.tp_link = partition::tp_link(c.analytic.device(), c.o.tp);
   o.memory = c.memory;
   o.budget_bytes = c.budget;
   o.memory_table = c.model().costs(worst_load(steps));
@@ -232,13 +238,16 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   check_options(o);
   Context c{o,
             partition::AnalyticCostModel(load_model_preset(o.model),
-                                         partition::device_spec(o.device), o.tp, o.freeze_vit),
+                                         partition::device_spec(o.device), o.tp, o.freeze_vit, {},
+                                         o.tp_vit_dummy_heads
+                                             ? partition::VitHeadPadding::kDummyHeads
+                                             : partition::VitHeadPadding::kRefuse),
             {},
             0,
             0};
   // The trainer's accounting of a bf16 run (train/distributed_optimizer.h): bf16 weights,
   // fp32 main gradient plus the bf16 gradient of a backward, fp32 master weights and moments.
-  c.memory = memory::trainer_memory_options(Precision::kBf16, o.zero1, o.dp);
+  c.memory = memory::trainer_memory_options(Precision::kBf16, o.zero1, o.dp, o.tp);
   if (!o.cost_table_in.empty()) use_measured_table(c);
   c.budget = o.budget_gb > 0 ? o.budget_gb * double(1ull << 30)
                              : memory::default_budget_bytes(c.analytic.device().memory_bytes);
@@ -301,9 +310,10 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
 
 std::string format_ablation_table(const AblationResult& res) {
   std::string out =
-      fmt::format("{:<28} {:>9} {:>8} {:>7} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>8}  {}\n", "row",
-                  "epoch_s", "speedup", "bubble", "peak_GB", "d_pad_s", "d_dpwait", "d_bubble",
-                  "d_recomp", "d_other", "split / recomputed blocks per stage");
+      fmt::format("{:<28} {:>9} {:>8} {:>7} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}  {}\n",
+                  "row", "epoch_s", "speedup", "bubble", "peak_GB", "d_pad_s", "d_dpwait",
+                  "d_bubble", "d_recomp", "d_other", "tp_comm",
+                  "split / recomputed blocks per stage");
   for (const auto& r : res.rows) {
     std::string rc;
     for (size_t s = 0; s < r.recomputed_units.size(); ++s)
@@ -311,11 +321,10 @@ std::string format_ablation_table(const AblationResult& res) {
     const double other = r.delta.useful_s + r.delta.comm_s;
     out += fmt::format(
         "{:<28} {:>9.1f} {:>7.2f}x {:>7.3f} {:>8.1f}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.1f} "
-        " "
-        "{} {} / [{}]{}\n",
+        "{:>8.1f}  {} {} / [{}]{}\n",
         r.name, r.epoch_seconds, r.speedup, r.bubble_fraction, r.peak_memory_gb, r.delta.padding_s,
-        r.delta.dp_wait_s, r.delta.bubble_s, r.delta.recompute_s, other, r.split,
-        r.partition.to_string(), rc, r.fits ? "" : "  OVER BUDGET");
+        r.delta.dp_wait_s, r.delta.bubble_s, r.delta.recompute_s, other, r.components.tp_comm_s,
+        r.split, r.partition.to_string(), rc, r.fits ? "" : "  OVER BUDGET");
   }
   return out;
 }
@@ -327,6 +336,7 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
                  {"dp", o.dp},
                  {"pp", o.pp},
                  {"tp", o.tp},
+                 {"tp_vit_dummy_heads", o.tp_vit_dummy_heads},
                  {"micro_batches", o.micro_batches},
                  {"device", o.device},
                  {"global_batch", o.global_batch},
@@ -340,7 +350,8 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
     nlohmann::json x = {{"padding_s", b.padding_s},
                         {"dp_wait_s", b.dp_wait_s},
                         {"bubble_s", b.bubble_s},
-                        {"recompute_s", b.recompute_s}};
+                        {"recompute_s", b.recompute_s},
+                        {"tp_comm_s", b.tp_comm_s}};
     if (with_useful) {
       x["useful_s"] = b.useful_s;
       x["comm_s"] = b.comm_s;

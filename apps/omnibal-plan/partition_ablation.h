@@ -13,7 +13,9 @@
 // timed trials); the parameters and uniform splits are memory::fixed_split.
 // plus, for comparison, the uniform and greedy-profile splits (ISF data, full recomputation) and
 // adaptive recomputation on the row-3 split (what adaptive recompute gives without re-search).
-// Every row is simulated step by step (training_simulator.h) with analytic costs; epoch time is
+// At tp > 1 every cost and byte is per TP rank and the TP all-reduces are costed on NVLink
+// (partition/tensor_parallel.h): the `tp_comm` column. Every row is simulated step by step
+// (training_simulator.h) with analytic costs; epoch time is
 // the simulated time of the full steps scaled to all samples of the epoch (the epoch tail is
 // carried, docs/conventions.md). Composition of lib/balance, lib/partition and lib/memory; no logic
 // of its own beyond wiring and reporting.
@@ -44,6 +46,9 @@ struct AblationOptions {
   int iterations = 50;  ///< ISF rounds
   uint64_t seed = 1024;
   bool freeze_vit = false;
+  /// ViT heads tp does not divide (InternViT-6B: 25) padded with dummy heads as Megatron-LM's
+  /// NVLM does (partition::VitHeadPadding::kDummyHeads); false: refused, as the trainer does.
+  bool tp_vit_dummy_heads = false;
   std::string cost_table_in;  ///< measured per-unit table (omnibal-plan profile); "": analytic
   /// Judge of the balanced searches' top K: true = simulate 8 steps of the ISF packs (standing
   /// in for the trainer's timed trials), false = predicted 1F1B time (the trainer's default
@@ -91,7 +96,8 @@ AblationResult run_partition_ablation(const AblationOptions& options);
 std::string format_ablation_table(const AblationResult& result);
 
 /// The result as JSON text (`rows` with name, epoch_seconds, speedup, bubble_fraction,
-/// peak_memory_gb and breakdown {padding_s, dp_wait_s, bubble_s, recompute_s, other_s}).
+/// peak_memory_gb, breakdown {padding_s, dp_wait_s, bubble_s, recompute_s, tp_comm_s, other_s}
+/// as changes from the baseline and components {..., useful_s, comm_s} as epoch totals).
 std::string ablation_json(const AblationResult& result, const AblationOptions& options);
 
 }  // namespace omnibal::plan

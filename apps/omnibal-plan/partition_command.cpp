@@ -21,7 +21,12 @@ void register_partition_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--lengths", opts->lengths, "OmniBal length files (JSON)")->required();
   cmd->add_option("--dp", opts->dp, "data-parallel ranks")->required();
   cmd->add_option("--pp", opts->pp, "pipeline stages")->required();
-  cmd->add_option("--tp", opts->tp, "tensor-parallel ranks (a cost factor)");
+  cmd->add_option("--tp", opts->tp,
+                  "tensor-parallel ranks (Megatron TP inside a node: costs and memory per TP "
+                  "rank, the TP all-reduces on NVLink)");
+  cmd->add_flag("--tp-vit-dummy-heads", opts->tp_vit_dummy_heads,
+                "pad ViT heads that --tp does not divide with dummy heads (Megatron-LM NVLM; "
+                "the trainer refuses such a preset)");
   cmd->add_option("--micro-batches", opts->micro_batches, "m: micro-batches per DP rank per step")
       ->required();
   cmd->add_option("--device", opts->device, "a100-80g | h100 | h200");

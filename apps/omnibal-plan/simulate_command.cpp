@@ -3,7 +3,7 @@
 //
 //   omnibal-plan simulate --config configs/demo.yaml [--set key=value ...] --cost-table-in C.json
 //       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--step-overhead-s S | ..]
-//       [--link-gbps 4] [--json OUT.json]
+//       [--link-gbps 4] [--tp N --tp-link-gbps G --tp-latency-us U] [--json OUT.json]
 //
 // Packs: data.meta must list token_lengths files (`omnibal-plan scan --out DIR` writes such a
 // meta); the epochs are planned by balance::EpochPlanner from the config's balance.*, dp and m,
@@ -13,6 +13,11 @@
 // the recompute flags follow the trainer's fixed rules (memory/stage_rules.h) on the table's
 // units: uniform, parameters (min-max of the table's parameter bytes), manual; none, full,
 // per-stage counts of the first blocks. Torch-free. Prints one line per step and the median.
+// TP: --tp (default: the config's parallel.tp) must equal the table's tp (a table profiled at
+// tp N is per TP rank); the units' TP all-reduce volumes follow from the preset in
+// train.precision's dtype (partition/tensor_parallel.h) and cost --tp-latency-us per call plus
+// the ring volume at --tp-link-gbps (measured all-reduce bus bandwidth of the host's MPI;
+// default: --link-gbps). The step report gives the TP all-reduce seconds per stage.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +33,7 @@
 #include "core/model_preset.h"
 #include "memory/stage_rules.h"
 #include "partition/cost_model.h"
+#include "partition/tensor_parallel.h"
 #include "partition/training_simulator.h"
 
 namespace omnibal::plan {
@@ -42,6 +48,9 @@ struct SimulateArgs {
   int steps = 20;
   std::vector<double> mb_overhead_s, step_overhead_s;
   double link_gbps = 4.0;
+  int tp = 0;                // 0: parallel.tp of the config
+  double tp_link_gbps = 0;   // 0: link_gbps
+  double tp_latency_us = 0;  // per all-reduce call
 };
 
 /// Per-stage vector from a CLI list: empty -> zeros, one value -> every stage, else one each.
@@ -93,6 +102,9 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
       memory::fixed_recompute(cfg.memory.recompute, setup.partition, memory::block_units(table))
           .per_unit;
   setup.dp = cfg.parallel.dp;
+  setup.tp = table.tp;  // checked against --tp / parallel.tp by run_simulate
+  setup.tp_link = partition::TpLink{(a.tp_link_gbps > 0 ? a.tp_link_gbps : a.link_gbps) * 1e9,
+                                    a.tp_latency_us * 1e-6};
   setup.zero1 = false;
   setup.static_bytes.assign(stages, 0.0);
   setup.device = partition::host_device(a.link_gbps * 1e9);
@@ -108,15 +120,22 @@ Json report_step(int64_t step, const partition::StepReport& rep) {
                                  rep.step_s, rep.samples, rep.tiles, rep.tokens);
   for (size_t s = 0; s < rep.stages.size(); ++s) {
     const auto& st = rep.stages[s];
-    stages.push_back(
-        {{"forward_s", st.forward_s}, {"backward_s", st.backward_s}, {"idle_s", st.idle_s}});
+    stages.push_back({{"forward_s", st.forward_s},
+                      {"backward_s", st.backward_s},
+                      {"idle_s", st.idle_s},
+                      {"tp_comm_s", st.tp_comm_s}});
     line += fmt::format("  | s{} fwd {:.4f} bwd {:.4f} idle {:.4f}", s, st.forward_s, st.backward_s,
                         st.idle_s);
+    if (st.tp_comm_s > 0) line += fmt::format(" tp {:.4f}", st.tp_comm_s);
   }
   fmt::print("{}\n", line);
-  return {{"step", step},           {"step_seconds", rep.step_s},
-          {"samples", rep.samples}, {"tiles", rep.tiles},
-          {"tokens", rep.tokens},   {"bubble_fraction", rep.breakdown.bubble_s / rep.step_s},
+  return {{"step", step},
+          {"step_seconds", rep.step_s},
+          {"samples", rep.samples},
+          {"tiles", rep.tiles},
+          {"tokens", rep.tokens},
+          {"bubble_fraction", rep.breakdown.bubble_s / rep.step_s},
+          {"tp_comm_seconds", rep.breakdown.tp_comm_s},
           {"stages", stages}};
 }
 
@@ -124,21 +143,27 @@ int run_simulate(const SimulateArgs& a) {
   OMNIBAL_CHECK(a.steps >= 1 && a.first_step >= 0, "simulate: --steps must be >= 1 and ",
                 "--first-step >= 0");
   const Config cfg = load_config(a.config, a.overrides);
-  const auto table = partition::read_unit_cost_table(a.cost_table);
+  auto table = partition::read_unit_cost_table(a.cost_table);
   OMNIBAL_CHECK(table.model == cfg.model.preset, a.cost_table, ": cost table of model '",
                 table.model, "', the config's model.preset is '", cfg.model.preset, "'");
+  const int tp = a.tp > 0 ? a.tp : cfg.parallel.tp;
+  OMNIBAL_CHECK(table.tp == tp, a.cost_table, ": a table per rank of tp ", table.tp,
+                ", but the run has tp ", tp, " (--tp or parallel.tp; profile at the run's tp)");
+  const ModelPreset preset = load_model_preset(cfg.model.preset);
+  partition::check_tp_divides(preset, tp);
+  partition::set_tp_all_reduces(table, preset, cfg.train.precision == Precision::kBf16 ? 2.0 : 4.0);
   const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta, cfg.balance.seed);
   // The trainer's plan: the same seed for repeat_time, the preset's max_seq_len as token cap.
   balance::PlannerOptions options = balance::planner_options(cfg.parallel, cfg.balance, cfg.data);
-  options.max_seq_len = load_model_preset(cfg.model.preset).llm.max_seq_len;
+  options.max_seq_len = preset.llm.max_seq_len;
   options.max_seq_len_origin = "preset " + cfg.model.preset;
   balance::EpochPlanner plans(samples, cfg.balance.method, options);
   const partition::ScaledTableCostModel model(table);
   const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
   const std::string split = setup.partition.to_string();
   const std::string hash = fmt::format("{:016x}", plans.plan_hash());
-  fmt::print("plan hash {}, partition {}, recompute {}, dp {} x pp {}, m {}\n", hash, split,
-             choice_name(cfg.memory.recompute.mode), cfg.parallel.dp, cfg.parallel.pp,
+  fmt::print("plan hash {}, partition {}, recompute {}, tp {} x dp {} x pp {}, m {}\n", hash, split,
+             choice_name(cfg.memory.recompute.mode), tp, cfg.parallel.dp, cfg.parallel.pp,
              cfg.parallel.micro_batches);
   Json steps = Json::array();
   std::vector<double> times;
@@ -189,6 +214,12 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--link-gbps", a->link_gbps,
                   "point-to-point bandwidth between stages, GB/s (default 4: MPI over shared "
                   "memory here, lib/comm/README.md)");
+  cmd->add_option("--tp", a->tp,
+                  "tensor-parallel ranks (default: parallel.tp); the table must be per rank of it");
+  cmd->add_option("--tp-link-gbps", a->tp_link_gbps,
+                  "TP all-reduce bus bandwidth, GB/s (measured; default: --link-gbps)");
+  cmd->add_option("--tp-latency-us", a->tp_latency_us,
+                  "fixed microseconds per TP all-reduce call (measured; default 0)");
   cmd->add_option("--json", a->json_out, "write the simulated steps as JSON here");
   cmd->callback([a, &actions] { actions.push_back([a] { return run_simulate(*a); }); });
 }

@@ -27,6 +27,9 @@ StageMemory stage_memory(const partition::UnitCostTable& table,
   OMNIBAL_CHECK(recompute.size() == table.units.size(), "memory model: ", recompute.size(),
                 " recompute flags for ", table.units.size(), " units");
   OMNIBAL_CHECK(options.dp >= 1, "memory model: dp must be >= 1, got ", options.dp);
+  OMNIBAL_CHECK(table.tp == options.tp, "memory model: the cost table is per rank of tp ", table.tp,
+                ", the memory options have tp = ", options.tp,
+                " (pass parallel.tp to trainer_memory_options; profile at the run's tp)");
   const int begin = partition.begin(stage), end = partition.end(stage);
   StageMemory mem;
   for (int u = begin; u < end; ++u) {
@@ -47,9 +50,12 @@ StageMemory stage_memory(const partition::UnitCostTable& table,
   return mem;
 }
 
-MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp) {
+MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp, int tp) {
+  OMNIBAL_CHECK(dp >= 1 && tp >= 1, "trainer memory options: dp and tp must be >= 1, got dp = ", dp,
+                ", tp = ", tp);
   MemoryOptions m;
   m.dp = dp;
+  m.tp = tp;
   m.zero1 = zero1;
   switch (precision) {
     case Precision::kFp32:

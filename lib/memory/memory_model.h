@@ -11,6 +11,14 @@
 // largest micro-batch the plan admits, e.g. the ISF budget Q_v / Q_t, so the plan holds for
 // every micro-batch). Default bytes per parameter follow mixed-precision Adam as in Megatron:
 // bf16 weights (2), fp32 main gradients (4), fp32 master weights + Adam m and v (12).
+// Tensor parallelism: everything is per TP rank because the table is (unit_cost_table.h: a
+// profiled table at tp > 1 holds the TP-sharded units, the analytic model shards itself:
+// block matrices, column-parallel biases, qk-norm weights, vocab-parallel embedding and head
+// 1/tp; norms, row-parallel biases, layer scales, vit_embed and the projector full). Weights,
+// gradients and optimizer state follow from the per-rank parameter bytes; ZeRO-1 shards the
+// per-rank optimizer state over the DP group of that TP rank. Activations: the column-parallel
+// outputs 1/tp, the rest full; buffers: full activations (no sequence parallelism). The model
+// never divides by tp itself; MemoryOptions::tp must equal the table's tp.
 // Not modelled: allocator fragmentation (keep a margin in the budget), CUDA context.
 #pragma once
 
@@ -26,6 +34,7 @@ namespace omnibal::memory {
 /// Memory accounting options.
 struct MemoryOptions {
   int dp = 1;                                   ///< data-parallel ranks (ZeRO-1 shards over these)
+  int tp = 1;                                   ///< tensor-parallel ranks (the table's tp)
   bool zero1 = true;                            ///< shard optimizer state over DP
   double weight_bytes_per_param = 2;            ///< bf16 weights (the table's parameter_bytes unit)
   double grad_bytes_per_param = 4;              ///< fp32 gradient accumulation buffer
@@ -42,8 +51,8 @@ struct StageMemory {
 };
 
 /// Memory of stage `stage` of `partition` with `micro_batches` in flight per 1F1B, the given
-/// per-unit recompute flags (indexed by unit, size = table units) and options. Throws
-/// omnibal::Error when sizes disagree.
+/// per-unit recompute flags (indexed by unit, size = table units) and options, in bytes per TP
+/// rank. Throws omnibal::Error when sizes disagree or the table's tp differs from options.tp.
 StageMemory stage_memory(const partition::UnitCostTable& table,
                          const partition::Partition& partition, int stage, int micro_batches,
                          const std::vector<bool>& recompute, const MemoryOptions& options);
@@ -57,7 +66,9 @@ double kept_activation_bytes(const partition::UnitCostTable& table, int begin, i
 /// (4) plus, in bf16, the parameters' bf16 gradient, alive from a micro-batch's backward until
 /// the optimizer folds it in (2); optimizer state: Adam's fp32 moments (8) plus, in bf16, the fp32
 /// master weights (4); the optimizer state divided by dp under ZeRO-1. Workspace as the default.
-MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp);
+/// `tp`: parallel.tp, the TP degree of the cost table the options are used with (per-rank
+/// bytes per parameter do not change with tp). Throws omnibal::Error when dp or tp < 1.
+MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp, int tp = 1);
 
 /// Default budget for a device: its memory minus 8% for the CUDA context, NCCL buffers and
 /// allocator fragmentation (the paper's "remaining free memory" is measured; we must estimate).

@@ -184,11 +184,16 @@ partition::PartitionSearchInput search_input(const UnitCostTable& table,
                 "stage plan: ", recompute.units(), " recompute flags for a cost table of ",
                 table.units.size(), " units");
   partition::PartitionSearchInput in;
+  const bool tp_comm = table.tp > 1 && o.tp_link.bandwidth > 0;
   for (size_t u = 0; u < table.units.size(); ++u) {
     const auto& c = table.units[u];
-    const bool rc = recompute[static_cast<int>(u)] && c.recomputable() && c.trainable;
-    in.unit_seconds.push_back(c.forward_s + c.backward_s + (rc ? c.forward_s : 0.0));
-    in.unit_forward_s.push_back(c.forward_s);
+    const bool flag = recompute[static_cast<int>(u)];
+    const bool rc = flag && c.recomputable() && c.trainable;
+    const double tp_f = tp_comm ? partition::tp_forward_seconds(c, table.tp, o.tp_link) : 0.0;
+    const double tp_b =
+        tp_comm ? partition::tp_backward_seconds(c, flag, table.tp, o.tp_link) : 0.0;
+    in.unit_seconds.push_back(c.forward_s + c.backward_s + (rc ? c.forward_s : 0.0) + tp_f + tp_b);
+    in.unit_forward_s.push_back(c.forward_s + tp_f);
     in.output_bytes.push_back(c.output_bytes);
   }
   in.link_bandwidth = o.link_bandwidth;

@@ -33,6 +33,7 @@
 #include "memory/recompute_planner.h"
 #include "memory/stage_rules.h"
 #include "partition/partition_search.h"
+#include "partition/tensor_parallel.h"
 #include "partition/unit_cost_table.h"
 
 namespace omnibal::memory {
@@ -99,8 +100,12 @@ struct StagePlannerOptions {
   int radius = 1;                ///< r of the balanced search
   int top_k = 3;                 ///< K candidates kept
   double link_bandwidth = 10e9;  ///< bytes/s between neighbouring stages
-  MemoryOptions memory;          ///< bytes per parameter, dp, ZeRO-1, workspace
-  double budget_bytes = 0;       ///< per device; 0 = no limit (adaptive then recomputes nothing)
+  /// The TP all-reduce link (partition/tensor_parallel.h; tp_link(device, tp) on a GPU, measured
+  /// on a host). Stage times add each unit's TP all-reduces on it when the table's tp > 1; no
+  /// bandwidth: they are left out of the search (only when nothing better is known).
+  partition::TpLink tp_link;
+  MemoryOptions memory;     ///< bytes per parameter, dp, tp, ZeRO-1, workspace
+  double budget_bytes = 0;  ///< per device; 0 = no limit (adaptive then recomputes nothing)
   std::vector<std::string> unit_names;  ///< model unit names, chain order (size = table units)
   /// The table memory is predicted from (e.g. the heaviest pack) when it differs from the one
   /// stage times are taken from (e.g. the mean pack); unset: the same table.
@@ -129,7 +134,8 @@ void plan_recompute_for(const partition::UnitCostTable& table, const RecomputeSp
                         const StagePlannerOptions& options, StagePlan& plan);
 
 /// Search inputs at the table's load: per unit forward + backward seconds plus the forward
-/// again when `recompute[u]` (for trainable blocks), output bytes, m, r, K, bandwidth; no
+/// again when `recompute[u]` (for trainable blocks), each with its TP all-reduces on
+/// options.tp_link (when it has a bandwidth), output bytes, m, r, K, bandwidth; no
 /// memory filter (plan_stages adds it). Throws omnibal::Error when the flags do not cover the
 /// table's units.
 partition::PartitionSearchInput search_input(const partition::UnitCostTable& table,

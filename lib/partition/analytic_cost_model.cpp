@@ -1,6 +1,7 @@
 #include "partition/analytic_cost_model.h"
 
 #include "core/error.h"
+#include "partition/tensor_parallel.h"
 
 namespace omnibal::partition {
 namespace {
@@ -11,18 +12,34 @@ constexpr double kInt64 = 8.0;  // ids, labels, positions
 }  // namespace
 
 AnalyticCostModel::AnalyticCostModel(ModelPreset preset, DeviceSpec device, int tp, bool freeze_vit,
-                                     AnalyticEfficiency efficiency)
+                                     AnalyticEfficiency efficiency, VitHeadPadding padding)
     : preset_(std::move(preset)),
       device_(std::move(device)),
       tp_(tp),
       freeze_vit_(freeze_vit),
-      eff_(efficiency) {
+      eff_(efficiency),
+      padding_(padding) {
   OMNIBAL_CHECK(tp_ >= 1, "analytic cost model: tp must be >= 1, got ", tp_);
+  if (padding_ == VitHeadPadding::kDummyHeads) {
+    ModelPreset llm_only = preset_;
+    llm_only.vit.heads = static_cast<int>(padded_heads(preset_.vit.heads, tp_));
+    check_tp_divides(llm_only, tp_);
+  } else {
+    check_tp_divides(preset_, tp_);
+  }
   OMNIBAL_CHECK(device_.peak_flops > 0 && device_.hbm_bandwidth > 0,
                 "analytic cost model: device '", device_.name, "' lacks peak figures");
 }
 
 int AnalyticCostModel::num_units() const { return preset_.vit.depth + preset_.llm.depth + 4; }
+
+double AnalyticCostModel::vit_attention_width() const {
+  const auto& v = preset_.vit;
+  const int heads = padding_ == VitHeadPadding::kDummyHeads
+                        ? static_cast<int>(padded_heads(v.heads, tp_))
+                        : v.heads;
+  return static_cast<double>(heads) * v.width / v.heads;
+}
 
 UnitKind AnalyticCostModel::kind_of(int unit) const {
   const int lv = preset_.vit.depth, lt = preset_.llm.depth;
@@ -39,10 +56,12 @@ UnitKind AnalyticCostModel::kind_of(int unit) const {
 UnitWork AnalyticCostModel::work(int unit, const MicroBatchLoad& load) const {
   const auto& v = preset_.vit;
   const auto& l = preset_.llm;
+  const double tp = tp_;
   const double T = static_cast<double>(load.tiles());
   const double nv = preset_.vit_tokens_per_tile();
   const double dv = v.width, fv = v.mlp_dim;
-  const double dl = l.width, fl = l.mlp_dim, V = l.vocab_size;
+  const double dl = l.width, fl = l.mlp_dim;
+  const double V = static_cast<double>(padded_vocab_size(l.vocab_size, tp_));
   const double dkv = dl * l.kv_heads / l.heads;
   const double N = static_cast<double>(load.computed_tokens());
   UnitWork w;
@@ -53,11 +72,13 @@ UnitWork AnalyticCostModel::work(int unit, const MicroBatchLoad& load) const {
       w.memory_bytes = kBf16 * T * (pixels + 3 * nv * dv);  // read pixels, write + add positions
       break;
     }
-    case UnitKind::VitBlock:
-      w.gemm_flops = 2 * T * nv * (4 * dv * dv + 2 * dv * fv);
-      w.attention_flops = 4 * T * nv * nv * dv;  // QK^T and AV, full attention inside each tile
-      w.memory_bytes = kBf16 * T * nv * (18 * dv + 2 * fv);
+    case UnitKind::VitBlock: {
+      const double da = vit_attention_width();  // heads x head dim (dv without dummy heads)
+      w.gemm_flops = 2 * T * nv * (4 * dv * da + 2 * dv * fv) / tp;
+      w.attention_flops = 4 * T * nv * nv * da / tp;  // QK^T and AV, full attention per tile
+      w.memory_bytes = kBf16 * T * nv * (10 * dv + (8 * da + 2 * fv) / tp);
       break;
+    }
     case UnitKind::Projector: {
       const double n = T * preset_.tokens_per_tile();
       w.gemm_flops = 2 * n * (4 * dv * dl + dl * dl);
@@ -68,13 +89,13 @@ UnitWork AnalyticCostModel::work(int unit, const MicroBatchLoad& load) const {
       w.memory_bytes = kBf16 * N * dl * 2;  // gather rows, merge vision features
       break;
     case UnitKind::LlmBlock:
-      w.gemm_flops = 2 * N * (2 * dl * dl + 2 * dl * dkv + 3 * dl * fl);
-      w.attention_flops = 2 * load.attention_square_sum() * dl;  // causal: half of 4 L^2 d
-      w.memory_bytes = kBf16 * N * (12 * dl + 2 * dkv + 3 * fl);
+      w.gemm_flops = 2 * N * (2 * dl * dl + 2 * dl * dkv + 3 * dl * fl) / tp;
+      w.attention_flops = 2 * load.attention_square_sum() * dl / tp;  // causal: half of 4 L^2 d
+      w.memory_bytes = kBf16 * N * (10 * dl + (2 * dl + 2 * dkv + 3 * fl) / tp);
       break;
     case UnitKind::Head:
-      w.gemm_flops = 2 * N * dl * V;
-      w.memory_bytes = kBf16 * N * dl * 2 + N * V * (kBf16 + 2 * 4.0);  // logits, fp32 softmax
+      w.gemm_flops = 2 * N * dl * V / tp;
+      w.memory_bytes = kBf16 * N * dl * 2 + N * V / tp * (kBf16 + 2 * 4.0);  // fp32 softmax
       break;
   }
   return w;
@@ -83,21 +104,18 @@ UnitWork AnalyticCostModel::work(int unit, const MicroBatchLoad& load) const {
 UnitCost AnalyticCostModel::unit_cost(int unit, const MicroBatchLoad& load) const {
   UnitCost c = unit_shape(unit, load);
   const UnitWork w = work(unit, load);
-  const double tp_scale = tp_ == 1 ? 1.0 : 1.0 / (tp_ * eff_.tp_efficiency);
   const double gemm_s = w.gemm_flops / (device_.peak_flops * eff_.gemm);
   const double mem_s = w.memory_bytes / (device_.hbm_bandwidth * eff_.memory);
-  c.forward_s = tp_scale * (gemm_s + mem_s +
-                            w.attention_flops / (device_.peak_flops * eff_.attention_forward));
-  c.backward_s =
-      tp_scale * (2 * gemm_s + 2 * mem_s +
-                  2.5 * w.attention_flops / (device_.peak_flops * eff_.attention_backward));
-  c.parameter_bytes /= tp_;
-  c.activation_bytes /= tp_;
+  c.forward_s = gemm_s + mem_s + w.attention_flops / (device_.peak_flops * eff_.attention_forward);
+  c.backward_s = 2 * gemm_s + 2 * mem_s +
+                 2.5 * w.attention_flops / (device_.peak_flops * eff_.attention_backward);
   if (freeze_vit_ && (c.kind == UnitKind::VitEmbed || c.kind == UnitKind::VitBlock)) {
     c.trainable = false;
     c.backward_s = 0;  // nothing upstream of a frozen ViT needs gradients
     c.activation_bytes = 0;
   }
+  c.tp_all_reduce = unit_tp_all_reduces(preset_, c.kind, load.tiles(), load.computed_tokens(), tp_,
+                                        kBf16, c.trainable);
   return c;
 }
 
@@ -106,9 +124,11 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
   const auto& l = preset_.llm;
   UnitCost c;
   c.kind = kind_of(unit);
+  const double tp = tp_;
   const double T = static_cast<double>(load.tiles());
   const double nv = preset_.vit_tokens_per_tile();
-  const double dv = v.width, fv = v.mlp_dim, dl = l.width, fl = l.mlp_dim, V = l.vocab_size;
+  const double dv = v.width, fv = v.mlp_dim, dl = l.width, fl = l.mlp_dim;
+  const double V = static_cast<double>(padded_vocab_size(l.vocab_size, tp_));
   const double dkv = dl * l.kv_heads / l.heads;
   const double N = static_cast<double>(load.computed_tokens());
   const double side_before_llm = kInt64 * 3 * N;  // ids, labels, positions travel with the ViT
@@ -122,13 +142,20 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
       c.activation_bytes = kBf16 * T * 3.0 * v.tile_size * v.tile_size;
       c.output_bytes = kBf16 * T * nv * dv + side_before_llm;
       break;
-    case UnitKind::VitBlock:
+    case UnitKind::VitBlock: {
       c.name = "vit_block." + std::to_string(unit - 1);
-      params = 4 * dv * dv + 2 * dv * fv + fv + 8 * dv + (v.qkv_bias ? 3 * dv : 0) +
-               (v.qk_norm ? 2 * dv : 0);
-      c.activation_bytes = kBf16 * T * nv * (11 * dv + 2 * fv);
+      // Sharded: qkv (+ bias), qk-norm weights, proj, fc1 (+ bias), fc2. Replicated: the two
+      // norms (weight + bias for layernorm), the proj and fc2 biases, the layer scales.
+      const double da = vit_attention_width();
+      const double sharded =
+          4 * dv * da + 2 * dv * fv + fv + (v.qkv_bias ? 3 * da : 0) + (v.qk_norm ? 2 * da : 0);
+      const double norm = v.norm == "layernorm" ? 2 * dv : dv;
+      const double replicated = 2 * norm + 2 * dv + (v.layer_scale ? 2 * dv : 0);
+      params = sharded / tp + replicated;
+      c.activation_bytes = kBf16 * T * nv * (7 * dv + (4 * da + 2 * fv) / tp);
       c.output_bytes = kBf16 * T * nv * dv + side_before_llm;
       break;
+    }
     case UnitKind::Projector: {
       const double n = T * preset_.tokens_per_tile();
       c.name = "projector";
@@ -139,20 +166,20 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
     }
     case UnitKind::LlmEmbed:
       c.name = "llm_embed";
-      params = V * dl;
+      params = V / tp * dl;
       c.activation_bytes = kInt64 * N;
       c.output_bytes = kBf16 * N * dl + side_llm;
       break;
     case UnitKind::LlmBlock:
       c.name = "llm_block." + std::to_string(unit - lv - 3);
-      params = 2 * dl * dl + 2 * dl * dkv + 3 * dl * fl + 2 * dl;
-      c.activation_bytes = kBf16 * N * (6 * dl + 2 * dkv + 3 * fl);
+      params = (2 * dl * dl + 2 * dl * dkv + 3 * dl * fl) / tp + 2 * dl;
+      c.activation_bytes = kBf16 * N * (4 * dl + (2 * dl + 2 * dkv + 3 * fl) / tp);
       c.output_bytes = kBf16 * N * dl + side_llm;
       break;
     case UnitKind::Head:
       c.name = "head";
-      params = dl + (l.tie_embeddings ? 0 : V * dl);
-      c.activation_bytes = kBf16 * N * 2 * dl + 4.0 * N * V;
+      params = dl + (l.tie_embeddings ? 0 : V / tp * dl);
+      c.activation_bytes = kBf16 * N * 2 * dl + 4.0 * N * V / tp;
       c.output_bytes = 0;
       break;
   }
@@ -164,6 +191,7 @@ UnitCostTable AnalyticCostModel::costs(const MicroBatchLoad& load) const {
   UnitCostTable t;
   t.model = preset_.name;
   t.source = "analytic:" + device_.name;
+  t.tp = tp_;
   t.load = {load.tiles(), load.computed_tokens(), load.samples()};
   t.units.reserve(num_units());
   for (int u = 0; u < num_units(); ++u) t.units.push_back(unit_cost(u, load));

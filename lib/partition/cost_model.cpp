@@ -23,6 +23,8 @@ UnitCostTable ScaledTableCostModel::costs(const MicroBatchLoad& load) const {
     u.backward_s *= f;
     u.activation_bytes *= f;
     u.output_bytes *= f;
+    u.tp_all_reduce.forward_bytes *= f;  // every TP buffer is [tokens, ...]; calls stay
+    u.tp_all_reduce.backward_bytes *= f;
   }
   t.load = {load.tiles(), load.computed_tokens(), load.samples()};
   return t;

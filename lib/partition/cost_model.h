@@ -20,6 +20,8 @@ class CostModel {
 /// A measured table scaled to other loads: ViT units (vit_embed, vit_block, projector) in
 /// proportion to tiles, LLM units in proportion to computed tokens. This ignores the quadratic
 /// attention term, which is small for packs of a few thousand tokens; the analytic model keeps it.
+/// TP all-reduce bytes scale the same way (their buffers are [tokens, ...]), their calls do not;
+/// the table's tp is kept.
 class ScaledTableCostModel : public CostModel {
  public:
   /// Throws omnibal::Error when the reference load has no tiles or no tokens.

@@ -1,6 +1,6 @@
 // A small table of accelerators for analytic costs: dense bf16 peak, HBM capacity and bandwidth,
 // and the two link bandwidths the simulator needs (NVLink inside a node, the per-GPU network
-// link between nodes). Figures are the vendors' published peaks; the efficiencies that turn
+// link between nodes) plus the fixed latency of one collective call. Figures are the vendors' published peaks; the efficiencies that turn
 // peaks into achieved rates live in analytic_cost_model.h, not here.
 #pragma once
 
@@ -18,6 +18,7 @@ struct DeviceSpec {
   double intra_node_bandwidth = 0;  ///< NVLink, bytes/s per direction per GPU
   double inter_node_bandwidth = 0;  ///< network per GPU (one NIC per GPU), bytes/s per direction
   int gpus_per_node = 8;
+  double collective_latency_s = 0;  ///< seconds per all-reduce call inside a node (TP, small)
 };
 
 /// Looks a device up by name. Throws omnibal::Error listing the known names otherwise.
@@ -25,7 +26,8 @@ DeviceSpec device_spec(const std::string& name);
 
 /// A CPU host whose costs are all measured (a profiled cost table and StageOverheads): no
 /// compute peak, memory or HBM figures (0), both links at `link_bandwidth` bytes/s (MPI over
-/// shared memory between ranks of one machine), every rank in one "node". Throws
+/// shared memory between ranks of one machine), every rank in one "node", no collective
+/// latency (a measured TP link is given to the simulator apart, tensor_parallel.h). Throws
 /// omnibal::Error when the bandwidth is not positive.
 DeviceSpec host_device(double link_bandwidth);
 

@@ -15,11 +15,18 @@ constexpr double kOptimizerBytesPerParam = 30.0;
 constexpr double kBf16 = 2.0;
 
 /// Stage-level costs of one micro-batch.
+/// Stage-level costs of one micro-batch: compute (forward_s, backward_s with recompute_s) and
+/// the TP all-reduces apart (tp_forward_s, tp_backward_s with those of recomputation).
 struct StageMicroBatch {
   double forward_s = 0, backward_s = 0, recompute_s = 0, kept = 0, transient = 0, out_bytes = 0;
+  double tp_forward_s = 0, tp_backward_s = 0;
 };
 
-std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const SimulatorSetup& setup) {
+std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const SimulatorSetup& setup,
+                                         const TpLink& link) {
+  OMNIBAL_CHECK(t.tp == setup.tp, "simulator: the cost model's tables are per rank of tp ", t.tp,
+                ", the setup has tp = ", setup.tp,
+                " (a profiled table is per rank of the tp it was profiled at)");
   const Partition& p = setup.partition;
   std::vector<StageMicroBatch> out(p.stages());
   for (int s = 0; s < p.stages(); ++s) {
@@ -28,6 +35,8 @@ std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const Simulator
       const auto& unit = t.units[u];
       c.forward_s += unit.forward_s;
       c.backward_s += unit.backward_s;
+      c.tp_forward_s += tp_forward_seconds(unit, setup.tp, link);
+      c.tp_backward_s += tp_backward_seconds(unit, setup.recompute[u], setup.tp, link);
       if (setup.recompute[u] && unit.trainable && unit.recomputable()) {
         c.recompute_s += unit.forward_s;
         c.kept += t.checkpoint_bytes(u);
@@ -44,6 +53,7 @@ std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const Simulator
 
 void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   OMNIBAL_CHECK(setup.model != nullptr, "simulator: no cost model");
+  OMNIBAL_CHECK(setup.tp >= 1, "simulator: tp must be >= 1, got ", setup.tp);
   OMNIBAL_CHECK(static_cast<int>(loads.size()) == setup.dp, "simulator: loads for ", loads.size(),
                 " DP ranks, expected dp = ", setup.dp);
   for (size_t r = 0; r < loads.size(); ++r)
@@ -75,11 +85,15 @@ TimeBreakdown& TimeBreakdown::operator+=(const TimeBreakdown& o) {
   bubble_s += o.bubble_s;
   dp_wait_s += o.dp_wait_s;
   comm_s += o.comm_s;
+  tp_comm_s += o.tp_comm_s;
   return *this;
 }
 
 TimeBreakdown TimeBreakdown::scaled(double f) const {
-  return {useful_s * f, padding_s * f, recompute_s * f, bubble_s * f, dp_wait_s * f, comm_s * f};
+  TimeBreakdown b{useful_s * f, padding_s * f, recompute_s * f,
+                  bubble_s * f, dp_wait_s * f, comm_s * f};
+  b.tp_comm_s = tp_comm_s * f;
+  return b;
 }
 
 double pipeline_link_bandwidth(const DeviceSpec& device, int dp, int tp) {
@@ -96,26 +110,31 @@ namespace {
 /// One DP rank's pipeline for one step: its timeline and what its compute was spent on.
 struct RankStep {
   std::vector<schedule::StageTimeline> timeline;
-  std::vector<double> padding_s, recompute_s;  ///< per stage
+  std::vector<double> padding_s, recompute_s, tp_comm_s;  ///< per stage
 };
 
 RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
                        const schedule::StageSchedules& lists, StepReport& rep) {
   const int P = setup.partition.stages(), m = static_cast<int>(loads.size());
   const double p2p_bw = pipeline_link_bandwidth(setup.device, setup.dp, setup.tp);
+  const TpLink link = setup.tp_link ? *setup.tp_link : tp_link(setup.device, setup.tp);
   auto costs = schedule::PipelineStepCosts::zeros(P, m);
   RankStep out;
   out.padding_s.assign(P, 0.0);
   out.recompute_s.assign(P, 0.0);
+  out.tp_comm_s.assign(P, 0.0);
   for (int i = 0; i < m; ++i) {
     const auto& load = loads[i];
-    const auto sc = stage_costs(setup.model->costs(load), setup);
+    const auto sc = stage_costs(setup.model->costs(load), setup, link);
     std::vector<StageMicroBatch> unpadded;
-    if (load.padded_len > 0) unpadded = stage_costs(setup.model->costs(load.unpadded()), setup);
+    if (load.padded_len > 0)
+      unpadded = stage_costs(setup.model->costs(load.unpadded()), setup, link);
     const auto& per_mb = setup.overheads.per_micro_batch_s;
     for (int s = 0; s < P; ++s) {
-      costs.forward_s[s][i] = sc[s].forward_s + (per_mb.empty() ? 0.0 : per_mb[s]);
-      costs.backward_s[s][i] = sc[s].backward_s;
+      costs.forward_s[s][i] =
+          sc[s].forward_s + sc[s].tp_forward_s + (per_mb.empty() ? 0.0 : per_mb[s]);
+      costs.backward_s[s][i] = sc[s].backward_s + sc[s].tp_backward_s;
+      out.tp_comm_s[s] += sc[s].tp_forward_s + sc[s].tp_backward_s;
       costs.send_activation_s[s][i] = sc[s].out_bytes / p2p_bw;
       costs.send_grad_s[s][i] = s > 0 ? sc[s - 1].out_bytes / p2p_bw : 0.0;
       costs.kept_bytes[s][i] = sc[s].kept;
@@ -180,7 +199,8 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
       TimeBreakdown b;
       b.padding_s = ranks[r].padding_s[s];
       b.recompute_s = ranks[r].recompute_s[s];
-      b.useful_s = busy - b.padding_s - b.recompute_s;
+      b.tp_comm_s = ranks[r].tp_comm_s[s];
+      b.useful_s = busy - b.padding_s - b.recompute_s - b.tp_comm_s;
       b.bubble_s = (tl.ready_for_reduce_s - busy) + (rep.step_s - done[s]);
       b.dp_wait_s = reduce_start[s] - tl.ready_for_reduce_s;
       b.comm_s = comm[s];
@@ -188,6 +208,7 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
       auto& st = rep.stages[s];
       st.forward_s += tl.forward_busy_s / dp;
       st.backward_s += tl.backward_busy_s / dp;
+      st.tp_comm_s += b.tp_comm_s / dp;
       st.idle_s += b.bubble_s / dp;
       st.dp_wait_s += b.dp_wait_s / dp;
       st.peak_memory_bytes =

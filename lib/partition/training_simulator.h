@@ -1,15 +1,21 @@
-// Event-driven simulation of training steps over DP x PP (TP enters as a cost factor of the
-// cost model). Each DP rank's pipeline walks the 1F1B instruction lists of schedule/ with
+// Event-driven simulation of training steps over TP x DP x PP. Each DP rank's pipeline walks the 1F1B instruction lists of schedule/ with
 // per-micro-batch costs from a CostModel (micro-batches differ in shape), via
 // schedule::run_pipeline_timeline. Recomputed units add their forward time to the backward.
+// TP (tensor_parallel.h): the cost tables are per TP rank (their `tp` must equal setup.tp); the
+// TP ranks of a stage run in lockstep, so one TP rank stands for its group. Each unit's TP
+// all-reduces (forward; backward, plus the forward's again when recomputed) are added to its
+// Forward / Backward on the TP link, blocking (no overlap with compute, as in Megatron without
+// tp-comm-overlap).
 // The DP level couples the pipelines: stage s's gradient all-reduce (or ZeRO-1 reduce-scatter
 // + all-gather, same volume) starts when the slowest DP rank's stage s is ready, takes
 // 2 (dp-1)/dp * bytes / bandwidth, then the (memory-bound) optimizer step runs; the step ends
 // when the last stage finishes. No overlap of the all-reduce with backward is modelled.
 //
-// Per device, step time = useful + padding + recompute + bubble + dp_wait + comm, where
-//   padding   = compute spent on padded positions (padded minus unpadded cost),
-//   recompute = forward time re-run in backward,
+// Per device, step time = useful + padding + recompute + tp_comm + bubble + dp_wait + comm,
+// where
+//   padding   = compute spent on padded positions (padded minus unpadded compute),
+//   recompute = forward compute re-run in backward,
+//   tp_comm   = the TP all-reduces (those of padded positions and of recomputation included),
 //   bubble    = pipeline idle before ReduceGrads + waiting after its own optimizer for the
 //               step's last stage,
 //   dp_wait   = waiting at ReduceGrads for the slowest DP rank,
@@ -26,11 +32,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "partition/cost_model.h"
 #include "partition/device_spec.h"
 #include "partition/stage_partition.h"
+#include "partition/tensor_parallel.h"
 
 namespace omnibal::partition {
 
@@ -50,8 +58,11 @@ struct SimulatorSetup {
   Partition partition;
   std::vector<bool> recompute;  ///< per unit: checkpointed (re-run forward in backward)
   int dp = 1;
-  int tp = 1;  ///< only for rank placement (TP innermost, then DP, then PP)
+  int tp = 1;  ///< TP ranks per group (innermost, then DP, then PP); the tables' tp
   DeviceSpec device;
+  /// The TP all-reduce link; unset: tp_link(device, tp) (NVLink for a GPU). Give a measured
+  /// bandwidth and latency for a host run (`omnibal-plan simulate --tp-link-gbps`).
+  std::optional<TpLink> tp_link;
   std::vector<double> static_bytes;  ///< per stage: params + grads + optimizer + buffers
   bool zero1 = true;                 ///< optimizer state sharded over DP (optimizer time / dp)
   StageOverheads overheads;          ///< host costs outside the unit table (default: none)
@@ -60,8 +71,9 @@ struct SimulatorSetup {
 /// Device-averaged time components of one step or a whole epoch, seconds.
 struct TimeBreakdown {
   double useful_s = 0, padding_s = 0, recompute_s = 0, bubble_s = 0, dp_wait_s = 0, comm_s = 0;
+  double tp_comm_s = 0;  ///< TP all-reduces inside Forward / Backward
   double total() const {
-    return useful_s + padding_s + recompute_s + bubble_s + dp_wait_s + comm_s;
+    return useful_s + padding_s + recompute_s + tp_comm_s + bubble_s + dp_wait_s + comm_s;
   }
   TimeBreakdown& operator+=(const TimeBreakdown& o);
   TimeBreakdown scaled(double f) const;
@@ -70,6 +82,7 @@ struct TimeBreakdown {
 /// Per-stage view of a step, averaged over DP ranks (peak memory: max over ranks).
 struct StageReport {
   double forward_s = 0, backward_s = 0, idle_s = 0, dp_wait_s = 0, reduce_s = 0;
+  double tp_comm_s = 0;  ///< TP all-reduce seconds inside forward_s + backward_s
   double peak_memory_bytes = 0;
 };
 
@@ -96,7 +109,8 @@ struct RunReport {
 
 /// Simulates one step. Throws omnibal::Error when ranks have different micro-batch counts,
 /// the setup's vectors (recompute flags, static bytes, non-empty overheads) do not match the
-/// model's units and stages, an overhead is negative, or model is null.
+/// model's units and stages, an overhead is negative, model is null, tp < 1 or the model's
+/// tables are per rank of another tp than setup.tp.
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads);
 
 /// Simulates every step in order and sums.

@@ -58,19 +58,28 @@ std::string unit_cost_table_json(const UnitCostTable& table) {
   j["format"] = kFormat;
   j["model"] = table.model;
   j["source"] = table.source;
+  j["tp"] = table.tp;
   j["load"] = {{"tiles", table.load.tiles},
                {"tokens", table.load.tokens},
                {"samples", table.load.samples}};
   j["units"] = nlohmann::json::array();
-  for (const auto& u : table.units)
-    j["units"].push_back({{"name", u.name},
-                          {"kind", unit_kind_name(u.kind)},
-                          {"forward_s", u.forward_s},
-                          {"backward_s", u.backward_s},
-                          {"activation_bytes", u.activation_bytes},
-                          {"parameter_bytes", u.parameter_bytes},
-                          {"trainable", u.trainable},
-                          {"output_bytes", u.output_bytes}});
+  for (const auto& u : table.units) {
+    nlohmann::json unit = {{"name", u.name},
+                           {"kind", unit_kind_name(u.kind)},
+                           {"forward_s", u.forward_s},
+                           {"backward_s", u.backward_s},
+                           {"activation_bytes", u.activation_bytes},
+                           {"parameter_bytes", u.parameter_bytes},
+                           {"trainable", u.trainable},
+                           {"output_bytes", u.output_bytes}};
+    const auto& ar = u.tp_all_reduce;
+    if (ar.forward_calls > 0 || ar.backward_calls > 0)
+      unit["tp_all_reduce"] = {{"forward_bytes", ar.forward_bytes},
+                               {"forward_calls", ar.forward_calls},
+                               {"backward_bytes", ar.backward_bytes},
+                               {"backward_calls", ar.backward_calls}};
+    j["units"].push_back(std::move(unit));
+  }
   return j.dump(2);
 }
 
@@ -86,6 +95,8 @@ UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& 
   UnitCostTable t;
   t.model = field<std::string>(j, "model", origin);
   t.source = field<std::string>(j, "source", origin);
+  t.tp = j.contains("tp") ? field<int>(j, "tp", origin) : 1;  // tables from before TP: tp 1
+  OMNIBAL_CHECK(t.tp >= 1, origin, ": key 'tp': expected >= 1, got ", t.tp);
   const auto& load = j.at("load");
   t.load.tiles = field<int64_t>(load, "tiles", origin + ": load");
   t.load.tokens = field<int64_t>(load, "tokens", origin + ": load");
@@ -103,6 +114,14 @@ UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& 
     u.parameter_bytes = non_negative(units[i], "parameter_bytes", where);
     u.trainable = field<bool>(units[i], "trainable", where);
     u.output_bytes = non_negative(units[i], "output_bytes", where);
+    if (units[i].contains("tp_all_reduce")) {
+      const auto& ar = units[i].at("tp_all_reduce");
+      const std::string w = where + ": tp_all_reduce";
+      u.tp_all_reduce.forward_bytes = non_negative(ar, "forward_bytes", w);
+      u.tp_all_reduce.backward_bytes = non_negative(ar, "backward_bytes", w);
+      u.tp_all_reduce.forward_calls = static_cast<int>(non_negative(ar, "forward_calls", w));
+      u.tp_all_reduce.backward_calls = static_cast<int>(non_negative(ar, "backward_calls", w));
+    }
     t.units.push_back(u);
   }
   return t;

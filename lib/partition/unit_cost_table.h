@@ -5,10 +5,19 @@
 // it from measurements, analytic_cost_model.h writes it from FLOPs and bytes, and the partition
 // and memory planners read it. JSON format (all numbers per micro-batch of `load`):
 //   {"format": "omnibal.unit_costs.v1", "model": "<preset>", "source": "analytic:a100-80g",
-//    "load": {"tiles": 20, "tokens": 6656, "samples": 5},
+//    "tp": 2, "load": {"tiles": 20, "tokens": 6656, "samples": 5},
 //    "units": [{"name": "vit_block.0", "kind": "vit_block", "forward_s": 0.05,
 //               "backward_s": 0.1, "activation_bytes": 1.3e9, "parameter_bytes": 2.5e8,
-//               "trainable": true, "output_bytes": 1.3e8}, ...]}
+//               "trainable": true, "output_bytes": 1.3e8,
+//               "tp_all_reduce": {"forward_bytes": 2.6e8, "forward_calls": 2,
+//                                 "backward_bytes": 2.6e8, "backward_calls": 2}}, ...]}
+// Tensor parallelism (Megatron TP, partition/tensor_parallel.h): every figure of a table is
+// per TP rank of the TP degree `tp` it was measured or computed at. A profiler at tp > 1 times
+// TP-sharded units; the analytic model divides by tp itself; nobody divides a table again.
+// forward_s / backward_s are compute only, without the TP all-reduces: those are the
+// `tp_all_reduce` volumes, which the simulator and the partition search turn into seconds on
+// the TP link (so a measured link can replace the analytic one). "tp" and "tp_all_reduce" are
+// optional on read (tp 1, no all-reduces: tables written before TP).
 #pragma once
 
 #include <cstdint>
@@ -25,16 +34,31 @@ const char* unit_kind_name(UnitKind kind);
 /// Inverse of unit_kind_name; throws omnibal::Error naming `where` on an unknown name.
 UnitKind parse_unit_kind(const std::string& name, const std::string& where);
 
-/// Costs of one unit for one micro-batch.
+/// The TP all-reduces one unit runs per micro-batch on each TP rank (all zero at tp 1). Bytes
+/// are summed over the calls (each call all-reduces a buffer of that rank's full size, e.g. a
+/// [tokens, d] activation in the run dtype); calls count the latency terms.
+struct TpAllReduces {
+  double forward_bytes = 0;   ///< bytes all-reduced in the forward, per rank
+  double backward_bytes = 0;  ///< bytes all-reduced in the backward (without recomputation)
+  int forward_calls = 0;      ///< all-reduce calls in the forward
+  int backward_calls = 0;     ///< all-reduce calls in the backward (without recomputation)
+  bool operator==(const TpAllReduces& o) const {
+    return forward_bytes == o.forward_bytes && backward_bytes == o.backward_bytes &&
+           forward_calls == o.forward_calls && backward_calls == o.backward_calls;
+  }
+};
+
+/// Costs of one unit for one micro-batch, per TP rank (see the file comment).
 struct UnitCost {
   std::string name;  ///< e.g. "llm_block.17"
   UnitKind kind = UnitKind::LlmBlock;
-  double forward_s = 0;         ///< forward seconds
-  double backward_s = 0;        ///< backward seconds, without recomputation
+  double forward_s = 0;         ///< forward compute seconds (TP all-reduces excluded)
+  double backward_s = 0;        ///< backward compute seconds, without recomputation
   double activation_bytes = 0;  ///< bytes kept from forward to backward when not recomputed
   double parameter_bytes = 0;   ///< bytes of the unit's weights (bf16 in the analytic model)
   bool trainable = true;        ///< false when frozen (train.freeze): no grads, no optimizer state
   double output_bytes = 0;      ///< bytes sent to the next unit (activation + side inputs)
+  TpAllReduces tp_all_reduce;   ///< TP collectives of this unit (tensor_parallel.h)
 
   /// True for the unit kinds the recompute planner may checkpoint (ViT and LLM blocks).
   bool recomputable() const { return kind == UnitKind::VitBlock || kind == UnitKind::LlmBlock; }
@@ -51,6 +75,7 @@ struct TableLoad {
 struct UnitCostTable {
   std::string model;   ///< preset name
   std::string source;  ///< "analytic:<device>" or "profiled:<device>"
+  int tp = 1;          ///< TP degree the figures are per rank of (>= 1)
   TableLoad load;
   std::vector<UnitCost> units;
 

@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/model_preset.h"
+#include "partition/analytic_cost_model.h"
+
 #include "core/error.h"
 #include <functional>
 
@@ -167,4 +170,26 @@ TEST_CASE("stage plan: JSON round trip keeps the plan and its hash", "[memory][s
   bad["recompute"] = {"no_such_unit"};
   CHECK_THAT(message_of([&] { memory::parse_stage_plan(bad, "ckpt"); }),
              Catch::Contains("ckpt") && Catch::Contains("no_such_unit"));
+}
+
+TEST_CASE("stage plan search at tp 2: stage times include the TP all-reduces on the TP link",
+          "[memory][stage_plan][tp]") {
+  const auto preset = omnibal::load_model_preset("tiny");
+  const auto t = omnibal::partition::AnalyticCostModel(
+                     preset, omnibal::partition::device_spec("a100-80g"), 2)
+                     .costs(omnibal::partition::MicroBatchLoad::packed({2, 1}, {60, 40}));
+  omnibal::memory::StagePlannerOptions o;
+  o.tp_link = {1e9, 1e-5};
+  const auto flags = omnibal::memory::RecomputeFlags::full(omnibal::memory::block_units(t));
+  const auto in = omnibal::memory::search_input(t, flags, o);
+  // llm_block.0 (unit 5), recomputed: 2 forward all-reduces of 2 B x 100 x 128 (ring at tp 2
+  // moves them once), 2 backward ones and the 2 forward ones again.
+  const double ar = 1e-5 + 2.0 * 100 * 128 / 1e9;
+  const auto& u = t.units[5];
+  CHECK(in.unit_seconds[5] == Approx(2 * u.forward_s + u.backward_s + 6 * ar));
+  CHECK(in.unit_forward_s[5] == Approx(u.forward_s + 2 * ar));
+  // No TP link bandwidth: the all-reduces are left out.
+  o.tp_link = {};
+  CHECK(omnibal::memory::search_input(t, flags, o).unit_seconds[5] ==
+        Approx(2 * u.forward_s + u.backward_s));
 }

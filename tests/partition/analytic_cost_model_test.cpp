@@ -73,10 +73,14 @@ TEST_CASE("analytic model: padding costs, frozen ViT and tensor parallelism",
   CHECK(frozen.units[10].backward_s == 0);
   CHECK_FALSE(frozen.units[10].trainable);
   CHECK(frozen.units[46].trainable);
+  // TP 2 (ViT heads padded 25 -> 26): LLM block GEMMs and attention halve, element-wise
+  // traffic on the replicated 10 d per token does not; the block keeps its two norms whole.
   const AnalyticCostModel tp2(omnibal::load_model_preset("internvl-1.5-6b-20b"),
-                              device_spec("a100-80g"), 2);
+                              device_spec("a100-80g"), 2, false, {}, VitHeadPadding::kDummyHeads);
   const auto c = tp2.costs(packed);
-  CHECK(c.units[60].forward_s == Approx(a.units[60].forward_s / (2 * 0.9)));
-  CHECK(c.units[60].parameter_bytes == Approx(a.units[60].parameter_bytes / 2));
+  CHECK(c.units[60].forward_s < 0.6 * a.units[60].forward_s);
+  CHECK(c.units[60].forward_s > 0.5 * a.units[60].forward_s);
+  CHECK(c.units[60].parameter_bytes ==
+        Approx((a.units[60].parameter_bytes - 2.0 * 2 * 6144) / 2 + 2.0 * 2 * 6144));
   CHECK_THROWS_WITH(device_spec("v100"), Catch::Contains("a100-80g | h100 | h200"));
 }

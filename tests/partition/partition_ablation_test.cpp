@@ -62,6 +62,27 @@ TEST_CASE("InternVL 6B+20B ablation on the shared length files", "[partition][ab
   CHECK(j["rows"][0]["breakdown"]["padding_s"] == 0.0);
 }
 
+TEST_CASE("the ablation at TP 2 on the same 256 GPUs: per-rank costs and TP all-reduces",
+          "[partition][ablation][real][tp]") {
+  plan::AblationOptions o = shared_ablation_options();
+  o.tp = 2;
+  o.dp = 16;
+  // InternViT-6B's 25 heads do not divide by 2: refused as the trainer does, unless padded.
+  CHECK_THROWS_WITH(plan::run_partition_ablation(o), Catch::Contains("vit.heads = 25"));
+  o.tp_vit_dummy_heads = true;
+  const auto res = plan::run_partition_ablation(o);
+  CHECK(res.profile_table.tp == 2);
+  CHECK(res.samples_per_pack == 8);
+  for (size_t i = 1; i < 4; ++i) CHECK(res.rows[i].epoch_seconds < res.rows[i - 1].epoch_seconds);
+  for (const auto& r : res.rows) {
+    CHECK(r.components.tp_comm_s > 0);
+    CHECK(r.components.total() == Approx(r.epoch_seconds));
+  }
+  const auto j = nlohmann::json::parse(plan::ablation_json(res, o));
+  CHECK(j["rows"][0]["components"]["tp_comm_s"].get<double>() > 0);
+  CHECK(j["config"]["tp"] == 2);
+}
+
 TEST_CASE("ablation options are checked", "[partition][ablation]") {
   plan::AblationOptions o;
   o.model = "internvl-1.5-6b-20b";

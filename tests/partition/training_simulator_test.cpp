@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
+#include "partition/analytic_cost_model.h"
 #include "schedule/one_f_one_b.h"
 
 using namespace omnibal::partition;
@@ -162,4 +163,73 @@ TEST_CASE("host device: one link bandwidth for pipeline and DP, no HBM figures",
   CHECK(pipeline_link_bandwidth(h, dp, 1) == 4e9);
   CHECK(data_parallel_bandwidth(h, dp, 1) == 4e9);
   CHECK_THROWS_WITH(host_device(0), Catch::Contains("> 0"));
+}
+
+namespace {
+/// LinearModel at tp 2: each unit also all-reduces 100 bytes in 2 calls forward and the same
+/// backward per 100 tokens.
+class TpLinearModel : public LinearModel {
+ public:
+  UnitCostTable costs(const MicroBatchLoad& load) const override {
+    UnitCostTable t = LinearModel::costs(load);
+    t.tp = 2;
+    const double k = load.computed_tokens() / 100.0;
+    for (auto& u : t.units) u.tp_all_reduce = {100.0 * k, 100.0 * k, 2, 2};
+    return t;
+  }
+};
+}  // namespace
+
+TEST_CASE("TP all-reduces: hand-computed step with tp_comm as its own component",
+          "[partition][simulator][tp]") {
+  const TpLinearModel model;
+  auto s = setup_for(model, 1);
+  s.tp = 2;
+  s.tp_link = TpLink{1000.0, 0.01};  // per unit and direction: 2 * 0.01 + (1/2 * 2) * 100 / 1000
+  const double unit_ar = 2 * 0.01 + 2.0 * (2 - 1) / 2 * 100 / 1000;  // 0.12 s
+  const auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  // Per stage f = 1 + 2 * 0.12, b = 2 + 2 * 0.12: (m + P - 1)(f + b) = 3 * 3.48.
+  CHECK(rep.step_s == Approx(3 * (3 + 4 * unit_ar)));
+  CHECK(rep.breakdown.tp_comm_s == Approx(2 * 4 * unit_ar));  // per device: 2 mb x 4 all-reduces
+  CHECK(rep.breakdown.useful_s == Approx(6));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  CHECK(rep.stages[0].tp_comm_s == Approx(2 * 4 * unit_ar));
+  // Recomputing stage 1's blocks re-runs their forward all-reduces in the backward.
+  s.recompute = {false, false, true, true};
+  const auto rc = simulate_step(s, uniform_loads(1, 2, 100));
+  CHECK(rc.stages[1].tp_comm_s == Approx(2 * 6 * unit_ar));
+  CHECK(rc.stages[0].tp_comm_s == Approx(2 * 4 * unit_ar));
+  CHECK(rc.breakdown.recompute_s == Approx(0.5 * 2 * 1.0));  // compute only: 2 mb x 1 s / 2 dev
+  CHECK(rc.breakdown.total() == Approx(rc.step_s));
+  // Without a link the device's TP link (NVLink at 80%, 10 us per call) is used.
+  s.tp_link.reset();
+  s.device = device_spec("a100-80g");
+  const auto nv = simulate_step(s, uniform_loads(1, 2, 100));
+  CHECK(nv.breakdown.tp_comm_s > 0);
+  CHECK(nv.breakdown.total() == Approx(nv.step_s));
+  // A table per rank of tp 2 under a tp 1 setup is refused.
+  s.tp = 1;
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)),
+                    Catch::Contains("per rank of tp 2, the setup has tp = 1"));
+}
+
+TEST_CASE("TP with padding, DP and analytic costs: components still add up",
+          "[partition][simulator][tp]") {
+  const AnalyticCostModel model(omnibal::load_model_preset("tiny"), device_spec("a100-80g"), 2);
+  SimulatorSetup s;
+  s.model = &model;
+  s.partition = Partition{{5, 5}};
+  s.recompute.assign(10, true);
+  s.dp = 2;
+  s.tp = 2;
+  s.device = device_spec("a100-80g");
+  s.static_bytes = {0, 0};
+  StepLoads loads(2);
+  for (auto& r : loads)
+    for (int i = 0; i < 3; ++i)
+      r.push_back(MicroBatchLoad::padded_to_longest({1, 2}, {30 + 10 * i, 90}));
+  const auto rep = simulate_step(s, loads);
+  CHECK(rep.breakdown.tp_comm_s > 0);
+  CHECK(rep.breakdown.padding_s > 0);
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
 }
