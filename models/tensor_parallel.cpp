@@ -70,8 +70,10 @@ struct VocabParallelCe : torch::autograd::Function<VocabParallelCe> {
     const torch::Tensor sum = all_reduced(exp.sum(1), group);
     const torch::Tensor in_range = targets.ge(vocab_start).logical_and(targets.lt(vocab_start + local));
     const torch::Tensor column = (targets - vocab_start).clamp(0, local - 1);
+    // where(), not a product: a rank holding only padding would multiply -inf by 0.
     const torch::Tensor picked = all_reduced(
-        shifted.gather(1, column.unsqueeze(1)).squeeze(1) * in_range.to(shifted.scalar_type()),
+        torch::where(in_range, shifted.gather(1, column.unsqueeze(1)).squeeze(1),
+                     torch::zeros({}, shifted.options())),
         group);
     ctx->save_for_backward({exp / sum.unsqueeze(1), column, in_range});
     return sum.log() - picked;
@@ -94,7 +96,7 @@ torch::Tensor mask_padding(const torch::Tensor& logits, int64_t vocab_start, int
 
 }  // namespace
 
-int64_t vocab_per_rank(int64_t vocab, int tp) { return (vocab + tp - 1) / tp; }
+int64_t vocab_per_rank(int64_t vocab, int tp) { return padded_vocab_size(vocab, tp) / tp; }
 
 torch::Tensor shard_of(const torch::Tensor& full, const ShardSpec& spec, const TensorParallel& tp) {
   if (!spec.sharded() || !tp.active()) return full;
@@ -132,21 +134,6 @@ torch::Tensor gather_full(const torch::Tensor& local, const ShardSpec& spec,
   for (int g = 0; g < spec.groups; ++g)
     for (int r = 0; r < tp.size; ++r) rows.push_back(ranks[r].narrow(0, g * part, part));
   return torch::cat(rows, 0).narrow(0, 0, spec.rows).movedim(0, spec.dim).contiguous();
-}
-
-void check_tensor_parallel(const ModelPreset& preset, int tp) {
-  OMNIBAL_CHECK(tp >= 1, "parallel.tp: expected >= 1, got ", tp);
-  if (tp == 1) return;
-  const struct {
-    const char* key;
-    int value;
-  } dims[] = {{"vit.heads", preset.vit.heads},       {"vit.mlp_dim", preset.vit.mlp_dim},
-              {"llm.heads", preset.llm.heads},       {"llm.kv_heads", preset.llm.kv_heads},
-              {"llm.mlp_dim", preset.llm.mlp_dim}};
-  for (const auto& d : dims)
-    OMNIBAL_CHECK(d.value % tp == 0, "model preset '", preset.name, "' cannot split over parallel.tp = ",
-                  tp, ": ", d.key, " = ", d.value, " is not divisible by ", tp,
-                  " (tensor parallelism splits heads, KV heads and MLP widths evenly)");
 }
 
 torch::Tensor copy_to_tp(const torch::Tensor& x, const TensorParallel& tp) {

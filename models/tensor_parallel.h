@@ -61,8 +61,8 @@ struct ShardSpec {
   bool sharded() const { return dim >= 0; }
 };
 
-/// Vocabulary rows per TP rank: ceil(vocab / tp) (the vocabulary padded to a multiple of tp,
-/// Megatron's make-vocab-size-divisible-by at 1); padded rows never win and never count.
+/// Vocabulary rows per TP rank: padded_vocab_size(vocab, tp) / tp (core/model_preset.h);
+/// padded rows never win and never count. check_tensor_parallel is in core/model_preset.h too.
 int64_t vocab_per_rank(int64_t vocab, int tp);
 
 /// Rank r's slice of the full (unsharded, unpadded) tensor `full` under `spec`; a contiguous
@@ -75,11 +75,6 @@ torch::Tensor shard_of(const torch::Tensor& full, const ShardSpec& spec, const T
 /// replicated or tp.size == 1.
 torch::Tensor gather_full(const torch::Tensor& local, const ShardSpec& spec,
                           const TensorParallel& tp);
-
-/// Throws omnibal::Error unless `preset` splits over `tp` ranks: ViT heads, LLM heads and KV
-/// heads and both MLP widths divisible by tp (the message names the preset key, its value and
-/// parallel.tp).
-void check_tensor_parallel(const ModelPreset& preset, int tp);
 
 /// "f": identity forward, gradient all-reduced over the TP group in backward.
 torch::Tensor copy_to_tp(const torch::Tensor& x, const TensorParallel& tp);

@@ -116,15 +116,10 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
     init_unit_parameters(*units.back(), options.seed, options.init_std);
     units.back()->set_dropout(options.dropout);
   }
-  const torch::Dtype dtype = options.dtype.value_or(compat::default_dtype(options.device));
-  for (auto& unit : units) unit->to(options.device, dtype);
   auto* head_unit = units.back()->kind() == UnitKind::kLlmHead
                         ? static_cast<LlmHeadUnit*>(units.back().get())
                         : nullptr;
-  if (head_unit && tied_here) {
-    head_unit->tie_to(
-        static_cast<LlmEmbedUnit*>(units[embed - begin].get())->tok_embeddings->weight);
-  } else if (head_unit && preset.llm.tie_embeddings) {
+  if (head_unit && !tied_here && preset.llm.tie_embeddings) {
     // Head on another stage than the embedding: start from the same values (see vlm.h).
     torch::Tensor w = head_unit->output->weight;
     torch::Tensor fresh = torch::empty(w.sizes());
@@ -132,9 +127,14 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
     torch::NoGradGuard no_grad;
     w.copy_(fresh);
   }
-  // TP: each unit was built and initialised whole (the same values as at TP 1); keep this
-  // rank's slices. A tied head shares the embedding's tensor, so it shares its shard.
+  // TP: each unit was built and initialised whole on the CPU (the values of TP 1); keep this
+  // rank's slices before anything moves to the device, so a device holds only its shards.
   for (auto& unit : units) unit->shard_parameters();
+  const torch::Dtype dtype = options.dtype.value_or(compat::default_dtype(options.device));
+  for (auto& unit : units) unit->to(options.device, dtype);
+  if (head_unit && tied_here)  // shares the embedding's tensor (and so its shard)
+    head_unit->tie_to(
+        static_cast<LlmEmbedUnit*>(units[embed - begin].get())->tok_embeddings->weight);
   return units;
 }
 

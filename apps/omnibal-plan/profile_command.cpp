@@ -77,6 +77,10 @@ void register_profile_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--samples-per-pack", a->options.pack.samples, "samples in the pack (default 4)");
   cmd->add_option("--repeats", a->options.repeats, "timed runs per unit, median (default 5)");
   cmd->add_option("--warmup", a->options.warmup, "untimed runs per unit (default 1)");
+  cmd->add_option("--tp", a->options.tp,
+                  "profile one TP rank's shards at this parallel.tp (compute only; the table "
+                  "records tp and the all-reduce volumes, the simulator adds their time)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--freeze", a->freeze, "train.freeze groups: vit, projector, llm");
   cmd->add_option("--seed", a->options.pack.seed, "seed of the pack's lengths and values");
   cmd->add_option("--threads", a->threads, "intra-op threads (default: LibTorch's)");

@@ -150,7 +150,7 @@ int run_simulate(const SimulateArgs& a) {
   OMNIBAL_CHECK(table.tp == tp, a.cost_table, ": a table per rank of tp ", table.tp,
                 ", but the run has tp ", tp, " (--tp or parallel.tp; profile at the run's tp)");
   const ModelPreset preset = load_model_preset(cfg.model.preset);
-  partition::check_tp_divides(preset, tp);
+  check_tensor_parallel(preset, tp);
   partition::set_tp_all_reduces(table, preset, cfg.train.precision == Precision::kBf16 ? 2.0 : 4.0);
   const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta, cfg.balance.seed);
   // The trainer's plan: the same seed for repeat_time, the preset's max_seq_len as token cap.

@@ -87,4 +87,25 @@ ModelPreset load_model_preset(const std::string& name_or_path) {
   return preset;
 }
 
+void check_tensor_parallel(const ModelPreset& preset, int tp) {
+  OMNIBAL_CHECK(tp >= 1, "parallel.tp: expected >= 1, got ", tp);
+  if (tp == 1) return;
+  const struct {
+    const char* key;
+    int value;
+  } dims[] = {{"vit.heads", preset.vit.heads},   {"vit.mlp_dim", preset.vit.mlp_dim},
+              {"llm.heads", preset.llm.heads},   {"llm.kv_heads", preset.llm.kv_heads},
+              {"llm.mlp_dim", preset.llm.mlp_dim}};
+  for (const auto& d : dims)
+    OMNIBAL_CHECK(d.value % tp == 0, "model preset '", preset.name,
+                  "' cannot split over parallel.tp = ", tp, ": ", d.key, " = ", d.value,
+                  " is not divisible by ", tp,
+                  " (tensor parallelism splits heads, KV heads and MLP widths evenly)");
+}
+
+int64_t padded_vocab_size(int64_t vocab, int tp) {
+  OMNIBAL_CHECK(tp >= 1, "padded vocabulary: tp must be >= 1, got ", tp);
+  return (vocab + tp - 1) / tp * tp;
+}
+
 }  // namespace omnibal

@@ -98,6 +98,16 @@ struct ModelPreset {
 /// line and key on a bad or unknown field.
 ModelPreset load_model_preset(const std::string& name_or_path);
 
+/// Throws omnibal::Error unless `preset` splits over `tp` tensor-parallel ranks (Megatron TP as
+/// models/tensor_parallel.h does it): vit.heads, vit.mlp_dim, llm.heads, llm.kv_heads and
+/// llm.mlp_dim divisible by tp. The message names the preset, the key, its value and
+/// parallel.tp. The trainer and the planners refuse the same layouts.
+void check_tensor_parallel(const ModelPreset& preset, int tp);
+
+/// Vocabulary rows with padding to a multiple of tp (Megatron's make-vocab-size-divisible-by
+/// with a divisor of tp): ceil(vocab / tp) * tp. Throws omnibal::Error when tp < 1.
+int64_t padded_vocab_size(int64_t vocab, int tp);
+
 /// Path of a named preset under <source_dir>/models/presets.
 std::string model_preset_path(const std::string& name_or_path);
 

@@ -23,9 +23,9 @@ AnalyticCostModel::AnalyticCostModel(ModelPreset preset, DeviceSpec device, int 
   if (padding_ == VitHeadPadding::kDummyHeads) {
     ModelPreset llm_only = preset_;
     llm_only.vit.heads = static_cast<int>(padded_heads(preset_.vit.heads, tp_));
-    check_tp_divides(llm_only, tp_);
+    check_tensor_parallel(llm_only, tp_);
   } else {
-    check_tp_divides(preset_, tp_);
+    check_tensor_parallel(preset_, tp_);
   }
   OMNIBAL_CHECK(device_.peak_flops > 0 && device_.hbm_bandwidth > 0,
                 "analytic cost model: device '", device_.name, "' lacks peak figures");

@@ -52,7 +52,7 @@ struct UnitWork {
 
 /// What the model does with ViT heads that tp does not divide (InternViT-6B has 25).
 enum class VitHeadPadding {
-  kRefuse,      ///< the trainer's rule: refuse (check_tp_divides)
+  kRefuse,      ///< the trainer's rule: refuse (check_tensor_parallel)
   kDummyHeads,  ///< Megatron-LM NVLM: pad with zero heads to a multiple of tp (tensor_parallel.h);
                 ///< they cost FLOPs, weights and activations like real heads. Planning only.
 };
@@ -63,7 +63,7 @@ class AnalyticCostModel : public CostModel {
   /// `freeze_vit`: the ViT (embedding + blocks) is frozen, so it has no backward, no kept
   /// activations, no gradients and no optimizer state (train.freeze: [vit]). `tp` >= 1: the
   /// tables are per rank of tp (UnitCostTable::tp = tp). Throws omnibal::Error when tp < 1, the
-  /// preset's heads or KV heads do not divide by tp (check_tp_divides) or the device lacks peaks.
+  /// preset's heads or KV heads do not divide by tp (check_tensor_parallel) or the device lacks peaks.
   /// `padding`: see VitHeadPadding (LLM heads and KV heads must always divide by tp).
   AnalyticCostModel(ModelPreset preset, DeviceSpec device, int tp = 1, bool freeze_vit = false,
                     AnalyticEfficiency efficiency = {},

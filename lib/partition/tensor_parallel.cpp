@@ -39,24 +39,9 @@ double tp_backward_seconds(const UnitCost& unit, bool recomputed, int tp, const 
                             ar.backward_calls + (again ? ar.forward_calls : 0), tp, link);
 }
 
-int64_t padded_vocab_size(int64_t vocab, int tp) {
-  OMNIBAL_CHECK(tp >= 1, "padded vocabulary: tp must be >= 1, got ", tp);
-  return (vocab + tp - 1) / tp * tp;
-}
-
 int64_t padded_heads(int64_t heads, int tp) {
   OMNIBAL_CHECK(tp >= 1, "padded heads: tp must be >= 1, got ", tp);
   return (heads + tp - 1) / tp * tp;
-}
-
-void check_tp_divides(const ModelPreset& preset, int tp) {
-  OMNIBAL_CHECK(tp >= 1, "parallel.tp: expected >= 1, got ", tp);
-  OMNIBAL_CHECK(preset.vit.heads % tp == 0, "parallel.tp = ", tp, ": preset '", preset.name,
-                "' has vit.heads = ", preset.vit.heads, ", which does not divide by tp");
-  OMNIBAL_CHECK(preset.llm.heads % tp == 0, "parallel.tp = ", tp, ": preset '", preset.name,
-                "' has llm.heads = ", preset.llm.heads, ", which does not divide by tp");
-  OMNIBAL_CHECK(preset.llm.kv_heads % tp == 0, "parallel.tp = ", tp, ": preset '", preset.name,
-                "' has llm.kv_heads = ", preset.llm.kv_heads, ", which does not divide by tp");
 }
 
 TpAllReduces unit_tp_all_reduces(const ModelPreset& preset, UnitKind kind, int64_t tiles,

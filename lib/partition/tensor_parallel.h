@@ -51,17 +51,9 @@ double tp_forward_seconds(const UnitCost& unit, int tp, const TpLink& link);
 /// recomputed trainable block re-runs its forward inside the backward).
 double tp_backward_seconds(const UnitCost& unit, bool recomputed, int tp, const TpLink& link);
 
-/// Vocabulary rows with padding to a multiple of tp (Megatron's make-vocab-size-divisible-by
-/// with a divisor of tp): ceil(vocab / tp) * tp. Throws omnibal::Error when tp < 1.
-int64_t padded_vocab_size(int64_t vocab, int tp);
-
 /// Heads padded with zero "dummy" heads to a multiple of tp: ceil(heads / tp) * tp (Megatron-LM's
 /// NVLM InternViT adds 7 to InternViT-6B's 25 heads for TP 8). Throws when tp < 1.
 int64_t padded_heads(int64_t heads, int tp);
-
-/// The trainer's start-up refusal: ViT heads, LLM heads and LLM KV heads must divide by tp.
-/// Throws omnibal::Error naming the preset, the head count and tp otherwise (and when tp < 1).
-void check_tp_divides(const ModelPreset& preset, int tp);
 
 /// The TP all-reduces of one unit of `kind` for one micro-batch of `tiles` ViT tiles and
 /// `tokens` computed LLM tokens at `tp` ranks, activations in `dtype_bytes` per element (2 for

@@ -1,5 +1,7 @@
 #include "profile/unit_profiler.h"
 
+#include "partition/tensor_parallel.h"
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -217,6 +219,10 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
     res.forward_max_s.push_back(*std::max_element(fwd.begin(), fwd.end()));
     res.backward_min_s.push_back(*std::min_element(bwd.begin(), bwd.end()));
     res.backward_max_s.push_back(*std::max_element(bwd.begin(), bwd.end()));
+  }
+  if (o.tp > 1) {  // one TP rank's compute was timed; the all-reduces follow from the shapes
+    t.tp = o.tp;
+    partition::set_tp_all_reduces(t, preset, static_cast<double>(param_size));
   }
   return res;
 }

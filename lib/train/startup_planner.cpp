@@ -23,6 +23,7 @@
 #include "profile/unit_profiler.h"
 #include "train/distributed_optimizer.h"
 #include "train/partition_trials.h"
+#include "train/tp_group.h"
 #include "train/training_data.h"
 
 namespace omnibal::train {
@@ -120,7 +121,8 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   o.unit_names = models::unit_names(*c.preset);
   // The trainer's own accounting (train.precision, train.zero1); the table gives the parameter
   // bytes in its run dtype, from which parameter counts follow.
-  o.memory = memory::trainer_memory_options(cfg.train.precision, cfg.train.zero1, cfg.parallel.dp);
+  o.memory = memory::trainer_memory_options(cfg.train.precision, cfg.train.zero1, cfg.parallel.dp,
+                                            cfg.parallel.tp);
   o.memory.workspace_bytes = c.device.is_cuda() ? o.memory.workspace_bytes : 0.0;
   if (table) {
     const auto counts = models::unit_parameter_counts(*c.preset);
@@ -137,6 +139,14 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
     else if (params > 0)
       o.memory.weight_bytes_per_param = bytes / params;
   }
+  // The TP all-reduces enter the search on the link this run measures (each TP group times
+  // its own; every rank gets the slowest figures).
+  if (cfg.parallel.tp > 1)
+    o.tp_link = measure_tp_link(*c.comms, c.device, precision_dtype(cfg.train.precision));
+  if (cfg.parallel.tp > 1 && c.comms->rank() == 0)
+    log_info("TP link (measured at start-up, slowest TP group): {:.1f} us per all-reduce, {:.2f} "
+             "GB/s bus bandwidth",
+             o.tp_link.latency_s * 1e6, o.tp_link.bandwidth / 1e9);
   double budget = cfg.memory.budget_gb > 0 ? cfg.memory.budget_gb * kGiB
                                            : default_memory_budget_bytes(c.device);
   // The smallest budget of any rank, so every rank plans with the same number.

@@ -37,14 +37,39 @@ std::string base_name(const std::string& name) { return name.substr(0, name.find
 }  // namespace
 
 models::TensorParallel tensor_parallel_of(comm::ParallelComms& comms) {
-  const int size = comms.grid().shape().tp;
-  if (size == 1) return {};
-  return {comms.coord().tp, size, c10::make_intrusive<CommTpCollectives>(comms.tp_group())};
+  return tensor_parallel_over(comms.tp_group());
+}
+
+models::TensorParallel tensor_parallel_over(comm::Communicator& group) {
+  if (group.size() == 1) return {};
+  return {group.rank(), group.size(), c10::make_intrusive<CommTpCollectives>(group)};
 }
 
 double tp_all_reduce_seconds(const models::TensorParallel& tp) {
   const auto* c = dynamic_cast<const CommTpCollectives*>(tp.group.get());
   return c ? c->seconds : 0.0;
+}
+
+partition::TpLink measure_tp_link(comm::ParallelComms& comms, const torch::Device& device,
+                                  torch::Dtype dtype) {
+  comm::Communicator& tp = comms.tp_group();
+  if (tp.size() == 1) return {};
+  const auto seconds = [&](int64_t bytes, int calls) {
+    torch::Tensor t = torch::ones({std::max<int64_t>(1, bytes / torch::elementSize(dtype))},
+                                  torch::TensorOptions(dtype).device(device));
+    tp.all_reduce(t, comm::ReduceOp::kSum, "TP link probe");  // warm-up
+    tp.barrier("TP link probe");
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) tp.all_reduce(t, comm::ReduceOp::kSum, "TP link probe");
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
+  };
+  const int64_t big = 4 << 20;
+  const double latency = seconds(8, 50), large = seconds(big, 5);
+  const int n = tp.size();
+  double bandwidth = 2.0 * (n - 1) / n * big / std::max(large - latency, 1e-9);
+  torch::Tensor v = torch::tensor({latency, -bandwidth}, torch::kFloat64);
+  comms.world().all_reduce(v, comm::ReduceOp::kMax, "TP link");
+  return {-v[1].item<double>(), v[0].item<double>()};
 }
 
 TpLayout::TpLayout(const std::vector<models::UnitPtr>& units, models::TensorParallel tp)
@@ -70,6 +95,11 @@ torch::Tensor TpLayout::shard(const std::string& name, const torch::Tensor& full
                   "': expected the unsharded tensor with ", s.rows, " rows along dimension ",
                   s.dim, ", got shape ", full.sizes());
   return models::shard_of(full, s, tp_);
+}
+
+void TpLayout::alias(const std::string& name, const std::string& same_as) {
+  const auto it = specs_.find(same_as);
+  if (it != specs_.end()) specs_[name] = it->second;
 }
 
 std::set<std::string> TpLayout::replicated_names(const std::vector<std::string>& names) const {

@@ -13,15 +13,27 @@
 #include "comm/communicator.h"
 #include "comm/parallel_comms.h"
 #include "models/pipeline_unit.h"
+#include "partition/tensor_parallel.h"
 
 namespace omnibal::train {
 
 /// This rank's TensorParallel over comms.tp_group() (size 1, no group, when parallel.tp = 1).
 models::TensorParallel tensor_parallel_of(comm::ParallelComms& comms);
+/// TensorParallel over any communicator (rank and size are the group's); `group` must outlive
+/// the units built with it.
+models::TensorParallel tensor_parallel_over(comm::Communicator& group);
 
 /// Wall seconds this rank spent in TP all-reduces so far (forward, backward, recomputation and
 /// the vocab-parallel loss; waiting for the other TP ranks included). 0 without TP.
 double tp_all_reduce_seconds(const models::TensorParallel& tp);
+
+/// Collective over the world: the TP link as this run's TP groups see it, for the start-up
+/// planner (partition::TpLink: latency from 8-byte all-reduces, bus bandwidth from 4 MiB ones
+/// in the run's dtype on `device`, each TP group timing its own; the largest latency and the
+/// smallest bandwidth over the world, so every rank plans with the same figures). A fraction
+/// of a second. Without TP: an empty link (no bandwidth).
+partition::TpLink measure_tp_link(comm::ParallelComms& comms, const torch::Device& device,
+                                  torch::Dtype dtype);
 
 /// The shard layout of one stage's parameters, by full name ("llm_block_0.attention.wq.weight").
 class TpLayout {
@@ -41,6 +53,8 @@ class TpLayout {
   torch::Tensor gather(const std::string& name, const torch::Tensor& local) const;
   /// This rank's shard of the full tensor `full` of `name` (identity when replicated).
   torch::Tensor shard(const std::string& name, const torch::Tensor& full) const;
+  /// Gives `name` the spec of `same_as` (a tied head's copy held under the embedding's name).
+  void alias(const std::string& name, const std::string& same_as);
   /// Names of the replicated parameters among `names`.
   std::set<std::string> replicated_names(const std::vector<std::string>& names) const;
 

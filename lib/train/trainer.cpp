@@ -150,6 +150,14 @@ struct Trainer::State {
   int64_t param_hash();
   bool tied_copies_equal();
   bool tp_replicated_equal();
+  /// Runs the evaluator; its TP all-reduce seconds are kept apart from the training steps'.
+  EvalResult evaluate() {
+    const double before = tp_all_reduce_seconds(tp);
+    EvalResult r = evaluator->run(*stage, comms);
+    tp_eval_s += tp_all_reduce_seconds(tp) - before;
+    return r;
+  }
+  double tp_eval_s = 0;  ///< TP all-reduce seconds spent in evaluation
   std::string param_hash_text() {
     return fmt::format("{:08x}", static_cast<uint64_t>(param_hash()) & 0xffffffffffffULL);
   }
@@ -180,10 +188,14 @@ void Trainer::State::build_stage() {
       params.emplace_back(u->unit_name() + "." + np.key(), np.value());
     }
   }
+  tied = std::make_unique<TiedHead>(preset, plan.partition, stage_index, params);
+  // A tied head's copy on the head's stage answers to the embedding's name (tied_head.h): give
+  // it the head's shard layout, so it is gathered and sharded like the embedding.
+  if (tied->split() && !tp_layout.spec(TiedHead::kEmbeddingName).sharded())
+    tp_layout.alias(TiedHead::kEmbeddingName, TiedHead::kHeadName);
   std::vector<std::string> names;
   for (const auto& [name, p] : params) names.push_back(name);
   tp_replicated = tp_layout.replicated_names(names);
-  tied = std::make_unique<TiedHead>(preset, plan.partition, stage_index, params);
   if (stages > 1) pipe = std::make_unique<comm::TensorMessenger>(comms.pipeline());
   stage = std::make_unique<pipeline::StageExecutor>(units, stage_index, stages, pipe.get());
   programs = schedule::build_1f1b_schedule(stages, m);
@@ -401,8 +413,9 @@ void Trainer::State::log_start() const {
   log_info("{}", comms.grid().describe(comms.rank()));
   if (tp.active())
     log_info("tensor parallel: tp {} (TP all-reduces over {}), vocabulary {} padded to {} "
-             "rows per TP rank",
+             "({} rows per TP rank)",
              tp.size, comms.tp_group().name(), preset.llm.vocab_size,
+             padded_vocab_size(preset.llm.vocab_size, tp.size),
              models::vocab_per_rank(preset.llm.vocab_size, tp.size));
   log_info("stages: {}", plan.describe_stages());
   log_info("precision {} (gradient reduction {}), zero1 {}: optimizer state {:.1f} MiB, fp32 "
@@ -440,7 +453,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.tp_rank = comms.coord().tp;
   s.config_yaml = to_yaml(config);  // every auto resolved (export reads model.hf_style)
   s.preset = load_model_preset(config.model.preset);
-  models::check_tensor_parallel(s.preset, comms.grid().shape().tp);
+  check_tensor_parallel(s.preset, comms.grid().shape().tp);
   s.tp = tensor_parallel_of(comms);
   OMNIBAL_CHECK(!config.data.meta.empty(), "data.meta: expected the training meta file");
   OMNIBAL_CHECK(!config.data.tokenizer.empty(), "data.tokenizer: expected a SentencePiece .model");
@@ -561,7 +574,7 @@ void Trainer::after_step(int64_t step) {
   const TrainConfig& t = s.cfg.train;
   const bool last = step + 1 == t.steps;  // the end of the run evaluates and checkpoints anyway
   if (s.evaluator && t.eval_every > 0 && (step + 1) % t.eval_every == 0 && !last) {
-    s.last_eval = s.evaluator->run(*s.stage, s.comms);
+    s.last_eval = s.evaluate();
     s.log->eval(step + 1, *s.last_eval);
   }
   if (t.checkpoint_every > 0 && (step + 1) % t.checkpoint_every == 0 && !last) {
@@ -585,7 +598,7 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
         scanned_out, packer, skipped);
   if (s.counters.step != s.last_checkpoint || s.counters.step == 0) s.save_checkpoint();
   if (!out.stopped && s.evaluator) {
-    s.last_eval = s.evaluator->run(*s.stage, s.comms);
+    s.last_eval = s.evaluate();
     s.log->eval(s.counters.step, *s.last_eval);
   }
   out.steps_done = s.counters.step;
@@ -622,7 +635,8 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
   if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
   if (s.tp.active()) {
     summary["tp_replicated_equal"] = s.tp_replicated_equal();
-    torch::Tensor t = torch::full({1}, tp_all_reduce_seconds(s.tp), torch::kFloat64);
+    torch::Tensor t =
+        torch::full({1}, tp_all_reduce_seconds(s.tp) - s.tp_eval_s, torch::kFloat64);
     s.comms.world().all_reduce(t, comm::ReduceOp::kMax, "TP all-reduce time");
     summary["tp_all_reduce_s_per_step_max_rank"] = run_steps ? t.item<double>() / run_steps : 0.0;
   }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Per-unit cost table under the trainer's conditions on a 2-core host:
-#   bash scripts/bench/profile_costs.sh PLAN OUT.json Q_VIT Q_TOK SAMPLES
+#   [PRESET=tiny] [PROFILE_TP=1] bash scripts/bench/profile_costs.sh PLAN OUT.json Q_VIT Q_TOK SAMPLES
+# (PROFILE_TP > 1: one TP rank's shards, `omnibal-plan profile --tp`; the two processes then
+# stand for the two TP ranks of one stage.)
 # Two `omnibal-plan profile` processes run at once, each with one thread and pinned to its own
 # core (taskset -c 0 / -c 1), as the two PP ranks are (mpirun binds rank r to core r; threads
 # per rank = cores / ranks = 1), so both see the other core busy with the same kind of work
@@ -11,8 +13,8 @@
 # kept next to it.
 set -euo pipefail
 PLAN=$1 OUT=$2 QV=$3 QT=$4 NS=$5
-ARGS=(profile --preset tiny --q-vit "$QV" --q-tok "$QT" --samples-per-pack "$NS" --repeats 9
-      --warmup 2 --threads 1 --cpu-clock)
+ARGS=(profile --preset "${PRESET:-tiny}" --q-vit "$QV" --q-tok "$QT" --samples-per-pack "$NS"
+      --repeats 9 --warmup 2 --threads 1 --cpu-clock --tp "${PROFILE_TP:-1}")
 PIN0=(); PIN1=()
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then PIN0=(taskset -c 0); PIN1=(taskset -c 1); fi
 "${PIN0[@]}" "$PLAN" "${ARGS[@]}" --out "${OUT%.json}.core0.json" &

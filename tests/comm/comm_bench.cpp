@@ -1,6 +1,8 @@
 // Point-to-point cost of the communicator at 2 ranks: round-trip time of a ping-pong through
 // Communicator (waits poll under the watchdog) against plain MPI_Isend/MPI_Irecv + MPI_Wait,
-// and a 1F1B-style exchange where both ranks send a message with header at once.
+// and a 1F1B-style exchange where both ranks send a message with header at once. With a second
+// argument `allreduce`: the all-reduce latency and bus bandwidth (the TP link of the simulator,
+// scripts/bench/tp_bench.sh).
 // Run by scripts/bench/comm_p2p.sh; prints median and min-max over interleaved repetitions.
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 using namespace omnibal::comm;
@@ -85,6 +88,21 @@ double exchange(TensorMessenger& messenger, int64_t rows, int iters) {
   return seconds_since(t0) / iters;
 }
 
+/// In-place float32 all-reduces of `bytes` through Communicator (the TP all-reduce path);
+/// seconds per call.
+double all_reduce_comm(Communicator& comm, int64_t bytes, int iters) {
+  auto t = torch::ones({std::max<int64_t>(bytes / 4, 1)});
+  comm.barrier();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) comm.all_reduce(t, ReduceOp::kSum);
+  return seconds_since(t0) / iters;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 std::string summary(std::vector<double> v, double scale, const char* unit) {
   std::sort(v.begin(), v.end());
   return fmt::format("median {:.1f} {} (min {:.1f}, max {:.1f}, n={})", v[v.size() / 2] * scale,
@@ -98,6 +116,25 @@ int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 5;
   WaitPolicy policy;
   auto comm = make_mpi_communicator(MPI_COMM_WORLD, "world", std::make_shared<Watchdog>(policy));
+  if (argc > 2 && std::string(argv[2]) == "allreduce") {
+    // The TP link as the simulator takes it: latency from 8-byte all-reduces, bus bandwidth
+    // from 4 MiB ones (ring: 2 (n-1)/n * bytes / bandwidth on top of the latency).
+    std::vector<double> small, large;
+    const int64_t big = 4 << 20;
+    for (int r = 0; r < reps; ++r) {
+      small.push_back(all_reduce_comm(*comm, 8, 2000));
+      large.push_back(all_reduce_comm(*comm, big, 50));
+    }
+    const int n = comm->size();
+    const double lat = median_of(small), t = median_of(large);
+    const double gbps = 2.0 * (n - 1) / n * big / std::max(t - lat, 1e-9) / 1e9;
+    if (mpi.rank() == 0) {
+      std::printf("all-reduce %d ranks 8 B: %s\n", n, summary(small, 1e6, "us").c_str());
+      std::printf("all-reduce %d ranks 4 MiB: %s\n", n, summary(large, 1e3, "ms").c_str());
+      std::printf("tp link: latency_us %.2f bus_gbytes_per_s %.3f\n", lat * 1e6, gbps);
+    }
+    return 0;
+  }
   TensorMessenger messenger(*comm);
   struct Size {
     int64_t bytes;

@@ -1176,6 +1176,23 @@ def check_tp_grid(r):
         fail("tied tp 2 x pp 2: the tied weight should be stored once, whole")
     print(f"tied head at tp 2 x pp 2: 4 steps equal one process ({w:.1e}); copies bitwise equal; "
           f"stored once")
+    # Resumed at tp 2 x pp 2 (the head's copy takes its shard of the stored embedding) and at
+    # tp 1 x pp 1 from the same 2-step checkpoint: both continue as the straight run.
+    r.run(4, "tpg-tied-rs", 1, 2, 4, steps=2, extra=tied + tp(2))
+    shutil.copytree(os.path.join(r.a.work, "tpg-tied-rs"), os.path.join(r.a.work, "tpg-tied-rs1"),
+                    dirs_exist_ok=True)
+    _, d2 = r.run(4, "tpg-tied-rs", 1, 2, 4, steps=4, fresh=False,
+                  extra=tied + tp(2) + ["--resume", "auto"])
+    _, d1 = r.run(1, "tpg-tied-rs1", 1, 1, 4, steps=4, fresh=False,
+                  extra=tied + ["--resume", "auto"])
+    for d, what in ((d2, "tp 2 x pp 2"), (d1, "tp 1")):
+        got = metrics(d)
+        for a, b in zip(got[2:], metrics(tref)[2:4]):
+            if rel(a["loss"], b["loss"]) > 1e-4:
+                fail(f"tied, resumed at {what}: step {a['step']} loss {a['loss']:.8f} vs "
+                     f"{b['loss']:.8f} straight")
+    print("the tied tp 2 x pp 2 checkpoint resumes at tp 2 x pp 2 and at tp 1: steps 3-4 as the "
+          "straight run")
 
 
 def check_tp_resume(r):

@@ -39,12 +39,21 @@ TEST_CASE("ring all-reduce seconds: latency per call plus 2 (n-1)/n of the bytes
 }
 
 TEST_CASE("padding and the trainer's head checks", "[partition][tp]") {
+  using omnibal::check_tensor_parallel;
+  using omnibal::padded_vocab_size;
   CHECK(padded_vocab_size(92553, 1) == 92553);
   CHECK(padded_vocab_size(92553, 2) == 92554);
   CHECK(padded_vocab_size(92553, 4) == 92556);
   CHECK(padded_heads(25, 4) == 28);
-  CHECK_NOTHROW(check_tp_divides(tiny(), 2));  // ViT 4 heads, LLM 4 heads, 2 KV heads
-  CHECK_THROWS_WITH(check_tp_divides(tiny(), 4), Contains("llm.kv_heads = 2"));
+  CHECK_NOTHROW(check_tensor_parallel(tiny(), 2));  // ViT 4 heads, LLM 4 heads, 2 KV heads
+  CHECK_THROWS_WITH(check_tensor_parallel(tiny(), 4),
+                    Contains("model preset 'tiny' cannot split over parallel.tp = 4: llm.kv_heads "
+                             "= 2 is not divisible by 4"));
+  omnibal::ModelPreset odd_mlp = tiny();
+  odd_mlp.llm.mlp_dim = 350;  // heads divide by 4 after this, the MLP width does not
+  odd_mlp.llm.kv_heads = 4;
+  CHECK_THROWS_WITH(check_tensor_parallel(odd_mlp, 4), Contains("llm.mlp_dim = 350"));
+  CHECK_THROWS_WITH(check_tensor_parallel(tiny(), 0), Contains("parallel.tp: expected >= 1"));
   const auto internvl = omnibal::load_model_preset("internvl-1.5-6b-20b");
   CHECK_THROWS_WITH(AnalyticCostModel(internvl, device_spec("a100-80g"), 2),
                     Contains("vit.heads = 25"));

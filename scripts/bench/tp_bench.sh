@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Tensor-parallel benchmark (README "Tensor parallelism"): base-100m, one pipeline stage, DP 1,
+# m 2, ISF packs of the demo set, fp32, on this machine's two cores:
+#   tp1   1 rank with runtime.threads 2
+#   tp2   2 ranks (parallel.tp 2) with 1 thread each
+# REPS (default 3) interleaved repetitions of STEPS (default 8) steps; per layout the median
+# seconds per step over steps >= WARMUP (default 2) and, for tp2, the seconds per step spent in
+# TP all-reduces (summary.json: the slower rank, waits for the other rank included).
+# Then the simulator's TP 2 prediction beside the measurement, with nothing fitted to the runs
+# it predicts:
+#   - cost table: `omnibal-plan profile --preset base-100m --tp 2` as two 1-thread processes at
+#     once, one per core (profile_costs.sh with PROFILE_TP=2: one TP rank's compute alone);
+#   - TP link: all-reduce latency and bus bandwidth of this host's MPI through the communicator
+#     (tests/comm/comm_bench allreduce);
+#   - host overheads: calibrated on a held-out TP 2 run at m 1 (host_overheads.py), as
+#     sim_vs_measured.sh does;
+#   - `omnibal-plan simulate --tp 2` of each measured tp2 run's config.yaml (same packs).
+# Prints the load average before and after; run it on an idle machine.
+# Usage: bash scripts/bench/tp_bench.sh [REPS] [STEPS] [WARMUP]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/bench/bench_common.sh
+bench_binaries
+REPS=${1:-3}
+STEPS=${2:-8}
+WARMUP=${3:-2}
+OUT=${OMNIBAL_BENCH_OUT:-runs/bench-tp}
+BUILD_DIR=${OMNIBAL_BUILD_DIR:-build}
+mkdir -p "$OUT"
+cmake --build "$BUILD_DIR" --target comm_bench > /dev/null
+echo "tp_bench: $(date -u +%H:%M:%S) UTC, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+SCAN_META=$OUT/scan/meta.json
+[ -f "$SCAN_META" ] || "$PLAN" scan --config configs/demo.yaml --meta data/demo/train_meta.json \
+  --out "$OUT/scan" > "$OUT/scan.log"
+COMMON=(--config configs/demo.yaml --set model.preset=base-100m --set parallel.dp=1
+        --set parallel.pp=1 --set memory.recompute=none "${ISF_SET[@]}"
+        --set "data.meta=$SCAN_META" --set data.eval_meta= --set train.eval_every=0
+        --set train.checkpoint_every=0)
+run() {  # dir, np, then --set arguments
+  local dir=$1 np=$2; shift 2
+  rm -rf "$dir"
+  mpirun -np "$np" --bind-to core "$TRAIN" "${COMMON[@]}" --set "runtime.run_dir=$dir" "$@" \
+    > "$dir.log" 2>&1 || { echo "tp_bench: $dir failed, see $dir.log" >&2; exit 1; }
+}
+# 1. The measured runs, interleaved.
+for rep in $(seq 1 "$REPS"); do
+  run "$OUT/tp1-$rep" 1 --set parallel.tp=1 --set runtime.threads=2 --set parallel.micro_batches=2 \
+    --set "train.steps=$STEPS"
+  run "$OUT/tp2-$rep" 2 --set parallel.tp=2 --set runtime.threads=1 --set parallel.micro_batches=2 \
+    --set "train.steps=$STEPS"
+done
+# 2. What the simulator is given: the TP 2 table, the link, the held-out calibration run.
+PRESET=base-100m PROFILE_TP=2 bash scripts/bench/profile_costs.sh "$PLAN" "$OUT/costs-tp2.json" \
+  40 700 6 > "$OUT/profile.log"
+mpirun -np 2 --bind-to core "$BUILD_DIR/tests/comm/comm_bench" 7 allreduce > "$OUT/link.log"
+read -r LAT GBPS < <(awk '/^tp link:/ {print $4, $6}' "$OUT/link.log")
+simulate() {  # run dir, sim json, then extra flags
+  local run=$1 json=$2; shift 2
+  "$SIM" simulate --config "$run/config.yaml" --cost-table-in "$OUT/costs-tp2.json" \
+    --steps "$STEPS" --tp 2 --tp-link-gbps "$GBPS" --tp-latency-us "$LAT" "$@" \
+    --json "$json" > "$json.log"
+}
+run "$OUT/calib" 2 --set parallel.tp=2 --set runtime.threads=1 --set parallel.micro_batches=1 \
+  --set "train.steps=$STEPS"
+echo "tp_bench: load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+simulate "$OUT/calib" "$OUT/calib.raw.sim.json"
+python3 scripts/bench/host_overheads.py --warmup "$WARMUP" "$OUT/calib" "$OUT/calib.raw.sim.json" \
+  > "$OUT/overheads.args" 2> "$OUT/overheads.log"
+read -r -a OVERHEADS < "$OUT/overheads.args"
+for rep in $(seq 1 "$REPS"); do
+  simulate "$OUT/tp2-$rep" "$OUT/tp2-$rep.sim.json" "${OVERHEADS[@]}"
+done
+python3 - "$OUT" "$REPS" "$WARMUP" "$LAT" "$GBPS" <<'PY'
+import json, os, statistics, sys
+out, reps, warm, lat, gbps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+def steps(d):
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        return [json.loads(l) for l in f if l.strip()]
+def med(xs): return statistics.median(xs)
+t1 = [m["step_seconds"] for r in range(1, reps + 1) for m in steps(f"{out}/tp1-{r}")[warm:]]
+t2 = [m["step_seconds"] for r in range(1, reps + 1) for m in steps(f"{out}/tp2-{r}")[warm:]]
+ar = [json.load(open(f"{out}/tp2-{r}/summary.json"))["tp_all_reduce_s_per_step_max_rank"]
+      for r in range(1, reps + 1)]
+sim, tpc = [], []
+for r in range(1, reps + 1):
+    s = json.load(open(f"{out}/tp2-{r}.sim.json"))
+    sim += [x["step_seconds"] for x in s["steps"] if x["step"] >= warm]
+    tpc += [x["tp_comm_seconds"] for x in s["steps"] if x["step"] >= warm]
+l1 = [json.load(open(f"{out}/tp1-{r}/summary.json"))["final_loss"] for r in range(1, reps + 1)]
+l2 = [json.load(open(f"{out}/tp2-{r}/summary.json"))["final_loss"] for r in range(1, reps + 1)]
+print(f"base-100m, PP 1 x DP 1, m 2, fp32; {reps} interleaved repetitions, steps >= {warm}")
+print(f"  tp 1 (1 rank x 2 threads): {med(t1):.3f} s/step   final loss {med(l1):.5f}")
+print(f"  tp 2 (2 ranks x 1 thread): {med(t2):.3f} s/step   final loss {med(l2):.5f}"
+      f"   TP all-reduces {med(ar):.3f} s/step ({100 * med(ar) / med(t2):.0f} %)")
+print(f"  tp 2 / tp 1 step time: {med(t2) / med(t1):.2f}")
+print(f"  simulator, tp 2 (profiled TP 2 table, link {gbps} GB/s + {lat} us per all-reduce, "
+      f"held-out host overheads): {med(sim):.3f} s/step, {100 * (med(sim) / med(t2) - 1):+.1f} % "
+      f"vs measured; its TP all-reduce time {med(tpc):.3f} s/step")
+PY
