@@ -30,20 +30,22 @@ mkdir -p "$OUT"
 cmake --build "$BUILD_DIR" --target comm_bench > /dev/null
 echo "tp_bench: $(date -u +%H:%M:%S) UTC, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 SCAN_META=$OUT/scan/meta.json
-[ -f "$SCAN_META" ] || "$PLAN" scan --config configs/demo.yaml --meta data/demo/train_meta.json \
-  --out "$OUT/scan" > "$OUT/scan.log"
+[ -f "$SCAN_META" ] || "$PLAN" scan --config configs/demo.yaml --preset base-100m \
+  --meta data/demo/train_meta.json --out "$OUT/scan" > "$OUT/scan.log"
 COMMON=(--config configs/demo.yaml --set model.preset=base-100m --set parallel.dp=1
         --set parallel.pp=1 --set memory.recompute=none "${ISF_SET[@]}"
         --set "data.meta=$SCAN_META" --set data.eval_meta= --set train.eval_every=0
         --set train.checkpoint_every=0)
-run() {  # dir, np, then --set arguments
+run() {  # dir, np, then --set arguments (1 rank: unbound, it runs 2 threads; 2: one core each)
   local dir=$1 np=$2; shift 2
+  local bind=core
+  [ "$np" = 1 ] && bind=none
   rm -rf "$dir"
-  mpirun -np "$np" --bind-to core "$TRAIN" "${COMMON[@]}" --set "runtime.run_dir=$dir" "$@" \
+  mpirun -np "$np" --bind-to "$bind" "$TRAIN" "${COMMON[@]}" --set "runtime.run_dir=$dir" "$@" \
     > "$dir.log" 2>&1 || { echo "tp_bench: $dir failed, see $dir.log" >&2; exit 1; }
 }
-# 1. The measured runs, interleaved.
-for rep in $(seq 1 "$REPS"); do
+# 1. The measured runs, interleaved (TP_BENCH_SIM_ONLY=1: keep those in OUT, redo steps 2-3).
+[ "${TP_BENCH_SIM_ONLY:-0}" = 1 ] || for rep in $(seq 1 "$REPS"); do
   run "$OUT/tp1-$rep" 1 --set parallel.tp=1 --set runtime.threads=2 --set parallel.micro_batches=2 \
     --set "train.steps=$STEPS"
   run "$OUT/tp2-$rep" 2 --set parallel.tp=2 --set runtime.threads=1 --set parallel.micro_batches=2 \
@@ -54,13 +56,17 @@ PRESET=base-100m PROFILE_TP=2 bash scripts/bench/profile_costs.sh "$PLAN" "$OUT/
   40 700 6 > "$OUT/profile.log"
 mpirun -np 2 --bind-to core "$BUILD_DIR/tests/comm/comm_bench" 7 allreduce > "$OUT/link.log"
 read -r LAT GBPS < <(awk '/^tp link:/ {print $4, $6}' "$OUT/link.log")
-simulate() {  # run dir, sim json, then extra flags
+simulate() {  # run dir, sim json, then extra flags; the run's split as a manual one
   local run=$1 json=$2; shift 2
-  "$SIM" simulate --config "$run/config.yaml" --cost-table-in "$OUT/costs-tp2.json" \
+  local split
+  split=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["partition"])' \
+    "$run/summary.json")
+  "$SIM" simulate --config "$run/config.yaml" --set "parallel.partition={manual: $split}" \
+    --cost-table-in "$OUT/costs-tp2.json" \
     --steps "$STEPS" --tp 2 --tp-link-gbps "$GBPS" --tp-latency-us "$LAT" "$@" \
     --json "$json" > "$json.log"
 }
-run "$OUT/calib" 2 --set parallel.tp=2 --set runtime.threads=1 --set parallel.micro_batches=1 \
+[ "${TP_BENCH_SIM_ONLY:-0}" = 1 ] || run "$OUT/calib" 2 --set parallel.tp=2 --set runtime.threads=1 --set parallel.micro_batches=1 \
   --set "train.steps=$STEPS"
 echo "tp_bench: load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
 simulate "$OUT/calib" "$OUT/calib.raw.sim.json"
@@ -68,6 +74,7 @@ python3 scripts/bench/host_overheads.py --warmup "$WARMUP" "$OUT/calib" "$OUT/ca
   > "$OUT/overheads.args" 2> "$OUT/overheads.log"
 read -r -a OVERHEADS < "$OUT/overheads.args"
 for rep in $(seq 1 "$REPS"); do
+  simulate "$OUT/tp2-$rep" "$OUT/tp2-$rep.raw.sim.json"
   simulate "$OUT/tp2-$rep" "$OUT/tp2-$rep.sim.json" "${OVERHEADS[@]}"
 done
 python3 - "$OUT" "$REPS" "$WARMUP" "$LAT" "$GBPS" <<'PY'
@@ -81,8 +88,10 @@ t1 = [m["step_seconds"] for r in range(1, reps + 1) for m in steps(f"{out}/tp1-{
 t2 = [m["step_seconds"] for r in range(1, reps + 1) for m in steps(f"{out}/tp2-{r}")[warm:]]
 ar = [json.load(open(f"{out}/tp2-{r}/summary.json"))["tp_all_reduce_s_per_step_max_rank"]
       for r in range(1, reps + 1)]
-sim, tpc = [], []
+sim, tpc, raw = [], [], []
 for r in range(1, reps + 1):
+    s = json.load(open(f"{out}/tp2-{r}.raw.sim.json"))
+    raw += [x["step_seconds"] for x in s["steps"] if x["step"] >= warm]
     s = json.load(open(f"{out}/tp2-{r}.sim.json"))
     sim += [x["step_seconds"] for x in s["steps"] if x["step"] >= warm]
     tpc += [x["tp_comm_seconds"] for x in s["steps"] if x["step"] >= warm]
@@ -96,4 +105,6 @@ print(f"  tp 2 / tp 1 step time: {med(t2) / med(t1):.2f}")
 print(f"  simulator, tp 2 (profiled TP 2 table, link {gbps} GB/s + {lat} us per all-reduce, "
       f"held-out host overheads): {med(sim):.3f} s/step, {100 * (med(sim) / med(t2) - 1):+.1f} % "
       f"vs measured; its TP all-reduce time {med(tpc):.3f} s/step")
+print(f"  simulator, tp 2, the profiled table and link alone (no host overheads): {med(raw):.3f} "
+      f"s/step, {100 * (med(raw) / med(t2) - 1):+.1f} %")
 PY
