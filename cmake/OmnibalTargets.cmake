@@ -59,3 +59,19 @@ function(omnibal_add_test name)
   catch_discover_tests(${name} PROPERTIES LABELS "${_labels}"
                        ENVIRONMENT "OMNIBAL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
+
+# A Catch2 executable run as one ctest test under `mpiexec -n RANKS` (oversubscribed, unbound,
+# one thread per rank, allowed as root): omnibal_add_mpi_test(exe TEST name RANKS 2
+#   SOURCES ... DEPS ... LABELS ... TIMEOUT s). MPI is initialised once by omnibal_mpi_test_main.
+function(omnibal_add_mpi_test name)
+  cmake_parse_arguments(ARG "" "TEST;RANKS;TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE omnibal_mpi_test_main Catch2::Catch2 ${ARG_DEPS})
+  omnibal_use_torch_pch(${name})
+  add_test(NAME ${ARG_TEST}
+    COMMAND ${MPIEXEC_EXECUTABLE} -n ${ARG_RANKS} --oversubscribe --bind-to none
+            $<TARGET_FILE:${name}>)
+  set_tests_properties(${ARG_TEST} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    PROCESSORS ${ARG_RANKS}
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+endfunction()
