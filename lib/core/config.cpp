@@ -95,7 +95,12 @@ std::string to_yaml(const Config& config) { return yaml_struct::write_section(co
 
 std::vector<std::string> config_differences(const Config& a, const Config& b,
                                             const std::vector<std::string>& keys) {
-  const YAML::Node ya = YAML::Load(to_yaml(a)), yb = YAML::Load(to_yaml(b));
+  return yaml_differences(to_yaml(a), to_yaml(b), keys);
+}
+
+std::vector<std::string> yaml_differences(const std::string& a_yaml, const std::string& b_yaml,
+                                          const std::vector<std::string>& keys) {
+  const YAML::Node ya = YAML::Load(a_yaml), yb = YAML::Load(b_yaml);
   const auto find = [](YAML::Node node, const std::string& key) {
     std::stringstream path(key);
     for (std::string part; std::getline(path, part, '.');) {
@@ -105,6 +110,7 @@ std::vector<std::string> config_differences(const Config& a, const Config& b,
     return node;
   };
   const auto text = [](const YAML::Node& node) {
+    if (!node.IsDefined()) return std::string("(absent)");
     YAML::Emitter out;
     out << YAML::Flow << node;
     return std::string(out.c_str());

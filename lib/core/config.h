@@ -289,5 +289,9 @@ std::string to_yaml(const Config& config);
 /// Throws omnibal::Error naming a key that is not in the config.
 std::vector<std::string> config_differences(const Config& a, const Config& b,
                                             const std::vector<std::string>& keys);
+/// The same over two YAML documents (a config's, a preset's); a key missing from either
+/// document counts as differing.
+std::vector<std::string> yaml_differences(const std::string& a_yaml, const std::string& b_yaml,
+                                          const std::vector<std::string>& keys);
 
 }  // namespace omnibal

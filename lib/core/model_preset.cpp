@@ -108,4 +108,10 @@ int64_t padded_vocab_size(int64_t vocab, int tp) {
   return (vocab + tp - 1) / tp * tp;
 }
 
+std::string preset_architecture_yaml(const ModelPreset& preset) {
+  ModelPreset unnamed = preset;
+  unnamed.name.clear();
+  return yaml_struct::write_section(unnamed);
+}
+
 }  // namespace omnibal

@@ -108,6 +108,10 @@ void check_tensor_parallel(const ModelPreset& preset, int tp);
 /// with a divisor of tp): ceil(vocab / tp) * tp. Throws omnibal::Error when tp < 1.
 int64_t padded_vocab_size(int64_t vocab, int tp);
 
+/// The architecture of `preset` as YAML (vit, projector, llm; not the name), as checkpoints
+/// record it.
+std::string preset_architecture_yaml(const ModelPreset& preset);
+
 /// Path of a named preset under <source_dir>/models/presets.
 std::string model_preset_path(const std::string& name_or_path);
 

@@ -25,7 +25,12 @@ AnalyticCostModel::AnalyticCostModel(ModelPreset preset, DeviceSpec device, int 
     llm_only.vit.heads = static_cast<int>(padded_heads(preset_.vit.heads, tp_));
     check_tensor_parallel(llm_only, tp_);
   } else {
-    check_tensor_parallel(preset_, tp_);
+    try {
+      check_tensor_parallel(preset_, tp_);
+    } catch (const Error& e) {  // the planner's way out, which the trainer does not have
+      OMNIBAL_FAIL(e.what(), "; to plan it anyway with zero dummy ViT heads padded to a multiple "
+                   "of tp (Megatron-LM's NVLM), pass --tp-vit-dummy-heads");
+    }
   }
   OMNIBAL_CHECK(device_.peak_flops > 0 && device_.hbm_bandwidth > 0,
                 "analytic cost model: device '", device_.name, "' lacks peak figures");

@@ -91,6 +91,10 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
   OMNIBAL_CHECK(table.model == c.preset->name, "parallel.cost_table: '", origin,
                 "' is a table of model '", table.model, "' but model.preset is '", c.preset->name,
                 "'");
+  OMNIBAL_CHECK(table.tp == cfg.parallel.tp, "parallel.cost_table: '", origin,
+                "' holds the costs of one rank at tp ", table.tp, " but parallel.tp is ",
+                cfg.parallel.tp, "; profile at the run's tp (omnibal-plan profile --tp ",
+                cfg.parallel.tp, ")");
   OMNIBAL_CHECK(table.units.size() == names.size(), "parallel.cost_table: '", origin, "' has ",
                 table.units.size(), " units, the '", c.preset->name, "' preset ", names.size());
   for (size_t u = 0; u < names.size(); ++u)

@@ -7,13 +7,15 @@
 namespace omnibal::train {
 
 nlohmann::json TrainCounters::to_json() const {
-  return {{"step", step},
-          {"epoch", epoch},
-          {"step_in_epoch", step_in_epoch},
-          {"samples", samples},
-          {"tokens", tokens},
-          {"plan_hash", plan_hash},
-          {"stage_plan", stage_plan}};
+  nlohmann::json j = {{"step", step},
+                      {"epoch", epoch},
+                      {"step_in_epoch", step_in_epoch},
+                      {"samples", samples},
+                      {"tokens", tokens},
+                      {"plan_hash", plan_hash},
+                      {"stage_plan", stage_plan}};
+  if (!model_architecture.empty()) j["model_architecture"] = model_architecture;
+  return j;
 }
 
 TrainCounters TrainCounters::from_json(const nlohmann::json& j) {
@@ -25,6 +27,8 @@ TrainCounters TrainCounters::from_json(const nlohmann::json& j) {
   c.tokens = j.at("tokens").get<int64_t>();
   c.plan_hash = j.at("plan_hash").get<uint64_t>();
   if (j.contains("stage_plan")) c.stage_plan = j.at("stage_plan");
+  if (j.contains("model_architecture"))  // checkpoints before it: not recorded
+    c.model_architecture = j.at("model_architecture").get<std::string>();
   return c;
 }
 

@@ -34,6 +34,7 @@ struct TrainCounters {
   int64_t tokens = 0;         ///< LLM tokens seen so far
   uint64_t plan_hash = 0;     ///< epoch 0's plan hash
   nlohmann::json stage_plan;  ///< the stage plan in use (memory/stage_plan.h JSON; metadata)
+  std::string model_architecture;  ///< preset_architecture_yaml of the run (resume refuses another)
   nlohmann::json to_json() const;
   static TrainCounters from_json(const nlohmann::json& j);
 };

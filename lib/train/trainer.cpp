@@ -105,6 +105,22 @@ static void refuse_data_plan_change(const std::string& dir, const TrainCounters&
                "runtime.run_dir");
 }
 
+/// The preset file behind model.preset may change between launches; a checkpoint of another
+/// architecture would load whatever names still match (a head untied since, say, left out).
+/// Refuse, naming the keys that changed.
+static void refuse_architecture_change(const std::string& dir, const TrainCounters& at,
+                                       const std::string& now, const std::string& preset) {
+  if (at.model_architecture.empty()) return;  // written before the record existed
+  const auto changed = yaml_differences(at.model_architecture, now, {"vit", "projector", "llm"});
+  if (changed.empty()) return;
+  std::string list;
+  for (const auto& c : changed) list += "\n  " + c;
+  OMNIBAL_FAIL(dir, ": the checkpoint was written for another architecture than model.preset '",
+               preset, "' has now (checkpoint -> now):", list,
+               "\nRestore the preset to resume; to train the changed model from these weights, "
+               "start a new run from an export (omnibal-plan export, then model.init_from)");
+}
+
 struct Trainer::State {
   const Config cfg;  ///< resolved (run_config.h); never changed
   comm::ParallelComms& comms;
@@ -362,6 +378,7 @@ void Trainer::State::restore(const ResumePoint& resume) {
     counters = checkpoints->load(resume.dir, params, *optimizer, tp_layout);
     counters.plan_hash = hash;
     counters.stage_plan = memory::stage_plan_json(plan);
+    counters.model_architecture = preset_architecture_yaml(preset);
     if (comms.rank() == 0) {
       const nlohmann::json st = checkpoints->rank_state(resume.dir);
       const std::string written =
@@ -464,10 +481,13 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.check_plan_hash();
   s.checkpoints = std::make_unique<TrainCheckpoint>(config.runtime.run_dir + "/checkpoints",
                                                     config.train.keep_checkpoints, comms.world());
-  if (resume.resuming())  // checked before any start-up work
-    refuse_data_plan_change(resume.dir,
-                            TrainCounters::from_json(s.checkpoints->rank_state(resume.dir)),
-                            s.counters.plan_hash, *resume.saved, config);
+  s.counters.model_architecture = preset_architecture_yaml(s.preset);
+  if (resume.resuming()) {  // checked before any start-up work
+    const TrainCounters saved = TrainCounters::from_json(s.checkpoints->rank_state(resume.dir));
+    refuse_architecture_change(resume.dir, saved, s.counters.model_architecture,
+                               config.model.preset);
+    refuse_data_plan_change(resume.dir, saved, s.counters.plan_hash, *resume.saved, config);
+  }
   StartupPlanContext planning;
   planning.config = &config;
   planning.preset = &s.preset;

@@ -1244,6 +1244,30 @@ def check_tp_refusals(r):
     p, _ = r.run(2, "tpf-zero", 1, 1, 4, extra=["--set", "parallel.tp=0"], expect_ok=False)
     line = refusal(p, "parallel.tp: expected a positive value, got 0", "parallel.tp 0")
     print("parallel.tp 0 refused: " + line[:150])
+    # A cost table profiled at another tp than the run's.
+    table = os.path.join(r.a.work, "tpf-table.json")
+    write_table(table, heavy=0)
+    p, _ = r.run(2, "tpf-table", 1, 1, 4, expect_ok=False,
+                 extra=tp(2) + ["--set", f"parallel.cost_table={table}",
+                                "--set", "memory.recompute=adaptive"])
+    line = refusal(p, "holds the costs of one rank at tp 1 but parallel.tp is 2",
+                   "a tp 1 cost table at tp 2")
+    print("a tp 1 cost table at tp 2 refused: " + line[:150])
+    # The preset file edited between launches (the head tied since): the resume is refused
+    # naming the key, instead of loading the names that still match.
+    with open(os.path.join(HERE, "..", "..", "models", "presets", "tiny.yaml")) as f:
+        text = f.read()
+    preset = os.path.join(r.a.work, "tpf-tiny.yaml")
+    with open(preset, "w") as f:
+        f.write(text)
+    arch = ["--set", f"model.preset={preset}"]
+    r.run(2, "tpf-arch", 1, 1, 4, steps=2, extra=tp(2) + arch)
+    with open(preset, "w") as f:
+        f.write(text.replace("tie_embeddings: false", "tie_embeddings: true"))
+    p, _ = r.run(2, "tpf-arch", 1, 1, 4, steps=4, fresh=False, expect_ok=False,
+                 extra=tp(2) + arch + ["--resume", "auto"])
+    line = refusal(p, "llm.tie_embeddings: false -> true", "a resume after the preset changed")
+    print("a resume after the preset file changed refused: " + line[:150])
 
 
 def main():
