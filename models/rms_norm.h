@@ -9,6 +9,15 @@
 
 namespace omnibal::models {
 
+/// weight * xf / sqrt(mean_sq + eps) with the normalisation in fp32, cast to `dtype` (the
+/// input's) before the scale. xf: the input in fp32; mean_sq [..., 1] fp32: the mean of x^2
+/// over the normalised channels (under TP from every rank's channels, models/vit.h).
+inline torch::Tensor rms_scale(const torch::Tensor& xf, torch::ScalarType dtype,
+                               const torch::Tensor& weight, const torch::Tensor& mean_sq,
+                               double eps) {
+  return weight * (xf * torch::rsqrt(mean_sq + eps)).to(dtype);
+}
+
 /// RMS normalisation over the last dimension with a learned per-channel scale `weight` [dim].
 class RmsNormImpl : public torch::nn::Module {
  public:
@@ -19,9 +28,9 @@ class RmsNormImpl : public torch::nn::Module {
   /// x [..., dim] -> [..., dim], same dtype as x.
   torch::Tensor forward(const torch::Tensor& x) {
     const torch::Tensor xf = x.to(torch::kFloat32);
-    const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps_);
-    return weight * normed.to(x.scalar_type());
+    return rms_scale(xf, x.scalar_type(), weight, xf.pow(2).mean(-1, true), eps_);
   }
+  double eps() const { return eps_; }
   torch::Tensor weight;
 
  private:
@@ -42,7 +51,7 @@ class VitNormImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     if (!rms_) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps_);
     const torch::Tensor xf = x.to(torch::kFloat32);
-    return weight * (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps_)).to(x.scalar_type());
+    return rms_scale(xf, x.scalar_type(), weight, xf.pow(2).mean(-1, true), eps_);
   }
   torch::Tensor weight, bias;
 

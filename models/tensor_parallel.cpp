@@ -17,7 +17,7 @@ using Op = TpCollectives::Op;
 /// In-place all-reduce of a contiguous copy; skipped without a group (profiling stand-in).
 torch::Tensor all_reduced(const torch::Tensor& x, const c10::intrusive_ptr<TpCollectives>& group,
                           Op op = Op::kSum) {
-  torch::Tensor t = x.contiguous().clone();
+  torch::Tensor t = x.clone(at::MemoryFormat::Contiguous);  // one copy, reduced in place
   if (group) group->all_reduce(t, op);
   return t;
 }

@@ -77,7 +77,7 @@ torch::Tensor VitAttentionImpl::qk_norm(const torch::Tensor& x, RmsNorm& norm) {
   if (!tp_.active()) return norm->forward(x);
   const torch::Tensor xf = x.to(torch::kFloat32);
   const torch::Tensor mean_sq = sum_over_tp(xf.pow(2).sum(-1, true), tp_) / width_;
-  return norm->weight * (xf * torch::rsqrt(mean_sq + kVitNormEps)).to(x.scalar_type());
+  return rms_scale(xf, x.scalar_type(), norm->weight, mean_sq, norm->eps());
 }
 
 torch::Tensor VitAttentionImpl::forward(const torch::Tensor& x) {

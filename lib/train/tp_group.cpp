@@ -1,5 +1,6 @@
 #include "train/tp_group.h"
 
+#include "comm/link_probe.h"
 #include "core/error.h"
 
 #include <chrono>
@@ -52,23 +53,11 @@ double tp_all_reduce_seconds(const models::TensorParallel& tp) {
 
 partition::TpLink measure_tp_link(comm::ParallelComms& comms, const torch::Device& device,
                                   torch::Dtype dtype) {
-  comm::Communicator& tp = comms.tp_group();
-  if (tp.size() == 1) return {};
-  const auto seconds = [&](int64_t bytes, int calls) {
-    torch::Tensor t = torch::ones({std::max<int64_t>(1, bytes / torch::elementSize(dtype))},
-                                  torch::TensorOptions(dtype).device(device));
-    tp.all_reduce(t, comm::ReduceOp::kSum, "TP link probe");  // warm-up
-    tp.barrier("TP link probe");
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) tp.all_reduce(t, comm::ReduceOp::kSum, "TP link probe");
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
-  };
-  const int64_t big = 4 << 20;
-  const double latency = seconds(8, 50), large = seconds(big, 5);
-  const int n = tp.size();
-  double bandwidth = 2.0 * (n - 1) / n * big / std::max(large - latency, 1e-9);
-  torch::Tensor v = torch::tensor({latency, -bandwidth}, torch::kFloat64);
-  comms.world().all_reduce(v, comm::ReduceOp::kMax, "TP link");
+  if (comms.tp_group().size() == 1) return {};
+  const comm::AllReduceLink link =
+      comm::probe_all_reduce(comms.tp_group(), torch::TensorOptions(dtype).device(device));
+  torch::Tensor v = torch::tensor({link.latency_s, -link.bus_bandwidth}, torch::kFloat64);
+  comms.world().all_reduce(v, comm::ReduceOp::kMax, "TP link");  // slowest group: every rank
   return {-v[1].item<double>(), v[0].item<double>()};
 }
 
@@ -88,12 +77,13 @@ torch::Tensor TpLayout::gather(const std::string& name, const torch::Tensor& loc
   return models::gather_full(local, spec(name), tp_);
 }
 
-torch::Tensor TpLayout::shard(const std::string& name, const torch::Tensor& full) const {
+torch::Tensor TpLayout::shard(const std::string& name, const torch::Tensor& full,
+                              const std::string& origin) const {
   const models::ShardSpec s = spec(name);
   if (s.sharded())
-    OMNIBAL_CHECK(full.dim() > s.dim && full.size(s.dim) == s.rows, "'", name,
-                  "': expected the unsharded tensor with ", s.rows, " rows along dimension ",
-                  s.dim, ", got shape ", full.sizes());
+    OMNIBAL_CHECK(full.dim() > s.dim && full.size(s.dim) == s.rows, origin, ": '", name,
+                  "' has shape ", full.sizes(), " there but ", s.rows,
+                  " rows along dimension ", s.dim, " in this model (another preset?)");
   return models::shard_of(full, s, tp_);
 }
 

@@ -51,8 +51,11 @@ class TpLayout {
   /// Collective over TP: the full tensor of `name` from this rank's shard (identity when
   /// replicated or TP is off). Every TP rank must call it for the same names in the same order.
   torch::Tensor gather(const std::string& name, const torch::Tensor& local) const;
-  /// This rank's shard of the full tensor `full` of `name` (identity when replicated).
-  torch::Tensor shard(const std::string& name, const torch::Tensor& full) const;
+  /// This rank's shard of the full tensor `full` of `name` (identity when replicated). Throws
+  /// omnibal::Error naming `origin` (a checkpoint, model.init_from) when `full` does not have
+  /// the unsharded size along the split dimension.
+  torch::Tensor shard(const std::string& name, const torch::Tensor& full,
+                      const std::string& origin) const;
   /// Gives `name` the spec of `same_as` (a tied head's copy held under the embedding's name).
   void alias(const std::string& name, const std::string& same_as);
   /// Names of the replicated parameters among `names`.

@@ -77,13 +77,7 @@ TrainCounters TrainCheckpoint::load(
     if (n.find('#') != std::string::npos) names.push_back(n);  // the plain names are above
   auto tensors = impl_->store.load_tensors(dir, names);
   torch::NoGradGuard no_grad;
-  for (auto& [name, t] : tensors) {
-    const models::ShardSpec spec = tp.spec(name);
-    OMNIBAL_CHECK(!spec.sharded() || (t.dim() > spec.dim && t.size(spec.dim) == spec.rows), dir,
-                  ": '", name, "' has shape ", t.sizes(), " in the checkpoint but ", spec.rows,
-                  " rows along dimension ", spec.dim, " in this model (another preset?)");
-    t = tp.shard(name, t);
-  }
+  for (auto& [name, t] : tensors) t = tp.shard(name, t, dir);
   for (const auto& [name, p] : params) {
     const torch::Tensor& t = tensors.at(name);
     OMNIBAL_CHECK(t.sizes() == p.sizes(), dir, ": parameter '", name, "' has shape ", t.sizes(),

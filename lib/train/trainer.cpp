@@ -296,19 +296,15 @@ pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
 StepMetrics Trainer::State::gather_metrics(const pipeline::StageStepResult& r,
                                            const std::vector<models::PackBatch>& packs) {
   StepMetrics mine(stages, dp);
-  if (tp_rank != 0) {  // the TP ranks of a stage hold the same loss, packs and times
-    torch::Tensor v = mine.pack();
-    comms.world().all_reduce(v, comm::ReduceOp::kSum, "step metrics");
-    return StepMetrics::unpack(v, stages, dp);
-  }
-  if (is_last_stage()) {
+  const bool counts = tp_rank == 0;  // the TP ranks of a stage hold the same loss, packs, times
+  if (counts && is_last_stage()) {
     mine.loss_term_sum = r.loss_term_sum;  // sum of w_t * l_t under loss.reduction
     for (const auto& [loss, count] : r.micro_batches) {
       mine.micro_batch_mean_loss_sum += count ? loss / count : 0.0;
       mine.micro_batches += 1;
     }
   }
-  if (stage_index == 0) {
+  if (counts && stage_index == 0) {
     int64_t samples = 0, tokens = 0, tiles = 0;
     for (const auto& p : packs) {
       samples += p.num_samples();
@@ -319,7 +315,7 @@ StepMetrics Trainer::State::gather_metrics(const pipeline::StageStepResult& r,
     mine.tokens = static_cast<double>(tokens);
     mine.dp_ranks[dp_rank] = {static_cast<double>(tiles), static_cast<double>(tokens)};
   }
-  if (dp_rank == 0)
+  if (counts && dp_rank == 0)
     mine.stages[stage_index] = {r.times.forward_s, r.times.backward_s, r.times.idle_s,
                                 r.times.reduce_s};
   torch::Tensor v = mine.pack();
@@ -410,7 +406,7 @@ void Trainer::State::restore(const ResumePoint& resume) {
       auto full = whole[i]->named_parameters();
       for (auto& np : units[i]->named_parameters()) {
         const std::string name = units[i]->unit_name() + "." + np.key();
-        np.value().copy_(tp_layout.shard(name, full[np.key()].detach()));
+        np.value().copy_(tp_layout.shard(name, full[np.key()].detach(), cfg.model.init_from));
       }
     }
   }

@@ -5,6 +5,7 @@
 // scripts/bench/tp_bench.sh).
 // Run by scripts/bench/comm_p2p.sh; prints median and min-max over interleaved repetitions.
 #include "comm/communicator.h"
+#include "comm/link_probe.h"
 #include "comm/mpi_runtime.h"
 #include "comm/tensor_message.h"
 
@@ -88,16 +89,6 @@ double exchange(TensorMessenger& messenger, int64_t rows, int iters) {
   return seconds_since(t0) / iters;
 }
 
-/// In-place float32 all-reduces of `bytes` through Communicator (the TP all-reduce path);
-/// seconds per call.
-double all_reduce_comm(Communicator& comm, int64_t bytes, int iters) {
-  auto t = torch::ones({std::max<int64_t>(bytes / 4, 1)});
-  comm.barrier();
-  const auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) comm.all_reduce(t, ReduceOp::kSum);
-  return seconds_since(t0) / iters;
-}
-
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -117,21 +108,23 @@ int main(int argc, char** argv) {
   WaitPolicy policy;
   auto comm = make_mpi_communicator(MPI_COMM_WORLD, "world", std::make_shared<Watchdog>(policy));
   if (argc > 2 && std::string(argv[2]) == "allreduce") {
-    // The TP link as the simulator takes it: latency from 8-byte all-reduces, bus bandwidth
-    // from 4 MiB ones (ring: 2 (n-1)/n * bytes / bandwidth on top of the latency).
-    std::vector<double> small, large;
-    const int64_t big = 4 << 20;
+    // The TP link as the simulator takes it (comm/link_probe.h), reps interleaved probes.
+    LinkProbeOptions probe;
+    probe.small_calls = 2000;
+    probe.large_calls = 50;
+    std::vector<double> latency, bandwidth;
     for (int r = 0; r < reps; ++r) {
-      small.push_back(all_reduce_comm(*comm, 8, 2000));
-      large.push_back(all_reduce_comm(*comm, big, 50));
+      const AllReduceLink link = probe_all_reduce(*comm, torch::kFloat32, probe);
+      latency.push_back(link.latency_s);
+      bandwidth.push_back(link.bus_bandwidth);
     }
-    const int n = comm->size();
-    const double lat = median_of(small), t = median_of(large);
-    const double gbps = 2.0 * (n - 1) / n * big / std::max(t - lat, 1e-9) / 1e9;
     if (mpi.rank() == 0) {
-      std::printf("all-reduce %d ranks 8 B: %s\n", n, summary(small, 1e6, "us").c_str());
-      std::printf("all-reduce %d ranks 4 MiB: %s\n", n, summary(large, 1e3, "ms").c_str());
-      std::printf("tp link: latency_us %.2f bus_gbytes_per_s %.3f\n", lat * 1e6, gbps);
+      std::printf("all-reduce %d ranks 8 B: %s\n", comm->size(),
+                  summary(latency, 1e6, "us").c_str());
+      std::printf("all-reduce %d ranks 4 MiB: bus bandwidth %s\n", comm->size(),
+                  summary(bandwidth, 1e-9, "GB/s").c_str());
+      std::printf("tp link: latency_us %.2f bus_gbytes_per_s %.3f\n", median_of(latency) * 1e6,
+                  median_of(bandwidth) / 1e9);
     }
     return 0;
   }
