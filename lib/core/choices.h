@@ -64,6 +64,12 @@ enum class FailWhere { kForward, kBackward, kLoader, kStep };
 /// and `comm.grad_reduce_dtype` (the DP gradient reduction): fp32 or bf16.
 enum class Precision { kFp32, kBf16 };
 
+/// `parallel.schedule`: the pipeline schedule (lib/schedule/schedules.h). k1F1B: non-interleaved
+/// 1F1B; kInterleaved: Megatron's interleaved 1F1B over `parallel.virtual_stages` chunks per rank;
+/// kZbH1: zero-bubble ZB-H1 (Qi et al., ICLR 2024: backward split into B and W, W in the bubble);
+/// kAuto: the start-up planner simulates each and picks the fastest that fits memory.
+enum class PipelineSchedule { k1F1B, kInterleaved, kZbH1, kAuto };
+
 /// The name table of enum E: `names` lists (value, name) for every value that has a name, in the
 /// order error messages list them; `unnamed` values (the mapping / list forms) are printed with
 /// their own spelling but never parsed.
@@ -138,6 +144,15 @@ template <> struct Choices<Precision> {
   static constexpr std::array<std::pair<Precision, std::string_view>, 2> names{
       {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}}};
   static constexpr std::size_t parsed = 2;
+};
+
+template <> struct Choices<PipelineSchedule> {
+  static constexpr std::array<std::pair<PipelineSchedule, std::string_view>, 4> names{
+      {{PipelineSchedule::k1F1B, "1f1b"},
+       {PipelineSchedule::kInterleaved, "interleaved"},
+       {PipelineSchedule::kZbH1, "zb-h1"},
+       {PipelineSchedule::kAuto, "auto"}}};
+  static constexpr std::size_t parsed = 4;
 };
 
 /// True for the enums that have a Choices table (the config reader and writer use it).

@@ -145,10 +145,25 @@ void ParallelConfig::validate(const std::string& w) const {
   check_positive(w + "pp", pp);
   check_positive(w + "tp", tp);
   check_positive(w + "micro_batches", micro_batches);
+  check_positive(w + "virtual_stages", virtual_stages);
+  OMNIBAL_CHECK(virtual_stages == 1 || schedule == PipelineSchedule::kInterleaved ||
+                    schedule == PipelineSchedule::kAuto,
+                w, "virtual_stages: ", virtual_stages, " model chunks per rank need schedule: ",
+                "interleaved (or auto), got schedule: ", choice_name(schedule));
+  if (schedule == PipelineSchedule::kInterleaved) {
+    OMNIBAL_CHECK(virtual_stages >= 2, w,
+                  "virtual_stages: the interleaved schedule needs at least 2 model chunks per "
+                  "rank, got ", virtual_stages);
+    // Megatron's interleaved 1F1B runs micro-batches in groups of pp per chunk.
+    OMNIBAL_CHECK(micro_batches % pp == 0, w, "micro_batches: the interleaved schedule needs a ",
+                  "multiple of pp (", pp, ") micro-batches per step, got ", micro_batches);
+  }
+  const int chunks = pp * (schedule == PipelineSchedule::kInterleaved ? virtual_stages : 1);
   if (partition.method == PartitionMethod::kManual) {
-    OMNIBAL_CHECK(static_cast<int>(partition.manual.size()) == pp, w,
-                  "partition.manual: expected one unit count per pipeline stage (", pp, "), got ",
-                  partition.manual.size());
+    OMNIBAL_CHECK(static_cast<int>(partition.manual.size()) == chunks, w,
+                  "partition.manual: expected one unit count per pipeline stage",
+                  chunks == pp ? std::string() : " and model chunk (pp x virtual_stages)", " (",
+                  chunks, "), got ", partition.manual.size());
     for (int n : partition.manual) check_positive(w + "partition.manual[]", n);
   }
   OMNIBAL_CHECK(partition_trials >= -1, w, "partition_trials: expected -1 (top K) or >= 0, got ",

@@ -35,6 +35,11 @@ struct ParallelConfig {
   int pp = 1;                 ///< pipeline stages
   int tp = 1;                 ///< tensor-parallel ranks (Megatron TP, innermost on the grid)
   int micro_batches = 1;      ///< m: micro-batches (packs) per DP rank per step
+  /// Pipeline schedule: 1f1b | interleaved | zb-h1 | auto (lib/schedule/schedules.h).
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  /// v: model chunks per pipeline rank under `interleaved` (virtual stages; 1 otherwise). The
+  /// model is split into pp * v chunks; rank s holds chunks s, s + pp, ... (Megatron's layout).
+  int virtual_stages = 1;
   PartitionSpec partition;    ///< how pipeline units are split into stages
   int partition_trials = -1;  ///< candidates timed for real; -1 = top K of the search
   int partition_radius = 1;   ///< r: how far each boundary moves around the anchor (units)
@@ -47,6 +52,8 @@ struct ParallelConfig {
     v("pp", pp);
     v("tp", tp);
     v("micro_batches", micro_batches);
+    v("schedule", schedule);
+    v("virtual_stages", virtual_stages);
     v("partition", partition);
     v("partition_trials", partition_trials);
     v("partition_radius", partition_radius);

@@ -9,6 +9,8 @@ const char* op_name(Op op) {
     case Op::SendActivation: return "SendActivation";
     case Op::RecvGrad: return "RecvGrad";
     case Op::Backward: return "Backward";
+    case Op::BackwardInput: return "BackwardInput";
+    case Op::BackwardWeight: return "BackwardWeight";
     case Op::SendGrad: return "SendGrad";
     case Op::ReduceGrads: return "ReduceGrads";
     case Op::OptimizerStep: return "OptimizerStep";
@@ -18,7 +20,11 @@ const char* op_name(Op op) {
 
 std::string to_string(const Instruction& instruction) {
   std::string s = op_name(instruction.op);
-  if (instruction.micro_batch >= 0) s += "{" + std::to_string(instruction.micro_batch) + "}";
+  if (instruction.micro_batch >= 0) {
+    s += "{" + std::to_string(instruction.micro_batch);
+    if (instruction.chunk != 0) s += " c" + std::to_string(instruction.chunk);
+    s += "}";
+  }
   return s;
 }
 

@@ -1,8 +1,13 @@
 // Pipeline instructions: the vocabulary of a per-stage schedule ("schedules are data", README.md).
 // A schedule is, for each pipeline stage, an ordered list of Instruction values; the real stage
 // executor (lib/pipeline) and the pipeline simulator (lib/partition/training_simulator.h) walk
-// the same lists. This file only defines the instruction type; the 1F1B builder is
-// one_f_one_b.h and the send/receive checker is schedule_checker.h.
+// the same lists. This file only defines the instruction type; the builders are schedules.h
+// (1F1B, interleaved 1F1B, ZB-H1) and the send/receive checker is schedule_checker.h.
+//
+// Virtual stages: under the interleaved schedule the model is cut into P x v chunks and rank s
+// holds chunks c = 0..v-1 of virtual stages k = c * P + s (Megatron's layout); an instruction's
+// `chunk` says which. Activations flow k -> k + 1 (rank (k + 1) % P), gradients k -> k - 1.
+// Without interleaving every instruction has chunk 0 and virtual stage == stage.
 #pragma once
 
 #include <string>
@@ -17,19 +22,27 @@ enum class Op {
   Forward,         ///< run the forward of micro-batch mb through this stage's units
   SendActivation,  ///< send micro-batch mb's output activation to stage s+1 (non-blocking)
   RecvGrad,        ///< receive the gradient of mb's output activation from stage s+1
-  Backward,        ///< run the backward of mb (recomputing checkpointed units first)
+  Backward,        ///< run the whole backward of mb (recomputing checkpointed units first)
+  /// ZB-H1's B: the input gradient of mb only (what stage s-1 waits for); the weight gradients
+  /// are left for BackwardWeight{mb}, whose inputs (each linear's input and output gradient)
+  /// stay alive until then.
+  BackwardInput,
+  BackwardWeight,  ///< ZB-H1's W: the weight gradients of mb deferred by its BackwardInput
   SendGrad,        ///< send the gradient of mb's input activation to stage s-1 (non-blocking)
   ReduceGrads,     ///< all-reduce (or reduce-scatter, ZeRO-1) this stage's gradients over DP
   OptimizerStep,   ///< apply the optimizer to this stage's parameters
 };
 
 /// One schedule entry. micro_batch is 0-based in [0, m) for per-micro-batch ops and -1 for
-/// ReduceGrads / OptimizerStep.
+/// ReduceGrads / OptimizerStep; chunk in [0, v) is the model chunk (virtual stage) it runs on.
 struct Instruction {
   Op op = Op::Forward;
   int micro_batch = -1;
+  int chunk = 0;
 
-  bool operator==(const Instruction& o) const { return op == o.op && micro_batch == o.micro_batch; }
+  bool operator==(const Instruction& o) const {
+    return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk;
+  }
   bool operator!=(const Instruction& o) const { return !(*this == o); }
 };
 
@@ -39,10 +52,13 @@ using StageSchedules = std::vector<std::vector<Instruction>>;
 /// Short name of an op ("Forward", "SendActivation", ...).
 const char* op_name(Op op);
 
-/// "Forward{3}" or "ReduceGrads".
+/// "Forward{3}", "Forward{3 c1}" (chunk 1) or "ReduceGrads".
 std::string to_string(const Instruction& instruction);
 
 /// True for the four point-to-point ops.
 bool is_communication(Op op);
+
+/// Virtual stage of `chunk` on pipeline rank `stage` of P: chunk * P + stage.
+inline int virtual_stage(int chunk, int stage, int stages) { return chunk * stages + stage; }
 
 }  // namespace omnibal::schedule

@@ -3,7 +3,7 @@
 // Stage s of P first runs min(P - s - 1, m) warm-up forwards, then alternates one forward and
 // one backward in the steady state, then drains the remaining backwards; every stage ends with
 // ReduceGrads and OptimizerStep. Stage s therefore holds at most min(m, P - s) micro-batches in
-// flight (docs/conventions.md). Interleaved (virtual-stage) 1F1B is not implemented.
+// flight (docs/conventions.md). Interleaved 1F1B and ZB-H1 are in schedules.h.
 #pragma once
 
 #include "schedule/instruction.h"

@@ -15,20 +15,27 @@
 
 namespace omnibal::schedule {
 
-/// Costs of one step of one pipeline: every matrix is [P][m] (stage, micro-batch).
+/// Costs of one step of one pipeline. Every matrix is [V][m]: V = P x v virtual stages (row
+/// k = chunk * P + stage, instruction.h), m micro-batches; without interleaving V = P.
 struct PipelineStepCosts {
   std::vector<std::vector<double>> forward_s;          ///< Forward duration, seconds
-  std::vector<std::vector<double>> backward_s;         ///< Backward duration incl. recompute, s
-  std::vector<std::vector<double>> send_activation_s;  ///< transfer s -> s+1 (last stage unused)
-  std::vector<std::vector<double>> send_grad_s;        ///< transfer s -> s-1 (stage 0 unused)
-  std::vector<std::vector<double>> kept_bytes;         ///< activations held Forward..Backward
-  std::vector<std::vector<double>> transient_bytes;    ///< extra bytes while Backward runs
+  std::vector<std::vector<double>> backward_s;         ///< Backward (B + W) incl. recompute, s
+  std::vector<std::vector<double>> backward_input_s;   ///< BackwardInput (ZB's B) incl. recompute
+  std::vector<std::vector<double>> backward_weight_s;  ///< BackwardWeight (ZB's W), seconds
+  std::vector<std::vector<double>> send_activation_s;  ///< transfer k -> k+1 (last unused)
+  std::vector<std::vector<double>> send_grad_s;        ///< transfer k -> k-1 (first unused)
+  /// Activations held from Forward to Backward (or to BackwardWeight under ZB-H1).
+  std::vector<std::vector<double>> kept_bytes;
+  /// The part of kept_bytes still held between BackwardInput and BackwardWeight (each linear's
+  /// input and output gradient); the rest is freed at BackwardInput.
+  std::vector<std::vector<double>> weight_kept_bytes;
+  std::vector<std::vector<double>> transient_bytes;    ///< extra bytes while a backward runs
 
-  /// Zero-filled costs for P stages and m micro-batches.
-  static PipelineStepCosts zeros(int stages, int micro_batches);
+  /// Zero-filled costs for V virtual stages and m micro-batches.
+  static PipelineStepCosts zeros(int virtual_stages, int micro_batches);
 };
 
-/// What one stage did during a step, up to its ReduceGrads.
+/// What one stage (pipeline rank, all its chunks) did during a step, up to its ReduceGrads.
 struct StageTimeline {
   double ready_for_reduce_s = 0;     ///< time the stage reaches ReduceGrads (step starts at 0)
   double forward_busy_s = 0;         ///< sum of Forward durations
@@ -38,8 +45,9 @@ struct StageTimeline {
   int peak_in_flight = 0;            ///< max micro-batches forwarded and not yet backwarded
 };
 
-/// Walks `lists` with `costs`. Throws omnibal::Error when the lists deadlock or the cost
-/// matrices do not have shape [P][m] with m = the number of Forward instructions of stage 0.
+/// Walks `lists` (P = lists.size() ranks) with `costs` (V = P x v rows). Returns one entry per
+/// rank. Throws omnibal::Error when the lists deadlock or the cost matrices do not have shape
+/// [V][m] with V a multiple of P.
 std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
                                                  const PipelineStepCosts& costs);
 

@@ -1,0 +1,49 @@
+// The pipeline schedules beyond plain 1F1B, and one entry point that builds any of them.
+//
+//   const StageSchedules lists = build_schedule(PipelineSchedule::kZbH1, /*P=*/4, /*m=*/8);
+//   lists[s]  // stage s's program, walked by the executor (lib/pipeline) and the simulator
+//
+// - 1F1B (one_f_one_b.h): PipeDream-Flush; bubble (P-1)/(m+P-1) on equal micro-batches.
+// - Interleaved 1F1B (Megatron `forward_backward_pipelining_with_interleaving`): the model is cut
+//   into P x v chunks, rank s holds virtual stages s, s+P, ...; forwards run in groups of P
+//   micro-batches per chunk, warm-up (P-s-1)*2 + (v-1)*P forwards; bubble (P-1)/(v*m + P-1)
+//   with chunks of equal cost. Needs m % P == 0 (Megatron's constraint).
+// - ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §3.1): the backward is split
+//   into B (input gradient, on the critical path) and W (weight gradient); stage s runs 1F1B's
+//   warm-up and F/B order and defers each W by s backwards, so W fills the cool-down bubble.
+//   Stage s holds at most min(m, P-s) autograd graphs (1F1B's activations) plus s deferred W
+//   inputs; with T_F = T_B = T_W the bubble falls from (P-1)(T_F+T_B+T_W) to (P-1)(T_F+T_B-T_W).
+// Receives are placed right before the compute that needs them and sends right after the compute
+// that produces them (non-blocking); schedule_checker.h verifies every built list.
+#pragma once
+
+#include "core/choices.h"
+#include "schedule/instruction.h"
+#include "schedule/one_f_one_b.h"
+
+namespace omnibal::schedule {
+
+/// Megatron's interleaved 1F1B for P stages, m micro-batches and v >= 1 chunks per rank
+/// (v == 1 gives exactly build_1f1b_schedule(P, m)). Instruction::chunk names the chunk.
+/// Throws omnibal::Error when P < 1, m < 1, v < 1 or (v > 1 and m % P != 0).
+StageSchedules build_interleaved_schedule(int stages, int micro_batches, int virtual_stages);
+
+/// ZB-H1 for P stages and m micro-batches: Forward, BackwardInput and BackwardWeight
+/// instructions (no fused Backward). Throws omnibal::Error when P < 1 or m < 1.
+StageSchedules build_zb_h1_schedule(int stages, int micro_batches);
+
+/// Builds `kind` (not kAuto) for P stages, m micro-batches and v chunks per rank (v must be 1
+/// except for kInterleaved). Throws omnibal::Error naming the constraint that fails.
+StageSchedules build_schedule(PipelineSchedule kind, int stages, int micro_batches,
+                              int virtual_stages = 1);
+
+/// Model chunks per rank `kind` runs with `virtual_stages` configured: v for kInterleaved, else 1.
+int chunks_per_rank(PipelineSchedule kind, int virtual_stages);
+
+/// The bubble fraction of `kind` for P stages, m micro-batches, v chunks, with every chunk's
+/// forward, input-gradient and weight-gradient times equal (T_F = T_B = T_W, the ZB paper's
+/// setting): 1F1B (P-1)/(m+P-1), interleaved (P-1)/(v*m+P-1), ZB-H1 (P-1)/(3m+P-1).
+double bubble_fraction(PipelineSchedule kind, int stages, int micro_batches,
+                       int virtual_stages = 1);
+
+}  // namespace omnibal::schedule
