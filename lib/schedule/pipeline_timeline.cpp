@@ -28,8 +28,9 @@ void check_shape(const std::vector<std::vector<double>>& mat, size_t P, size_t m
 PipelineStepCosts PipelineStepCosts::zeros(int stages, int micro_batches) {
   PipelineStepCosts c;
   const std::vector<std::vector<double>> z(stages, std::vector<double>(micro_batches, 0.0));
-  c.forward_s = c.backward_s = c.send_activation_s = c.send_grad_s = z;
-  c.kept_bytes = c.transient_bytes = z;
+  c.forward_s = c.backward_s = c.backward_input_s = c.backward_weight_s = z;
+  c.send_activation_s = c.send_grad_s = z;
+  c.kept_bytes = c.weight_kept_bytes = c.transient_bytes = z;
   return c;
 }
 
@@ -88,6 +89,9 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
         held[s] -= costs.kept_bytes[s][mb];
         --in_flight[s];
         break;
+      case Op::BackwardInput:
+      case Op::BackwardWeight:
+        OMNIBAL_FAIL("pipeline timeline: split backward not timed yet (WIP)");
       case Op::SendActivation: {
         const double start = std::max(clock[s], down_free[s]);
         down_free[s] = start + costs.send_activation_s[s][mb];

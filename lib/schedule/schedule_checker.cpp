@@ -92,6 +92,9 @@ class Walker {
         st.in_flight--;
         st.backwards_done++;
         break;
+      case Op::BackwardInput:
+      case Op::BackwardWeight:
+        return bad(s, ins, "split backward: not checked yet (WIP)");
       case Op::SendGrad:
         if (s == 0) return bad(s, ins, "the first stage has no upstream peer");
         if (st.backwarded[mb] != 1 || st.sent_grad[mb]++ != 0)
