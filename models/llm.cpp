@@ -4,6 +4,7 @@
 #include "models/rotary.h"
 #include "models/tensor_parallel.h"
 #include "models/varlen_attention.h"
+#include "models/weight_grad_store.h"
 
 namespace omnibal::models {
 
@@ -46,9 +47,9 @@ UnitState LlmEmbedUnit::forward(const UnitState& state) {
     const int64_t rows = tok_embeddings->weight.size(0), start = tp.rank * rows;
     const torch::Tensor mine = ids.ge(start).logical_and(ids.lt(start + rows));
     const torch::Tensor local = (ids - start).masked_fill(mine.logical_not(), 0);
-    x = reduce_from_tp(
-        torch::embedding(tok_embeddings->weight, local).masked_fill(mine.logical_not().unsqueeze(1), 0),
-        tp);
+    x = reduce_from_tp(torch::embedding(tok_embeddings->weight, local)
+                           .masked_fill(mine.logical_not().unsqueeze(1), 0),
+                       tp);
   }
   const torch::Tensor slots = ids.eq(img_context_id_).nonzero().squeeze(1);
   const int64_t features = state.hidden.defined() ? state.hidden.size(0) : 0;
@@ -77,9 +78,11 @@ torch::Tensor LlmAttentionImpl::forward(const torch::Tensor& x, const torch::Ten
                                         const torch::Tensor& cu_seqlens) {
   const int64_t tokens = x.size(0);
   const RotaryTables rope = rotary_tables(position_ids, head_dim_, rope_theta_);
-  const torch::Tensor q = apply_rotary(wq->forward(x).view({tokens, heads_, head_dim_}), rope);
-  const torch::Tensor k = apply_rotary(wk->forward(x).view({tokens, kv_heads_, head_dim_}), rope);
-  const torch::Tensor v = wv->forward(x).view({tokens, kv_heads_, head_dim_});
+  const torch::Tensor q =
+      apply_rotary(linear_layer(x, wq->weight).view({tokens, heads_, head_dim_}), rope);
+  const torch::Tensor k =
+      apply_rotary(linear_layer(x, wk->weight).view({tokens, kv_heads_, head_dim_}), rope);
+  const torch::Tensor v = linear_layer(x, wv->weight).view({tokens, kv_heads_, head_dim_});
   const torch::Tensor out = varlen_causal_attention(q, k, v, cu_seqlens);
   return row_parallel_linear(out.reshape({tokens, heads_ * head_dim_}), wo->weight, {}, tp_);
 }
@@ -91,7 +94,8 @@ SwiGluImpl::SwiGluImpl(const LlmPreset& preset, const TensorParallel& tp) : tp_(
 }
 
 torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
-  return row_parallel_linear(torch::silu(w1->forward(x)) * w3->forward(x), w2->weight, {}, tp_);
+  return row_parallel_linear(torch::silu(linear_layer(x, w1->weight)) * linear_layer(x, w3->weight),
+                             w2->weight, {}, tp_);
 }
 
 LlmBlockUnit::LlmBlockUnit(const LlmPreset& preset, int index, const TensorParallel& tp)
@@ -116,8 +120,9 @@ UnitState LlmBlockUnit::forward(const UnitState& state) {
       x + apply_dropout(attention->forward(copy_to_tp(attention_norm->forward(x), tp),
                                            state.position_ids, state.cu_seqlens),
                         state, DropoutSite::kAttentionOutput);
-  const torch::Tensor mlp = apply_dropout(feed_forward->forward(copy_to_tp(ffn_norm->forward(h), tp)),
-                                          state, DropoutSite::kMlpOutput);
+  const torch::Tensor mlp =
+      apply_dropout(feed_forward->forward(copy_to_tp(ffn_norm->forward(h), tp)), state,
+                    DropoutSite::kMlpOutput);
   return state.with_hidden(h + mlp, Phase::kLlm);
 }
 
@@ -154,7 +159,7 @@ UnitState LlmHeadUnit::forward(const UnitState& state) {
   UnitState out = state.with_hidden({}, Phase::kLoss);
   const TensorParallel& tp = tensor_parallel();
   const torch::Tensor h = copy_to_tp(norm->forward(state.hidden.index_select(0, positions)), tp);
-  out.logits = torch::matmul(h, output_weight_.t());  // [K, vocab] or this rank's [K, V']
+  out.logits = linear_layer(h, output_weight_);  // [K, vocab] or this rank's [K, V']
   if (!tp.active()) {
     out.token_loss = torch::nn::functional::cross_entropy(
         out.logits.to(torch::kFloat32), targets,

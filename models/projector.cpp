@@ -1,4 +1,5 @@
 #include "models/projector.h"
+#include "models/weight_grad_store.h"
 
 #include <cmath>
 
@@ -35,7 +36,9 @@ UnitState ProjectorUnit::forward(const UnitState& state) {
   const torch::Tensor grid = x.narrow(1, 1, patches).reshape({tiles, side, side, d});
   const torch::Tensor shuffled = pixel_shuffle_v2(grid).reshape({tiles, patches / 4, 4 * d});
   const torch::Tensor projected =
-      fc2->forward(torch::gelu(fc1->forward(norm->forward(shuffled))));  // [tiles, side^2/4, d_llm]
+      linear_layer(torch::gelu(linear_layer(norm->forward(shuffled), fc1->weight, fc1->bias)),
+                   fc2->weight,
+                   fc2->bias);  // [tiles, side^2/4, d_llm]
   OMNIBAL_CHECK(state.image_flags.defined() && state.image_flags.size(0) == tiles,
                 "projector: image_flags must have one entry per tile (", tiles, ")");
   const torch::Tensor real = state.image_flags.eq(1).nonzero().squeeze(1);

@@ -1,4 +1,5 @@
 #include "models/tensor_parallel.h"
+#include "models/weight_grad_store.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -68,13 +69,14 @@ struct VocabParallelCe : torch::autograd::Function<VocabParallelCe> {
     const torch::Tensor shifted = logits - max.unsqueeze(1);
     const torch::Tensor exp = shifted.exp();
     const torch::Tensor sum = all_reduced(exp.sum(1), group);
-    const torch::Tensor in_range = targets.ge(vocab_start).logical_and(targets.lt(vocab_start + local));
+    const torch::Tensor in_range =
+        targets.ge(vocab_start).logical_and(targets.lt(vocab_start + local));
     const torch::Tensor column = (targets - vocab_start).clamp(0, local - 1);
     // where(), not a product: a rank holding only padding would multiply -inf by 0.
-    const torch::Tensor picked = all_reduced(
-        torch::where(in_range, shifted.gather(1, column.unsqueeze(1)).squeeze(1),
-                     torch::zeros({}, shifted.options())),
-        group);
+    const torch::Tensor picked =
+        all_reduced(torch::where(in_range, shifted.gather(1, column.unsqueeze(1)).squeeze(1),
+                                 torch::zeros({}, shifted.options())),
+                    group);
     ctx->save_for_backward({exp / sum.unsqueeze(1), column, in_range});
     return sum.log() - picked;
   }
@@ -153,14 +155,14 @@ torch::Tensor sum_over_tp(const torch::Tensor& x, const TensorParallel& tp) {
 
 torch::Tensor row_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight,
                                   const torch::Tensor& bias, const TensorParallel& tp) {
-  if (!tp.active()) return torch::nn::functional::linear(x, weight, bias);
-  const torch::Tensor y = reduce_from_tp(torch::nn::functional::linear(x, weight), tp);
+  if (!tp.active()) return linear_layer(x, weight, bias);
+  const torch::Tensor y = reduce_from_tp(linear_layer(x, weight), tp);
   return bias.defined() ? y + bias : y;
 }
 
-torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
-                                           int64_t vocab_start, int64_t vocab,
-                                           const TensorParallel& tp) {
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
+                                           const torch::Tensor& targets, int64_t vocab_start,
+                                           int64_t vocab, const TensorParallel& tp) {
   OMNIBAL_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
                 "vocab_parallel_cross_entropy: expected logits [K, V/tp] and targets [K], got ",
                 logits.sizes(), " and ", targets.sizes());

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "models/torch_compat.h"
+#include "models/weight_grad_store.h"
 
 namespace omnibal::models {
 
@@ -82,7 +83,7 @@ torch::Tensor VitAttentionImpl::qk_norm(const torch::Tensor& x, RmsNorm& norm) {
 
 torch::Tensor VitAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), n = x.size(1), d = width_ / tp_.size, hd = d / heads_;
-  const auto parts = qkv->forward(x).chunk(3, -1);  // each [B, N, d / tp]
+  const auto parts = linear_layer(x, qkv->weight, qkv->bias).chunk(3, -1);  // each [B, N, d / tp]
   torch::Tensor q = parts[0], k = parts[1];
   if (q_norm) {  // InternViT-6B normalises q and k over all heads together
     q = qk_norm(q, q_norm);
@@ -124,11 +125,10 @@ VitBlockUnit::VitBlockUnit(const VitPreset& preset, int index, const TensorParal
 }
 
 torch::Tensor VitBlockUnit::mlp_forward(const torch::Tensor& x) {
-  if (!tensor_parallel().active()) return mlp->forward(x);
   const auto& fc1 = mlp->named_children()[0].value()->as<torch::nn::Linear>();
   const auto& fc2 = mlp->named_children()[2].value()->as<torch::nn::Linear>();
-  return row_parallel_linear(torch::gelu(fc1->forward(x)), fc2->weight, fc2->bias,
-                             tensor_parallel());
+  return row_parallel_linear(torch::gelu(linear_layer(x, fc1->weight, fc1->bias)), fc2->weight,
+                             fc2->bias, tensor_parallel());
 }
 
 UnitState VitBlockUnit::forward(const UnitState& state) {

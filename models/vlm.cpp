@@ -1,5 +1,7 @@
 #include "models/vlm.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/rng.h"
 #include "models/llm.h"
@@ -88,20 +90,28 @@ void init_unit_parameters(PipelineUnit& unit, uint64_t seed, double std) {
   }
 }
 
-std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options, int64_t begin,
-                                int64_t end) {
+std::vector<std::vector<UnitPtr>> make_chunk_units(const ModelPreset& preset,
+                                                   const VlmOptions& options,
+                                                   const std::vector<UnitRange>& ranges) {
   const int64_t total = preset.vit.depth + preset.llm.depth + 4;
-  OMNIBAL_CHECK(0 <= begin && begin < end && end <= total,
-                "make_units: expected 0 <= begin < end <= ", total, " units of preset '",
-                preset.name, "', got [", begin, ", ", end, ")");
+  std::vector<int64_t> indices;
+  for (const auto& [begin, end] : ranges) {
+    OMNIBAL_CHECK(0 <= begin && begin < end && end <= total &&
+                      (indices.empty() || indices.back() < begin),
+                  "make_units: expected ascending ranges 0 <= begin < end <= ", total,
+                  " of preset '", preset.name, "', got [", begin, ", ", end, ")");
+    for (int64_t i = begin; i < end; ++i) indices.push_back(i);
+  }
   const int64_t projector = preset.vit.depth + 1, embed = projector + 1, head = total - 1;
-  const bool tied_here = preset.llm.tie_embeddings && begin <= embed && head < end;
+  const auto embed_at = std::find(indices.begin(), indices.end(), embed);
+  const bool tied_here =
+      preset.llm.tie_embeddings && embed_at != indices.end() && indices.back() == head;
   const TensorParallel& tp = options.tp;
   check_tensor_parallel(preset, tp.size);
-  OMNIBAL_CHECK(tp.rank >= 0 && tp.rank < tp.size, "make_units: TP rank ", tp.rank,
-                " outside [0, ", tp.size, ")");
+  OMNIBAL_CHECK(tp.rank >= 0 && tp.rank < tp.size, "make_units: TP rank ", tp.rank, " outside [0, ",
+                tp.size, ")");
   std::vector<UnitPtr> units;
-  for (int64_t i = begin; i < end; ++i) {
+  for (const int64_t i : indices) {
     if (i == 0) units.push_back(std::make_shared<VitEmbedUnit>(preset.vit));
     else if (i < projector)
       units.push_back(std::make_shared<VitBlockUnit>(preset.vit, static_cast<int>(i - 1), tp));
@@ -133,9 +143,20 @@ std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& opt
   const torch::Dtype dtype = options.dtype.value_or(compat::default_dtype(options.device));
   for (auto& unit : units) unit->to(options.device, dtype);
   if (head_unit && tied_here)  // shares the embedding's tensor (and so its shard)
-    head_unit->tie_to(
-        static_cast<LlmEmbedUnit*>(units[embed - begin].get())->tok_embeddings->weight);
-  return units;
+    head_unit->tie_to(static_cast<LlmEmbedUnit*>(units[embed_at - indices.begin()].get())
+                          ->tok_embeddings->weight);
+  std::vector<std::vector<UnitPtr>> chunks;
+  size_t next = 0;
+  for (const auto& [begin, end] : ranges) {
+    chunks.emplace_back(units.begin() + next, units.begin() + next + (end - begin));
+    next += end - begin;
+  }
+  return chunks;
+}
+
+std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options, int64_t begin,
+                                int64_t end) {
+  return make_chunk_units(preset, options, {{begin, end}}).front();
 }
 
 UnitState empty_output(const PipelineUnit& last, const UnitState& state) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/model_preset.h"
@@ -74,6 +75,16 @@ std::vector<int64_t> unit_parameter_counts(const ModelPreset& preset);
 /// out-of-range interval, a missing img_context_id or a preset that does not split over tp.
 std::vector<UnitPtr> make_units(const ModelPreset& preset, const VlmOptions& options, int64_t begin,
                                 int64_t end);
+
+/// Unit interval [first, second) of the chain.
+using UnitRange = std::pair<int64_t, int64_t>;
+
+/// make_units() for the model chunks of one interleaved pipeline rank: one vector per range
+/// (ascending, disjoint), built together so a tied LM head whose embedding sits in an earlier
+/// chunk of the same rank shares its tensor. Same errors as make_units.
+std::vector<std::vector<UnitPtr>> make_chunk_units(const ModelPreset& preset,
+                                                   const VlmOptions& options,
+                                                   const std::vector<UnitRange>& ranges);
 
 /// Runs units in order (run_unit(), so recompute flags apply): the forward of one pipeline
 /// stage (or of the whole model). An empty micro-batch (state.empty()) computes nothing and

@@ -29,11 +29,14 @@ TensorMeta TensorMeta::of(const torch::Tensor& t) {
 std::string MessageHeader::describe() const {
   std::vector<std::string> parts;
   for (const auto& m : tensors) parts.push_back(describe_meta(m));
-  return fmt::format("{} mb {} [{}]", kind_name(kind), micro_batch, fmt::join(parts, ", "));
+  const std::string chunk_text = chunk ? fmt::format(" chunk {}", chunk) : std::string();
+  return fmt::format("{} mb {}{} [{}]", kind_name(kind), micro_batch, chunk_text,
+                     fmt::join(parts, ", "));
 }
 
 bool MessageHeader::matches(const MessageHeader& expected) const {
-  if (kind != expected.kind || micro_batch != expected.micro_batch) return false;
+  if (kind != expected.kind || micro_batch != expected.micro_batch || chunk != expected.chunk)
+    return false;
   if (tensors.size() != expected.tensors.size()) return false;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& got = tensors[i];
@@ -52,7 +55,7 @@ torch::Tensor MessageHeader::encode() const {
   auto words = torch::zeros({kHeaderWords}, torch::kInt64);
   auto* w = words.data_ptr<int64_t>();
   w[0] = kMagic;
-  w[1] = static_cast<int64_t>(kind);
+  w[1] = static_cast<int64_t>(kind) + 256 * int64_t{chunk};
   w[2] = micro_batch;
   w[3] = static_cast<int64_t>(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -80,7 +83,8 @@ MessageHeader MessageHeader::decode(const torch::Tensor& words) {
                 " (the peer sent something that is not an omnibal tensor message)");
   OMNIBAL_CHECK(w[3] >= 0 && w[3] <= kMaxTensors, "message header: bad tensor count ", w[3]);
   MessageHeader h;
-  h.kind = static_cast<MessageKind>(w[1]);
+  h.kind = static_cast<MessageKind>(w[1] % 256);
+  h.chunk = static_cast<int>(w[1] / 256);
   h.micro_batch = static_cast<int>(w[2]);
   for (int64_t i = 0; i < w[3]; ++i) {
     const int64_t* slot = w + 4 + i * (2 + kMaxDims);
@@ -98,6 +102,7 @@ MessageHeader TensorMessage::header() const {
   MessageHeader h;
   h.kind = kind;
   h.micro_batch = micro_batch;
+  h.chunk = chunk;
   for (const auto& t : tensors) h.tensors.push_back(TensorMeta::of(t));
   return h;
 }

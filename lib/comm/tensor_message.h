@@ -36,16 +36,19 @@ struct TensorMeta {
 struct MessageHeader {
   static constexpr int kMaxTensors = 8;
   static constexpr int kMaxDims = 6;
-  /// int64 words on the wire: magic, kind, mb, count, then (dtype, ndim, dims[6]) per tensor.
+  /// int64 words on the wire: magic, kind + 256 * chunk, mb, count, then (dtype, ndim, dims[6])
+  /// per tensor.
   static constexpr int kHeaderWords = 4 + kMaxTensors * (2 + kMaxDims);
 
   MessageKind kind = MessageKind::kActivation;
   int micro_batch = 0;  ///< index of the micro-batch within the step
+  /// Model chunk (virtual stage) of the receiver under interleaved 1F1B; 0 otherwise.
+  int chunk = 0;
   std::vector<TensorMeta> tensors;
 
-  /// "activation mb 3 [float32 [128, 64], int32 [5]]".
+  /// "activation mb 3 [float32 [128, 64], int32 [5]]" ("activation mb 3 chunk 1 [...]").
   std::string describe() const;
-  /// True when kind, mb, count, dtypes and ndims are equal and every dim equals or is -1 in
+  /// True when kind, mb, chunk, count, dtypes and ndims are equal and every dim equals or is -1 in
   /// `expected`.
   bool matches(const MessageHeader& expected) const;
   /// Wire form, int64 [kHeaderWords] on CPU. Throws when a limit is exceeded or a dim is < 0.
@@ -59,6 +62,7 @@ struct TensorMessage {
   MessageKind kind = MessageKind::kActivation;
   int micro_batch = 0;
   std::vector<torch::Tensor> tensors;
+  int chunk = 0;  ///< the receiver's model chunk (MessageHeader::chunk)
   MessageHeader header() const;
 };
 

@@ -14,81 +14,157 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+/// The dtype of a chunk's parameters (the activations it sends and expects), fp32 without any.
+at::ScalarType chunk_dtype(const std::vector<models::UnitPtr>& units) {
+  for (const auto& u : units)
+    if (!u->parameters().empty()) return u->parameters().front().scalar_type();
+  return at::kFloat;
+}
+
 }  // namespace
 
 StageExecutor::StageExecutor(std::vector<models::UnitPtr> units, int stage, int stages,
                              comm::TensorMessenger* pipe, torch::Device device)
-    : units_(std::move(units)), stage_(stage), stages_(stages), pipe_(pipe), device_(device) {
-  OMNIBAL_CHECK(!units_.empty(), "StageExecutor: stage ", stage, " has no pipeline units");
+    : StageExecutor(std::vector<std::vector<models::UnitPtr>>{std::move(units)}, stage, stages,
+                    pipe, device) {}
+
+StageExecutor::StageExecutor(std::vector<std::vector<models::UnitPtr>> chunks, int stage,
+                             int stages, comm::TensorMessenger* pipe, torch::Device device)
+    : chunks_(std::move(chunks)), stage_(stage), stages_(stages), pipe_(pipe), device_(device) {
+  OMNIBAL_CHECK(!chunks_.empty(), "StageExecutor: stage ", stage, " has no model chunks");
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    OMNIBAL_CHECK(!chunks_[c].empty(), "StageExecutor: stage ", stage, " chunk ", c,
+                  " has no pipeline units");
+    all_units_.insert(all_units_.end(), chunks_[c].begin(), chunks_[c].end());
+  }
   OMNIBAL_CHECK(stages == 1 || pipe_ != nullptr, "StageExecutor: ", stages,
                 " stages need a TensorMessenger");
 }
 
-comm::MessageHeader StageExecutor::expected_activation(int mb) const {
+StageExecutor::InFlight& StageExecutor::slot(int chunk, int mb) {
+  OMNIBAL_CHECK(chunk >= 0 && chunk < chunks() && mb >= 0 &&
+                    mb < static_cast<int>(flight_[chunk].size()),
+                "stage ", stage_, ": instruction for chunk ", chunk, " micro-batch ", mb,
+                " outside its ", chunks(), " chunks x ", micro_batches_, " micro-batches");
+  return flight_[chunk][mb];
+}
+
+comm::MessageHeader StageExecutor::expected_activation(int chunk, int mb) const {
   // The hidden state's rank follows the boundary phase: ViT tokens [tiles, 1 + P, d] before the
   // projector, [tokens, d] after it.
-  const models::UnitKind first = units_.front()->kind();
+  const models::UnitKind first = chunks_[chunk].front()->kind();
   const bool vit = first == models::UnitKind::kVitBlock || first == models::UnitKind::kProjector;
-  const at::ScalarType dtype = units_.front()->parameters().empty()
-                                   ? at::kFloat
-                                   : units_.front()->parameters().front().scalar_type();
   comm::MessageHeader h;
   h.kind = comm::MessageKind::kActivation;
   h.micro_batch = mb;
-  h.tensors = {{dtype, vit ? std::vector<int64_t>{-1, -1, -1} : std::vector<int64_t>{-1, -1}},
+  h.chunk = chunk;
+  h.tensors = {{chunk_dtype(chunks_[chunk]),
+                vit ? std::vector<int64_t>{-1, -1, -1} : std::vector<int64_t>{-1, -1}},
                {at::kLong, {-1}}};
   return h;
 }
 
-torch::Tensor StageExecutor::receive_activation(int mb) {
-  const auto t0 = Clock::now();
-  auto tensors = pipe_->recv(expected_activation(mb), stage_ - 1, device_).wait();
-  idle_s_ += since(t0);
-  received_side_[mb] = tensors[1];
-  return tensors[0];
+void StageExecutor::receive_activation(int chunk, int mb) {
+  InFlight& f = slot(chunk, mb);
+  const int from = virtual_of(chunk) - 1;
+  OMNIBAL_CHECK(from >= 0, "RecvActivation{", mb, "} on the model's first virtual stage");
+  std::vector<torch::Tensor> tensors;
+  if (from % stages_ == stage_) {  // a hand-over between two chunks of this rank
+    auto it = local_.find({static_cast<int>(comm::MessageKind::kActivation), chunk, mb});
+    OMNIBAL_CHECK(it != local_.end(), "stage ", stage_, ": RecvActivation{", mb, " chunk ", chunk,
+                  "} before chunk ", chunk - 1, " sent it");
+    tensors = std::move(it->second);
+    local_.erase(it);
+  } else {
+    const auto t0 = Clock::now();
+    tensors = pipe_->recv(expected_activation(chunk, mb), from % stages_, device_).wait();
+    idle_s_ += since(t0);
+  }
+  f.received = tensors[0];
+  f.received_side = tensors[1];
 }
 
-models::UnitState StageExecutor::input_state(int mb, const models::PackBatch* pack, bool grad) {
-  if (stage_ == 0) {
+void StageExecutor::receive_grad(int chunk, int mb) {
+  InFlight& f = slot(chunk, mb);
+  const int from = virtual_of(chunk) + 1;
+  OMNIBAL_CHECK(from <= last_virtual(), "RecvGrad{", mb, "} on the model's last virtual stage");
+  OMNIBAL_CHECK(f.forwarded, "stage ", stage_, ": RecvGrad{", mb, " chunk ", chunk,
+                "} before its Forward");
+  if (from % stages_ == stage_) {
+    auto it = local_.find({static_cast<int>(comm::MessageKind::kGradient), chunk, mb});
+    OMNIBAL_CHECK(it != local_.end(), "stage ", stage_, ": RecvGrad{", mb, " chunk ", chunk,
+                  "} before chunk ", chunk + 1, " sent it");
+    f.output_grad = it->second[0];
+    local_.erase(it);
+    return;
+  }
+  comm::MessageHeader h;
+  h.kind = comm::MessageKind::kGradient;
+  h.micro_batch = mb;
+  h.chunk = chunk;
+  h.tensors = {comm::TensorMeta::of(f.output.hidden)};
+  const auto t0 = Clock::now();
+  f.output_grad = pipe_->recv(h, from % stages_, device_).wait()[0];
+  idle_s_ += since(t0);
+}
+
+models::UnitState StageExecutor::input_state(int chunk, int mb, const models::PackBatch* pack,
+                                             bool grad) {
+  if (virtual_of(chunk) == 0) {
     OMNIBAL_CHECK(pack != nullptr, "stage 0 needs the pack of micro-batch ", mb);
     std::optional<torch::Dtype> dtype;  // the model's (bf16 training feeds bf16 pixels)
-    if (!units_.front()->parameters().empty())
-      dtype = units_.front()->parameters().front().scalar_type();
+    if (!chunks_[0].front()->parameters().empty())
+      dtype = chunks_[0].front()->parameters().front().scalar_type();
     return models::UnitState::from_pack(*pack, device_, dtype);
   }
-  OMNIBAL_CHECK(received_[mb].defined(), "Forward{", mb, "} on stage ", stage_,
+  InFlight& f = slot(chunk, mb);
+  OMNIBAL_CHECK(f.received.defined(), "Forward{", mb, "} on stage ", stage_, " chunk ", chunk,
                 " before RecvActivation{", mb, "}");
-  torch::Tensor hidden = received_[mb];
-  received_[mb] = torch::Tensor();
+  torch::Tensor hidden = f.received;
+  f.received = torch::Tensor();
   if (pack != nullptr && pack->cu_seqlens.defined()) {
     // The stage's own pack (the last stage holds one for the loss normaliser and metrics) must
     // describe the micro-batch the first stage sent: a sample skipped on one stage only would
     // otherwise shift labels and counts silently.
-    const torch::Tensor side_cpu = received_side_[mb].to(torch::kCPU);
+    const torch::Tensor side_cpu = f.received_side.to(torch::kCPU);
     const auto side = side_cpu.accessor<int64_t, 1>();
     const int64_t tokens = pack->cu_seqlens[-1].item<int64_t>();
     const int64_t samples = pack->cu_seqlens.size(0) - 1;
     OMNIBAL_CHECK(side[1] == tokens && side[2] == samples, "stage ", stage_, " micro-batch ", mb,
-                  ": the activation from stage ", stage_ - 1, " carries ", side[2], " samples / ",
+                  ": the activation from the previous stage carries ", side[2], " samples / ",
                   side[1], " tokens but this stage's pack has ", samples, " / ", tokens,
                   " (a sample skipped on one stage only?)");
   }
   if (grad && hidden.is_floating_point()) hidden.requires_grad_(true);
-  flight_[mb].input = hidden;
-  return models::UnitState::from_wire(hidden, received_side_[mb]);
+  f.input = hidden;
+  return models::UnitState::from_wire(hidden, f.received_side);
 }
 
-void StageExecutor::send(comm::MessageKind kind, int mb, std::vector<torch::Tensor> tensors,
-                         int peer) {
-  sends_.push_back(pipe_->send({kind, mb, std::move(tensors)}, peer));
+void StageExecutor::send(comm::MessageKind kind, int chunk, int mb,
+                         std::vector<torch::Tensor> tensors, int to_virtual) {
+  const int peer = to_virtual % stages_, peer_chunk = to_virtual / stages_;
+  (void)chunk;
+  if (peer == stage_) {
+    local_[{static_cast<int>(kind), peer_chunk, mb}] = std::move(tensors);
+    return;
+  }
+  comm::TensorMessage message{kind, mb, std::move(tensors)};
+  message.chunk = peer_chunk;
+  sends_.push_back(pipe_->send(message, peer));
 }
 
-void StageExecutor::forward(int mb, const models::PackBatch* pack, StageStepResult& result,
-                            double scale, const StepHooks& hooks) {
+void StageExecutor::forward(int chunk, int mb, const models::PackBatch* pack,
+                            StageStepResult& result, double scale, const StepHooks& hooks) {
   const auto t0 = Clock::now();
-  InFlight& f = flight_[mb];
-  f.output = models::run_units(units_, input_state(mb, pack, true));
-  if (is_last()) {
+  InFlight& f = slot(chunk, mb);
+  OMNIBAL_CHECK(!f.forwarded, "stage ", stage_, ": Forward{", mb, " chunk ", chunk, "} twice");
+  {
+    std::optional<models::WeightGradStore::Recording> recording;
+    if (split_) recording.emplace(store_, store_key(chunk, mb));
+    f.output = models::run_units(chunks_[chunk], input_state(chunk, mb, pack, true));
+  }
+  f.forwarded = true;
+  if (virtual_of(chunk) == last_virtual()) {
     const double loss = f.output.loss_sum.item<double>();
     result.loss_sum += loss;
     result.label_count += f.output.label_count;
@@ -100,18 +176,24 @@ void StageExecutor::forward(int mb, const models::PackBatch* pack, StageStepResu
   result.times.forward_s += since(t0);
 }
 
-void StageExecutor::backward(int mb, double scale) {
-  (void)scale;
-  InFlight& f = flight_[mb];
-  if (is_last()) {
-    if (f.output.loss_sum.requires_grad()) f.output.loss_sum.backward();
-  } else {
-    OMNIBAL_CHECK(f.output_grad.defined(), "Backward{", mb, "} on stage ", stage_,
-                  " before RecvGrad{", mb, "}");
-    if (f.output.hidden.requires_grad())
-      torch::autograd::backward({f.output.hidden}, {f.output_grad});
+void StageExecutor::backward(int chunk, int mb) {
+  InFlight& f = slot(chunk, mb);
+  OMNIBAL_CHECK(f.forwarded && !f.input_done, "stage ", stage_, ": backward of micro-batch ", mb,
+                " chunk ", chunk, f.forwarded ? " run twice" : " before its Forward");
+  {
+    std::optional<models::WeightGradStore::Recording> recording;  // recomputed linears defer too
+    if (split_) recording.emplace(store_, store_key(chunk, mb));
+    if (virtual_of(chunk) == last_virtual()) {
+      if (f.output.loss_sum.requires_grad()) f.output.loss_sum.backward();
+    } else {
+      OMNIBAL_CHECK(f.output_grad.defined(), "Backward{", mb, "} on stage ", stage_, " chunk ",
+                    chunk, " before RecvGrad{", mb, "}");
+      if (f.output.hidden.requires_grad())
+        torch::autograd::backward({f.output.hidden}, {f.output_grad});
+    }
   }
-  if (stage_ > 0) {
+  f.input_done = true;
+  if (virtual_of(chunk) > 0) {
     torch::Tensor g = f.input.grad();
     f.input_grad = g.defined() ? g : torch::zeros_like(f.input);
   }
@@ -125,53 +207,71 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
                                         double loss_scale, const StepHooks& hooks) {
   using schedule::Op;
   int m = 0;
-  for (const auto& ins : program) m = std::max(m, ins.micro_batch + 1);
+  split_ = false;
+  for (const auto& ins : program) {
+    m = std::max(m, ins.micro_batch + 1);
+    if (ins.op == Op::BackwardInput || ins.op == Op::BackwardWeight) split_ = true;
+  }
   OMNIBAL_CHECK(stage_ != 0 || static_cast<int>(packs.size()) >= m, "stage 0 got ", packs.size(),
                 " packs for ", m, " micro-batches");
-  flight_.assign(m, InFlight{});
-  received_.assign(m, torch::Tensor());
-  received_side_.assign(m, torch::Tensor());
+  micro_batches_ = m;
+  flight_.assign(chunks(), std::vector<InFlight>(m));
+  local_.clear();
   sends_.clear();
+  if (split_ && !store_) store_ = c10::make_intrusive<models::WeightGradStore>();
+  if (store_) store_->clear();
   idle_s_ = 0;
   StageStepResult result;
   for (const auto& ins : program) {
-    const int mb = ins.micro_batch;
+    const int mb = ins.micro_batch, c = ins.chunk;
     switch (ins.op) {
-      case Op::RecvActivation: received_[mb] = receive_activation(mb); break;
+      case Op::RecvActivation: receive_activation(c, mb); break;
       case Op::Forward:
         if (hooks.before_op) hooks.before_op("forward", mb);
-        forward(mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result, loss_scale,
-                hooks);
+        forward(c, mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result,
+                loss_scale, hooks);
         break;
       case Op::SendActivation: {
-        const models::UnitState& out = flight_[mb].output;
-        send(comm::MessageKind::kActivation, mb, {out.hidden.detach(), out.side_tensor()},
-             stage_ + 1);
+        const models::UnitState& out = slot(c, mb).output;
+        OMNIBAL_CHECK(out.hidden.defined(), "stage ", stage_, ": SendActivation{", mb, " chunk ", c,
+                      "} before its Forward");
+        send(comm::MessageKind::kActivation, c, mb, {out.hidden.detach(), out.side_tensor()},
+             virtual_of(c) + 1);
         break;
       }
-      case Op::RecvGrad: {
-        comm::MessageHeader h;
-        h.kind = comm::MessageKind::kGradient;
-        h.micro_batch = mb;
-        h.tensors = {comm::TensorMeta::of(flight_[mb].output.hidden)};
-        const auto t0 = Clock::now();
-        flight_[mb].output_grad = pipe_->recv(h, stage_ + 1, device_).wait()[0];
-        idle_s_ += since(t0);
-        break;
-      }
-      case Op::Backward: {
+      case Op::RecvGrad: receive_grad(c, mb); break;
+      case Op::Backward:
+      case Op::BackwardInput: {
         if (hooks.before_op) hooks.before_op("backward", mb);
         const auto t0 = Clock::now();
-        backward(mb, loss_scale);
+        backward(c, mb);
         if (hooks.after_backward) hooks.after_backward(mb);
         result.times.backward_s += since(t0);
         break;
       }
-      case Op::SendGrad:
-        send(comm::MessageKind::kGradient, mb, {flight_[mb].input_grad}, stage_ - 1);
-        flight_[mb].input_grad = torch::Tensor();
+      case Op::BackwardWeight: {
+        OMNIBAL_CHECK(slot(c, mb).input_done, "stage ", stage_, ": BackwardWeight{", mb, " chunk ",
+                      c, "} before its BackwardInput");
+        const auto t0 = Clock::now();
+        store_->run(store_key(c, mb));
+        if (hooks.after_backward) hooks.after_backward(mb);
+        const double dt = since(t0);
+        result.times.backward_s += dt;
+        result.times.weight_s += dt;
         break;
+      }
+      case Op::SendGrad: {
+        InFlight& f = slot(c, mb);
+        OMNIBAL_CHECK(f.input_grad.defined(), "stage ", stage_, ": SendGrad{", mb, " chunk ", c,
+                      "} before its backward");
+        send(comm::MessageKind::kGradient, c, mb, {f.input_grad}, virtual_of(c) - 1);
+        f.input_grad = torch::Tensor();
+        break;
+      }
       case Op::ReduceGrads: {
+        OMNIBAL_CHECK(!store_ || store_->held_bytes() == 0, "stage ", stage_,
+                      ": ReduceGrads with deferred weight gradients not yet run (a "
+                      "BackwardWeight missing from the program)");
         const auto t0 = Clock::now();
         wait_all(sends_);
         idle_s_ += since(t0);
@@ -185,6 +285,8 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
   }
   wait_all(sends_);
   sends_.clear();
+  OMNIBAL_CHECK(local_.empty(), "stage ", stage_, ": ", local_.size(),
+                " chunk hand-overs sent and never received");
   result.times.idle_s = idle_s_;
   return result;
 }
@@ -192,20 +294,30 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
 std::optional<models::UnitState> StageExecutor::forward_only(int index,
                                                              const models::PackBatch* pack) {
   torch::NoGradGuard no_grad;
-  if (static_cast<int>(received_.size()) <= index) {
-    received_.resize(index + 1);
-    received_side_.resize(index + 1);
-    flight_.resize(index + 1);
+  if (micro_batches_ <= index) {
+    micro_batches_ = index + 1;
+    flight_.resize(chunks());
   }
-  if (stage_ > 0) received_[index] = receive_activation(index);
-  models::UnitState out = models::run_units(units_, input_state(index, pack, false));
-  flight_[index] = InFlight{};
-  received_side_[index] = torch::Tensor();
-  if (is_last()) return out;
-  comm::Request r =
-      pipe_->send({comm::MessageKind::kActivation, index, {out.hidden, out.side_tensor()}},
-                  stage_ + 1);
-  r.wait();
+  for (auto& chunk_flight : flight_)
+    if (static_cast<int>(chunk_flight.size()) <= index) chunk_flight.resize(index + 1);
+  for (int c = 0; c < chunks(); ++c) {
+    if (virtual_of(c) > 0) receive_activation(c, index);
+    models::UnitState out = models::run_units(chunks_[c], input_state(c, index, pack, false));
+    flight_[c][index] = InFlight{};
+    if (virtual_of(c) == last_virtual()) return out;
+    const int to = virtual_of(c) + 1;
+    if (to % stages_ == stage_) {
+      local_[{static_cast<int>(comm::MessageKind::kActivation), to / stages_, index}] = {
+          out.hidden, out.side_tensor()};
+      continue;
+    }
+    comm::TensorMessage message{comm::MessageKind::kActivation,
+                                index,
+                                {out.hidden, out.side_tensor()}};
+    message.chunk = to / stages_;
+    comm::Request r = pipe_->send(message, to % stages_);
+    r.wait();
+  }
   return std::nullopt;
 }
 

@@ -1,5 +1,6 @@
-// StageExecutor: runs one pipeline stage of one DP replica by interpreting the 1F1B instruction
-// list of lib/schedule (the same lists the pipeline simulator walks). For each micro-batch it
+// StageExecutor: runs one pipeline stage of one DP replica by interpreting its instruction list
+// of lib/schedule (1F1B, interleaved 1F1B or ZB-H1: the same lists the simulator walks). For
+// each micro-batch it
 // runs the forward of this stage's units, sends the output activation with a header to the next
 // stage, receives the activation gradient back and runs the backward, and sends the input
 // gradient to the previous stage. Sends are non-blocking (paired isend/irecv through
@@ -9,6 +10,14 @@
 // needs a materialised pack; the loss is computed on the last stage (the term a hook gives, by
 // default the token cross-entropy sum) and scaled by a factor the trainer gives (1 / the global
 // batch's loss normaliser, lib/train/loss_normaliser.h).
+// Interleaved 1F1B: the stage holds v model chunks (virtual stages k = c * P + stage); chunk c's
+// input comes from virtual stage k - 1 on rank (k - 1) % P and its output goes to k + 1, each
+// message naming its chunk; a hand-over between two chunks of this rank (P == 1) stays local.
+// ZB-H1: Forward and BackwardInput run while the stage's WeightGradStore records
+// (models/weight_grad_store.h), so BackwardInput computes the input gradient (and the non-linear
+// parameters' gradients) and files each linear layer's (x, dy, W); BackwardWeight{mb} computes
+// those dW. Between the two the micro-batch keeps each linear's input and output gradient; the
+// rest of its graph is freed at BackwardInput.
 // Not here: the optimizer, gradient clipping, data loading (lib/train); the DP all-reduce is a
 // callback run at the ReduceGrads instruction.
 #pragma once
@@ -16,11 +25,14 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
+#include <tuple>
 #include <optional>
 #include <vector>
 
 #include "comm/tensor_message.h"
 #include "models/pipeline_unit.h"
+#include "models/weight_grad_store.h"
 #include "schedule/instruction.h"
 
 namespace omnibal::pipeline {
@@ -28,7 +40,8 @@ namespace omnibal::pipeline {
 /// Wall-clock seconds one stage spent in one step.
 struct StageTimes {
   double forward_s = 0;   ///< forward of this stage's units (recomputation excluded)
-  double backward_s = 0;  ///< backward (recomputed forwards included)
+  double backward_s = 0;  ///< backward (recomputed forwards and ZB-H1's W included)
+  double weight_s = 0;    ///< ZB-H1: of backward_s, the deferred weight gradients (W)
   double idle_s = 0;      ///< blocked in receives and in waiting for sends (pipeline bubble)
   double reduce_s = 0;    ///< in the ReduceGrads callback (DP all-reduce)
 };
@@ -50,8 +63,8 @@ struct StepHooks {
   /// Called with ("forward" | "backward", micro-batch) before each Forward / Backward; throws to
   /// inject a failure (debug.fail_at).
   std::function<void(const char* where, int micro_batch)> before_op;
-  /// Called after each micro-batch's backward (bf16: the optimizer adds the parameters' bf16
-  /// gradients into its fp32 main gradient).
+  /// Called after each Backward, BackwardInput and BackwardWeight (bf16: the optimizer adds the
+  /// parameters' bf16 gradients into its fp32 main gradient and clears them).
   std::function<void(int micro_batch)> after_backward;
   /// Runs at the ReduceGrads instruction (the DP gradient all-reduce).
   std::function<void()> reduce_grads;
@@ -67,26 +80,35 @@ class StageExecutor {
   /// (peers are stage indices; may be null when stages == 1).
   StageExecutor(std::vector<models::UnitPtr> units, int stage, int stages,
                 comm::TensorMessenger* pipe, torch::Device device = torch::kCPU);
+  /// Interleaved: `chunks[c]` are the units of virtual stage c * stages + stage, in model order.
+  StageExecutor(std::vector<std::vector<models::UnitPtr>> chunks, int stage, int stages,
+                comm::TensorMessenger* pipe, torch::Device device = torch::kCPU);
 
-  /// Runs `program` (this stage's 1F1B list for m micro-batches) up to and including
+  /// Runs `program` (this stage's list for m micro-batches, schedules.h) up to and including
   /// ReduceGrads; OptimizerStep is left to the caller. `packs` holds this rank's m packs on the
   /// first stage (ignored elsewhere). The last stage backpropagates loss_scale times
   /// hooks.loss_term (default loss_sum) of each micro-batch.
   /// Gradients accumulate into the units' parameters (the caller zeroes them).
   /// Throws omnibal::Error on a header mismatch, a timeout, or a program that is not a valid
-  /// 1F1B list (e.g. Backward before Forward).
+  /// list (e.g. Backward before Forward, a chunk this stage does not hold, a BackwardWeight
+  /// without its BackwardInput, deferred weight gradients left at ReduceGrads).
   StageStepResult run_step(const std::vector<schedule::Instruction>& program,
                            const std::vector<models::PackBatch>& packs, double loss_scale,
                            const StepHooks& hooks = {});
 
-  /// Forward only, no autograd (evaluation): stage 0 starts from `pack`, later stages receive
-  /// micro-batch `index`'s activation, non-last stages send their output on (the send is
-  /// waited for before returning). Returns the last stage's kLoss state, nullopt elsewhere.
+  /// Forward only, no autograd (evaluation) of micro-batch `index` through every chunk of this
+  /// stage in turn: virtual stage 0 starts from `pack`, the others receive their input, and
+  /// every chunk but the model's last sends its output on (each send waited for). Returns the
+  /// last virtual stage's kLoss state, nullopt elsewhere.
   std::optional<models::UnitState> forward_only(int index, const models::PackBatch* pack);
 
+  /// Holds the model's first virtual stage (its packs carry pixels and ids).
   bool is_first() const { return stage_ == 0; }
+  /// Holds the model's last virtual stage (the loss).
   bool is_last() const { return stage_ == stages_ - 1; }
-  const std::vector<models::UnitPtr>& units() const { return units_; }
+  /// Every unit of this stage, chunk after chunk.
+  const std::vector<models::UnitPtr>& units() const { return all_units_; }
+  int chunks() const { return static_cast<int>(chunks_.size()); }
 
  private:
   struct InFlight {
@@ -94,23 +116,35 @@ class StageExecutor {
     models::UnitState output;   ///< this stage's output state (kLoss on the last stage)
     torch::Tensor output_grad;  ///< gradient of output.hidden from the next stage
     torch::Tensor input_grad;   ///< gradient to send to the previous stage
+    torch::Tensor received, received_side;  ///< the activation received, until Forward
+    bool forwarded = false, input_done = false;
   };
-  models::UnitState input_state(int mb, const models::PackBatch* pack, bool grad);
-  torch::Tensor receive_activation(int mb);
-  void send(comm::MessageKind kind, int mb, std::vector<torch::Tensor> tensors, int peer);
-  void forward(int mb, const models::PackBatch* pack, StageStepResult& result, double scale,
-               const StepHooks& hooks);
-  void backward(int mb, double scale);
-  comm::MessageHeader expected_activation(int mb) const;
+  int virtual_of(int chunk) const { return chunk * stages_ + stage_; }
+  int last_virtual() const { return stages_ * chunks() - 1; }
+  InFlight& slot(int chunk, int mb);
+  models::UnitState input_state(int chunk, int mb, const models::PackBatch* pack, bool grad);
+  void receive_activation(int chunk, int mb);
+  void receive_grad(int chunk, int mb);
+  void send(comm::MessageKind kind, int chunk, int mb, std::vector<torch::Tensor> tensors,
+            int to_virtual);
+  void forward(int chunk, int mb, const models::PackBatch* pack, StageStepResult& result,
+               double scale, const StepHooks& hooks);
+  void backward(int chunk, int mb);
+  comm::MessageHeader expected_activation(int chunk, int mb) const;
+  int store_key(int chunk, int mb) const { return chunk * micro_batches_ + mb; }
 
-  std::vector<models::UnitPtr> units_;
+  std::vector<std::vector<models::UnitPtr>> chunks_;
+  std::vector<models::UnitPtr> all_units_;
   int stage_, stages_;
   comm::TensorMessenger* pipe_;
   torch::Device device_;
-  std::vector<InFlight> flight_;
-  std::vector<torch::Tensor> received_;  ///< activation hidden/side per mb until Forward
-  std::vector<torch::Tensor> received_side_;
+  int micro_batches_ = 0;
+  std::vector<std::vector<InFlight>> flight_;  ///< [chunk][micro-batch]
+  /// Hand-overs between two chunks of this rank (P == 1): (kind, receiving chunk, mb) -> tensors.
+  std::map<std::tuple<int, int, int>, std::vector<torch::Tensor>> local_;
   std::vector<comm::Request> sends_;
+  c10::intrusive_ptr<models::WeightGradStore> store_;  ///< ZB-H1's deferred weight gradients
+  bool split_ = false;  ///< the program splits backwards (BackwardInput / BackwardWeight)
   double idle_s_ = 0;
 };
 

@@ -120,6 +120,8 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   memory::StagePlannerOptions o;
   o.stages = cfg.parallel.pp;
   o.micro_batches = cfg.parallel.micro_batches;
+  o.schedule = cfg.parallel.schedule;
+  o.virtual_stages = cfg.parallel.virtual_stages;
   o.radius = cfg.parallel.partition_radius;
   o.top_k = cfg.parallel.partition_top_k;
   o.unit_names = models::unit_names(*c.preset);
@@ -174,6 +176,15 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
   const int trials = cfg.parallel.partition_trials < 0 ? cfg.parallel.partition_top_k
                                                        : cfg.parallel.partition_trials;
   if (trials < 2) return memory::judge_by_pipeline_time;  // nothing to compare
+  // The trials time one stage's 1F1B program per candidate; interleaved / ZB-H1 / auto
+  // candidates are judged by their simulated step time under their own schedule.
+  if (cfg.parallel.schedule != PipelineSchedule::k1F1B) {
+    if (c.comms->rank() == 0)
+      log_info("partition trials: skipped under parallel.schedule {} (the simulated step time "
+               "under that schedule picks the split)",
+               choice_name(cfg.parallel.schedule));
+    return memory::judge_by_pipeline_time;
+  }
   auto setup = std::make_shared<TrialSetup>();
   setup->preset = *c.preset;
   setup->init_seed = cfg.train.seed;
@@ -277,6 +288,8 @@ memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset
     r.parameter_weights.push_back(static_cast<double>(n));
   r.stages = cfg.parallel.pp;
   r.micro_batches = cfg.parallel.micro_batches;
+  r.schedule = cfg.parallel.schedule;
+  r.virtual_stages = cfg.parallel.virtual_stages;
   r.partition = cfg.parallel.partition;
   r.recompute = cfg.memory.recompute;
   if (stored) {

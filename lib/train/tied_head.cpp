@@ -27,12 +27,15 @@ torch::Tensor swap_with_peer(comm::Communicator& pipeline, const torch::Tensor& 
 }  // namespace
 
 TiedHead::TiedHead(const ModelPreset& preset, const partition::Partition& split, int stage,
-                   std::vector<std::pair<std::string, torch::Tensor>>& params) {
+                   std::vector<std::pair<std::string, torch::Tensor>>& params, int virtual_stages) {
   if (!preset.llm.tie_embeddings) return;
   const int embed_unit = preset.vit.depth + 2;  // vit_embed, vit blocks, projector, llm_embed
-  const int last = split.stages() - 1;
-  for (int s = 0; s <= last; ++s)
-    if (split.begin(s) <= embed_unit && embed_unit < split.end(s)) embedding_stage_ = s;
+  OMNIBAL_CHECK(virtual_stages >= 1 && split.stages() % virtual_stages == 0,
+                "tied head: ", split.stages(), " model chunks do not split into ", virtual_stages,
+                " per pipeline stage");
+  const int stages = split.stages() / virtual_stages, last = stages - 1;
+  for (int k = 0; k < split.stages(); ++k)  // chunk k sits on stage k % P (interleaved)
+    if (split.begin(k) <= embed_unit && embed_unit < split.end(k)) embedding_stage_ = k % stages;
   OMNIBAL_CHECK(embedding_stage_ >= 0, "tied head: no stage holds unit llm_embed");
   split_ = embedding_stage_ != last;
   if (!split_) {

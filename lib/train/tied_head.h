@@ -44,9 +44,10 @@ class TiedHead {
   /// Looks at `stage`'s named parameters. When `preset` ties the head and `split` puts
   /// llm_embed on another stage than llm_head, the embedding's stage and the last stage become
   /// the two ends of the pair and the last stage's kHeadName entry is renamed kEmbeddingName.
+  /// Interleaved: `split` holds P x virtual_stages chunks, chunk k on stage k % P.
   /// Throws omnibal::Error when an end lacks the expected parameter.
   TiedHead(const ModelPreset& preset, const partition::Partition& split, int stage,
-           std::vector<std::pair<std::string, torch::Tensor>>& params);
+           std::vector<std::pair<std::string, torch::Tensor>>& params, int virtual_stages = 1);
 
   /// True on every rank of a job whose tied weight is split over two stages.
   bool split() const { return split_; }

@@ -14,7 +14,7 @@
 #include "core/model_preset.h"
 #include "models/vlm.h"
 #include "pipeline/stage_executor.h"
-#include "schedule/one_f_one_b.h"
+#include "schedule/schedules.h"
 #include "train/distributed_optimizer.h"
 #include "train/init_weights.h"
 #include "train/loss_normaliser.h"
@@ -128,7 +128,8 @@ struct Trainer::State {
   ModelPreset preset;
   std::unique_ptr<data::Tokenizer> tokenizer;
   memory::StagePlan plan;  ///< split + recompute flags (train/startup_planner.h)
-  std::vector<models::UnitPtr> units;
+  std::vector<models::UnitPtr> units;  ///< this stage's units, chunk after chunk
+  std::vector<models::UnitRange> chunk_ranges;  ///< unit interval of each chunk of this stage
   NamedParams params;  ///< all of this stage's parameters (frozen included)
   /// Mixed precision, ZeRO-1, fp32 master weights, AdamW; made after the weights are set.
   std::unique_ptr<DistributedOptimizer> optimizer;
@@ -190,12 +191,23 @@ models::VlmOptions Trainer::State::model_options() const {
 }
 
 void Trainer::State::build_stage() {
-  units = models::make_units(preset, model_options().with_tensor_parallel(tp),
-                             plan.begin(stage_index), plan.end(stage_index));
+  // Interleaved: this stage holds chunks k = c * P + stage (lib/schedule/instruction.h).
+  for (int c = 0; c < plan.virtual_stages; ++c) {
+    const int k = c * stages + stage_index;
+    chunk_ranges.emplace_back(plan.begin(k), plan.end(k));
+  }
+  const auto chunks =
+      models::make_chunk_units(preset, model_options().with_tensor_parallel(tp), chunk_ranges);
+  std::vector<int> unit_index;  // chain index of each unit of this stage
+  for (size_t c = 0; c < chunks.size(); ++c)
+    for (size_t i = 0; i < chunks[c].size(); ++i) {
+      units.push_back(chunks[c][i]);
+      unit_index.push_back(static_cast<int>(chunk_ranges[c].first + i));
+    }
   tp_layout = TpLayout(units, tp);
   for (size_t i = 0; i < units.size(); ++i) {
     auto& u = units[i];
-    u->set_recompute(plan.recompute[plan.begin(stage_index) + static_cast<int>(i)]);
+    u->set_recompute(plan.recompute[unit_index[i]]);
     const UnitGroup group = unit_group(u->kind());
     const bool frozen = std::find(cfg.train.freeze.begin(), cfg.train.freeze.end(), group) !=
                         cfg.train.freeze.end();
@@ -204,7 +216,8 @@ void Trainer::State::build_stage() {
       params.emplace_back(u->unit_name() + "." + np.key(), np.value());
     }
   }
-  tied = std::make_unique<TiedHead>(preset, plan.partition, stage_index, params);
+  tied = std::make_unique<TiedHead>(preset, plan.partition, stage_index, params,
+                                    plan.virtual_stages);
   // A tied head's copy on the head's stage answers to the embedding's name (tied_head.h): give
   // it the head's shard layout, so it is gathered and sharded like the embedding.
   if (tied->split() && !tp_layout.spec(TiedHead::kEmbeddingName).sharded())
@@ -213,8 +226,8 @@ void Trainer::State::build_stage() {
   for (const auto& [name, p] : params) names.push_back(name);
   tp_replicated = tp_layout.replicated_names(names);
   if (stages > 1) pipe = std::make_unique<comm::TensorMessenger>(comms.pipeline());
-  stage = std::make_unique<pipeline::StageExecutor>(units, stage_index, stages, pipe.get());
-  programs = schedule::build_1f1b_schedule(stages, m);
+  stage = std::make_unique<pipeline::StageExecutor>(chunks, stage_index, stages, pipe.get());
+  programs = schedule::build_schedule(plan.schedule, stages, m, plan.virtual_stages);
 }
 
 /// The optimizer over this stage's trainable parameters as they are now (it takes the current
@@ -398,8 +411,9 @@ void Trainer::State::restore(const ResumePoint& resume) {
   } else if (!cfg.model.init_from.empty()) {
     // The checkpoint holds whole tensors: load them into an unsharded copy of this stage, then
     // keep this rank's shards (a transient second copy of the stage's weights).
-    const auto whole = models::make_units(preset, model_options(), plan.begin(stage_index),
-                                          plan.end(stage_index));
+    std::vector<models::UnitPtr> whole;
+    for (auto& chunk : models::make_chunk_units(preset, model_options(), chunk_ranges))
+      whole.insert(whole.end(), chunk.begin(), chunk.end());
     init_stage_weights(cfg.model, preset, whole);
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < units.size(); ++i) {
