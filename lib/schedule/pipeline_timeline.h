@@ -1,12 +1,17 @@
-// Event-driven timing of one pipeline's per-stage instruction lists (one DP rank, one step).
-// Every instruction is an event on its stage's clock: compute (Forward, Backward) occupies the
-// stage for its duration; sends are non-blocking and deliver their message after a transfer time
-// (transfers on the same link direction are serialised); a receive waits until its message has
-// arrived. Walking stops at ReduceGrads: the time each stage reaches it is returned, and the
-// DP-level collective, DP wait and optimizer are the caller's (training_simulator.h), because
-// they couple the pipelines of all DP ranks. Micro-batches may differ in cost (ISF packs vs
-// random micro-batches have different shapes). It also tracks the activation bytes each stage
-// holds: kept_bytes from a Forward to its Backward, plus transient_bytes during a Backward.
+// Event-driven timing of one pipeline's per-stage instruction lists (one DP rank, one step), for
+// 1F1B, interleaved 1F1B and ZB-H1 (schedules.h). Every instruction is an event on its rank's
+// clock: compute (Forward, Backward, BackwardInput, BackwardWeight) occupies the rank for its
+// duration; sends are non-blocking and deliver their message after a transfer time, transfers
+// from one rank to another (one ordered rank pair, all kinds and chunks) serialised; a
+// same-rank hand-over (P == 1 with v > 1) is free; a receive waits until its message has arrived,
+// and messages of one rank pair are matched in posting order (NCCL, schedule_checker.h).
+// Walking stops at ReduceGrads: the time each rank reaches it is returned, and the DP-level
+// collective, DP wait and optimizer are the caller's (training_simulator.h), because they couple
+// the pipelines of all DP ranks. Micro-batches may differ in cost (ISF packs vs random
+// micro-batches have different shapes). It also tracks the activation bytes each rank holds:
+// kept_bytes from a Forward to its Backward; under the split backward, kept_bytes until
+// BackwardInput and weight_kept_bytes from there to BackwardWeight; plus transient_bytes while
+// any backward compute runs.
 #pragma once
 
 #include <vector>
@@ -29,7 +34,7 @@ struct PipelineStepCosts {
   /// The part of kept_bytes still held between BackwardInput and BackwardWeight (each linear's
   /// input and output gradient); the rest is freed at BackwardInput.
   std::vector<std::vector<double>> weight_kept_bytes;
-  std::vector<std::vector<double>> transient_bytes;    ///< extra bytes while a backward runs
+  std::vector<std::vector<double>> transient_bytes;  ///< extra bytes while a backward runs
 
   /// Zero-filled costs for V virtual stages and m micro-batches.
   static PipelineStepCosts zeros(int virtual_stages, int micro_batches);
@@ -37,17 +42,21 @@ struct PipelineStepCosts {
 
 /// What one stage (pipeline rank, all its chunks) did during a step, up to its ReduceGrads.
 struct StageTimeline {
-  double ready_for_reduce_s = 0;     ///< time the stage reaches ReduceGrads (step starts at 0)
-  double forward_busy_s = 0;         ///< sum of Forward durations
-  double backward_busy_s = 0;        ///< sum of Backward durations
-  double idle_s = 0;                 ///< waiting in receives before ReduceGrads (the bubble)
-  double peak_activation_bytes = 0;  ///< max over time of held kept + transient bytes
-  int peak_in_flight = 0;            ///< max micro-batches forwarded and not yet backwarded
+  double ready_for_reduce_s = 0;      ///< time the stage reaches ReduceGrads (step starts at 0)
+  double forward_busy_s = 0;          ///< sum of Forward durations
+  double backward_busy_s = 0;         ///< sum of Backward and BackwardInput durations
+  double backward_weight_busy_s = 0;  ///< sum of BackwardWeight durations (0 without ZB)
+  double idle_s = 0;                  ///< waiting in receives before ReduceGrads (the bubble)
+  double peak_activation_bytes = 0;   ///< max over time of held kept + transient bytes
+  /// Most autograd graphs alive: (micro-batch, chunk) forwarded, Backward / BackwardInput not run.
+  int peak_in_flight = 0;
 };
 
-/// Walks `lists` (P = lists.size() ranks) with `costs` (V = P x v rows). Returns one entry per
-/// rank. Throws omnibal::Error when the lists deadlock or the cost matrices do not have shape
-/// [V][m] with V a multiple of P.
+/// Walks `lists` (P = lists.size() ranks) with `costs` (V = P x v rows, v = V / P chunks per
+/// rank; instruction {mb, c} on rank s reads row c * P + s, column mb). Returns one entry per
+/// rank. Throws omnibal::Error when the lists deadlock, a receive meets another message, an
+/// instruction's micro-batch or chunk is out of range, or the nine cost matrices do not all have
+/// shape [V][m] with V a positive multiple of P.
 std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
                                                  const PipelineStepCosts& costs);
 
