@@ -358,7 +358,12 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   for (const Schedule& sched : extra) {
     partition::PartitionSearchResult search;
     std::vector<double> seconds;
-    res.schedule_plans.push_back(balanced_plan(c, isf_steps, true, search, seconds, sched));
+    try {
+      res.schedule_plans.push_back(balanced_plan(c, isf_steps, true, search, seconds, sched));
+    } catch (const Error& e) {  // e.g. ZB-H1's deferred W bytes over the budget on every split
+      res.schedule_errors.push_back("+ " + sched.name() + ": " + e.what());
+      continue;
+    }
     const auto& plan = res.schedule_plans.back();
     rank_candidates(plan, seconds, res.ranking);
     rows.push_back(simulate_row(c, "+ " + sched.name(), "isf", "balanced (memory-aware)",
@@ -394,6 +399,7 @@ std::string format_ablation_table(const AblationResult& res) {
         r.delta.dp_wait_s, r.delta.bubble_s, r.delta.recompute_s, other, r.components.tp_comm_s,
         r.split, r.partition.to_string(), rc, r.fits ? "" : "  OVER BUDGET");
   }
+  for (const auto& e : res.schedule_errors) out += "not planned: " + e + "\n";
   if (!res.ranking.empty()) {
     out += "(schedule, split) pairs ranked by the simulated epoch (8 ISF steps, scaled):\n";
     for (size_t i = 0; i < res.ranking.size(); ++i) {
@@ -491,6 +497,7 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
                             {"pipeline_s", rc.pipeline_s},
                             {"simulated_8_steps_s", rc.simulated_8_steps_s},
                             {"chosen", rc.chosen}});
+  j["schedule_errors"] = res.schedule_errors;
   j["search"] = search_json(res.search, res.candidate_seconds);
   j["adaptive_search"] = search_json(res.adaptive_search, res.adaptive_candidate_seconds);
   return j.dump(2);

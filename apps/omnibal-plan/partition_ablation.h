@@ -109,6 +109,7 @@ struct AblationResult {
   memory::StagePlan adaptive_plan;  ///< the "+ adaptive recompute" row's plan (memory-aware)
   std::vector<memory::StagePlan> schedule_plans;  ///< the plan of each "+ <schedule>" row
   std::vector<ScheduleCandidate> ranking;  ///< every schedule's last-round top K, fastest first
+  std::vector<std::string> schedule_errors;  ///< schedules that could not be planned, and why
 };
 
 /// Runs everything. Throws omnibal::Error on bad options (e.g. a global batch not divisible by
