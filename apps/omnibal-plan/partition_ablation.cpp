@@ -124,12 +124,24 @@ void use_measured_table(Context& c) {
   c.measured.emplace(std::move(table));
 }
 
+/// A concrete schedule and its chunks per rank.
+struct Schedule {
+  PipelineSchedule kind = PipelineSchedule::k1F1B;
+  int v = 1;
+  std::string name() const {
+    return choice_name(kind) + (v > 1 ? fmt::format(" v={}", v) : std::string());
+  }
+};
+
 memory::RecomputePlan recompute_plan(const Context& c, const Partition& p,
-                                     const MicroBatchLoad& worst, bool adaptive) {
+                                     const MicroBatchLoad& worst, bool adaptive,
+                                     const Schedule& sched) {
   memory::RecomputeOptions ro;
   ro.memory = c.memory;
   ro.micro_batches = c.o.micro_batches;
   ro.budget_bytes = c.budget;
+  ro.schedule = sched.kind;
+  ro.virtual_stages = sched.v;
   const auto table = c.model().costs(worst);
   return adaptive ? memory::plan_adaptive_recompute(table, p, ro)
                   : memory::plan_full_recompute(table, p, ro);
@@ -137,11 +149,14 @@ memory::RecomputePlan recompute_plan(const Context& c, const Partition& p,
 
 AblationRow simulate_row(const Context& c, const std::string& name, const std::string& data,
                          const std::string& split, const Partition& p,
-                         const std::vector<StepLoads>& steps, bool adaptive) {
-  const auto plan = recompute_plan(c, p, worst_load(steps), adaptive);
+                         const std::vector<StepLoads>& steps, bool adaptive,
+                         const Schedule& sched = {}) {
+  const auto plan = recompute_plan(c, p, worst_load(steps), adaptive, sched);
   partition::SimulatorSetup s;
   s.model = &c.model();
   s.partition = p;
+  s.schedule = sched.kind;
+  s.virtual_stages = sched.v;
   s.recompute = plan.recompute;
   s.dp = c.o.dp;
   s.tp = c.o.tp;
@@ -154,6 +169,8 @@ AblationRow simulate_row(const Context& c, const std::string& name, const std::s
   row.data = data;
   row.split = split;
   row.recompute = adaptive ? "adaptive" : "full";
+  row.schedule = sched.kind;
+  row.virtual_stages = sched.v;
   row.partition = p;
   row.recomputed_units = plan.recomputed_units;
   const double scale = static_cast<double>(c.epoch_samples) / run.samples;
@@ -171,9 +188,12 @@ AblationRow simulate_row(const Context& c, const std::string& name, const std::s
 
 /// The planner options of the ablation: stage times from the mean ISF pack's table, memory
 /// from the heaviest micro-batch's, the device's link bandwidth, the budget and ZeRO-1 setting.
-memory::StagePlannerOptions planner_options(const Context& c, const std::vector<StepLoads>& steps) {
+memory::StagePlannerOptions planner_options(const Context& c, const std::vector<StepLoads>& steps,
+                                            const Schedule& sched = {}) {
   memory::StagePlannerOptions o;
   o.stages = c.o.pp;
+  o.schedule = sched.kind;
+  o.virtual_stages = sched.v;
   o.micro_batches = c.o.micro_batches;
   o.radius = c.o.radius;
   o.top_k = c.o.top_k;
@@ -199,7 +219,9 @@ memory::CandidateJudge simulator_judge(const Context& c, const std::vector<StepL
     size_t best = 0;
     seconds.clear();
     for (size_t i = 0; i < candidates.size(); ++i) {
-      const auto row = simulate_row(c, "", "", "", candidates[i].partition, probe, adaptive);
+      const Schedule sched{candidates[i].schedule, candidates[i].virtual_stages};
+      const auto row =
+          simulate_row(c, "", "", "", candidates[i].partition, probe, adaptive, sched);
       seconds.push_back(row.epoch_seconds);
       if (seconds[i] < seconds[best]) best = i;
     }
@@ -212,14 +234,44 @@ memory::CandidateJudge simulator_judge(const Context& c, const std::vector<StepL
 /// recomputation one round; under adaptive the memory-aware search (see stage_plan.h).
 memory::StagePlan balanced_plan(const Context& c, const std::vector<StepLoads>& steps,
                                 bool adaptive, partition::PartitionSearchResult& search,
-                                std::vector<double>& seconds) {
+                                std::vector<double>& seconds, const Schedule& sched = {}) {
   PartitionSpec balanced;
   balanced.method = PartitionMethod::kBalanced;
   RecomputeSpec recompute;
   recompute.mode = adaptive ? RecomputeMode::kAdaptive : RecomputeMode::kFull;
   return memory::plan_stages(c.model().costs(mean_load(steps)), balanced, recompute,
-                             planner_options(c, steps),
+                             planner_options(c, steps, sched),
                              simulator_judge(c, steps, adaptive, seconds), &search);
+}
+
+/// The schedules of the extra rows (AblationOptions::schedules; 1F1B has the paper's rows).
+std::vector<Schedule> extra_schedules(const AblationOptions& o) {
+  std::vector<Schedule> out;
+  for (const auto& name : o.schedules) {
+    const bool all = name == "all";
+    const PipelineSchedule kind =
+        all ? PipelineSchedule::kAuto : parse_choice<PipelineSchedule>(name, "--schedule");
+    OMNIBAL_CHECK(all || kind != PipelineSchedule::kAuto, "--schedule: 'auto' is the trainer's ",
+                  "choice; give 1f1b | interleaved | zb-h1 | all (every one, ranked)");
+    if (all || kind == PipelineSchedule::kInterleaved)
+      for (int v : o.virtual_stages) {
+        OMNIBAL_CHECK(v >= 2, "--virtual-stages: interleaved needs v >= 2, got ", v);
+        out.push_back({PipelineSchedule::kInterleaved, v});
+      }
+    if (all || kind == PipelineSchedule::kZbH1) out.push_back({PipelineSchedule::kZbH1, 1});
+  }
+  return out;
+}
+
+/// Appends a search's top K, under its schedule, to the ranking.
+void rank_candidates(const memory::StagePlan& plan, const std::vector<double>& seconds,
+                     std::vector<ScheduleCandidate>& ranking) {
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const auto& cand = plan.candidates[i];
+    ranking.push_back({cand.schedule, cand.virtual_stages, cand.partition, cand.pipeline_s,
+                       i < seconds.size() ? seconds[i] : 0.0,
+                       static_cast<int>(i) == plan.chosen});
+  }
 }
 
 void check_options(const AblationOptions& o) {
@@ -300,6 +352,27 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
                               res.search.greedy_anchor, isf_steps, false));
   rows.push_back(
       simulate_row(c, "adaptive on the row-3 split", "isf", "balanced", bmp, isf_steps, true));
+  // Schedules beyond 1F1B: the full OmniBal row under each, and their candidates ranked.
+  const auto extra = extra_schedules(o);
+  if (!extra.empty()) rank_candidates(res.adaptive_plan, res.adaptive_candidate_seconds, res.ranking);
+  for (const Schedule& sched : extra) {
+    partition::PartitionSearchResult search;
+    std::vector<double> seconds;
+    try {
+      res.schedule_plans.push_back(balanced_plan(c, isf_steps, true, search, seconds, sched));
+    } catch (const Error& e) {  // e.g. ZB-H1's deferred W bytes over the budget on every split
+      res.schedule_errors.push_back("+ " + sched.name() + ": " + e.what());
+      continue;
+    }
+    const auto& plan = res.schedule_plans.back();
+    rank_candidates(plan, seconds, res.ranking);
+    rows.push_back(simulate_row(c, "+ " + sched.name(), "isf", "balanced (memory-aware)",
+                                plan.partition, isf_steps, true, sched));
+  }
+  std::stable_sort(res.ranking.begin(), res.ranking.end(),
+                   [](const ScheduleCandidate& a, const ScheduleCandidate& b) {
+                     return a.simulated_8_steps_s < b.simulated_8_steps_s;
+                   });
   for (auto& r : rows) {
     r.speedup = rows[0].epoch_seconds / r.epoch_seconds;
     r.delta = r.components;
@@ -326,6 +399,18 @@ std::string format_ablation_table(const AblationResult& res) {
         r.delta.dp_wait_s, r.delta.bubble_s, r.delta.recompute_s, other, r.components.tp_comm_s,
         r.split, r.partition.to_string(), rc, r.fits ? "" : "  OVER BUDGET");
   }
+  for (const auto& e : res.schedule_errors) out += "not planned: " + e + "\n";
+  if (!res.ranking.empty()) {
+    out += "(schedule, split) pairs ranked by the simulated epoch (8 ISF steps, scaled):\n";
+    for (size_t i = 0; i < res.ranking.size(); ++i) {
+      const auto& rc = res.ranking[i];
+      out += fmt::format("{:>3}. {:<16} {:>9.1f} s  pipeline_s {:.3f}  {}{}\n", i + 1,
+                         choice_name(rc.schedule) +
+                             (rc.virtual_stages > 1 ? fmt::format(" v={}", rc.virtual_stages) : ""),
+                         rc.simulated_8_steps_s, rc.pipeline_s, rc.partition.to_string(),
+                         rc.chosen ? "  (picked)" : "");
+    }
+  }
   return out;
 }
 
@@ -345,7 +430,9 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
                  {"epoch_samples", res.epoch_samples},
                  {"samples_per_pack", res.samples_per_pack},
                  {"isf_budgets", res.isf_budgets},
-                 {"cost_table_in", o.cost_table_in}};
+                 {"cost_table_in", o.cost_table_in},
+                 {"schedules", o.schedules},
+                 {"virtual_stages", o.virtual_stages}};
   auto breakdown = [](const partition::TimeBreakdown& b, bool with_useful) {
     nlohmann::json x = {{"padding_s", b.padding_s},
                         {"dp_wait_s", b.dp_wait_s},
@@ -366,6 +453,8 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
                          {"data", r.data},
                          {"split", r.split},
                          {"recompute", r.recompute},
+                         {"schedule", choice_name(r.schedule)},
+                         {"virtual_stages", r.virtual_stages},
                          {"partition", r.partition.sizes},
                          {"recomputed_blocks", r.recomputed_units},
                          {"epoch_seconds", r.epoch_seconds},
@@ -401,6 +490,14 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
     }
     return s;
   };
+  for (const auto& rc : res.ranking)
+    j["ranking"].push_back({{"schedule", choice_name(rc.schedule)},
+                            {"virtual_stages", rc.virtual_stages},
+                            {"partition", rc.partition.sizes},
+                            {"pipeline_s", rc.pipeline_s},
+                            {"simulated_8_steps_s", rc.simulated_8_steps_s},
+                            {"chosen", rc.chosen}});
+  j["schedule_errors"] = res.schedule_errors;
   j["search"] = search_json(res.search, res.candidate_seconds);
   j["adaptive_search"] = search_json(res.adaptive_search, res.adaptive_candidate_seconds);
   return j.dump(2);

@@ -19,6 +19,11 @@
 // the simulated time of the full steps scaled to all samples of the epoch (the epoch tail is
 // carried, docs/conventions.md). Composition of lib/balance, lib/partition and lib/memory; no logic
 // of its own beyond wiring and reporting.
+// Schedules (issue 14): the rows above run 1F1B. Each further schedule asked for (--schedule
+// interleaved | zb-h1 | all | a list, --virtual-stages v[,v...]) adds a row "+ <schedule>": the
+// full OmniBal (ISF packs, memory-aware BMP over its P x v chunks, adaptive recompute with its
+// in-flight counts) under that schedule; and the (schedule, split) pairs of every schedule's last
+// search round are ranked by their simulated 8-step time (`ranking`).
 #pragma once
 
 #include <cstdint>
@@ -54,13 +59,29 @@ struct AblationOptions {
   /// in for the trainer's timed trials), false = predicted 1F1B time (the trainer's default
   /// without trials, memory::judge_by_pipeline_time).
   bool judge_by_simulation = true;
+  /// Schedules of the extra rows: "1f1b", "interleaved", "zb-h1" or "all" (= every one);
+  /// {"1f1b"}: the paper's rows only.
+  std::vector<std::string> schedules = {"1f1b"};
+  std::vector<int> virtual_stages = {2};  ///< v of each interleaved row (>= 2)
+};
+
+/// One (schedule, split) pair of the schedule ranking.
+struct ScheduleCandidate {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;
+  partition::Partition partition;
+  double pipeline_s = 0;         ///< predicted at the mean pack (the search's rank)
+  double simulated_8_steps_s = 0;  ///< simulated on the first 8 ISF steps, scaled to the epoch
+  bool chosen = false;           ///< the pick of its schedule's search
 };
 
 /// One row of the table.
 struct AblationRow {
   std::string name, data, split, recompute;
-  partition::Partition partition;
-  std::vector<int> recomputed_units;  ///< per stage
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;
+  partition::Partition partition;  ///< P x v chunks
+  std::vector<int> recomputed_units;  ///< per chunk
   double epoch_seconds = 0, speedup = 0, bubble_fraction = 0, peak_memory_gb = 0;
   partition::TimeBreakdown components;  ///< epoch totals, device-averaged
   partition::TimeBreakdown delta;       ///< components - baseline components
@@ -86,6 +107,9 @@ struct AblationResult {
   memory::StagePlannerOptions planner_options;
   memory::StagePlan balanced_plan;  ///< the "+ balanced partition" row's plan (full recompute)
   memory::StagePlan adaptive_plan;  ///< the "+ adaptive recompute" row's plan (memory-aware)
+  std::vector<memory::StagePlan> schedule_plans;  ///< the plan of each "+ <schedule>" row
+  std::vector<ScheduleCandidate> ranking;  ///< every schedule's last-round top K, fastest first
+  std::vector<std::string> schedule_errors;  ///< schedules that could not be planned, and why
 };
 
 /// Runs everything. Throws omnibal::Error on bad options (e.g. a global batch not divisible by

@@ -44,6 +44,14 @@ void register_partition_command(CLI::App& app, Actions& actions) {
       "--judge-by-pipeline-time", [opts](int64_t) { opts->judge_by_simulation = false; },
       "pick each search round's candidate by predicted 1F1B time (the trainer without "
       "timed trials) instead of by simulating 8 steps of the packs");
+  cmd->add_option("--schedule", opts->schedules,
+                  "pipeline schedules: 1f1b (the paper's rows only) | interleaved | zb-h1 | all, "
+                  "or a list; each adds a full-OmniBal row under it and the (schedule, split) "
+                  "pairs are ranked by simulated step time")
+      ->delimiter(',');
+  cmd->add_option("--virtual-stages", opts->virtual_stages,
+                  "v chunks per rank of each interleaved row (a list: 2,3; default 2)")
+      ->delimiter(',');
   cmd->add_option("--json", *json_path, "write the result as JSON here");
   cmd->add_option("--cost-table-in", opts->cost_table_in,
                   "measured per-unit cost table (omnibal-plan profile) instead of analytic costs; "

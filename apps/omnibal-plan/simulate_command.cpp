@@ -4,6 +4,7 @@
 //   omnibal-plan simulate --config configs/demo.yaml [--set key=value ...] --cost-table-in C.json
 //       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--step-overhead-s S | ..]
 //       [--link-gbps 4] [--tp N --tp-link-gbps G --tp-latency-us U] [--json OUT.json]
+//       [--schedule 1f1b|interleaved|zb-h1] [--virtual-stages V]
 //
 // Packs: data.meta must list token_lengths files (`omnibal-plan scan --out DIR` writes such a
 // meta); the epochs are planned by balance::EpochPlanner from the config's balance.*, dp and m,
@@ -18,6 +19,10 @@
 // train.precision's dtype (partition/tensor_parallel.h) and cost --tp-latency-us per call plus
 // the ring volume at --tp-link-gbps (measured all-reduce bus bandwidth of the host's MPI;
 // default: --link-gbps). The step report gives the TP all-reduce seconds per stage.
+// Schedule: --schedule / --virtual-stages (default: parallel.schedule / virtual_stages; not
+// auto) replay the trainer's packs under that schedule's lists (schedule/schedules.h); under
+// interleaved the split has pp x v chunks (a manual split lists pp x v counts) and the per-stage
+// overheads and reports are per pipeline rank.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -35,6 +40,7 @@
 #include "partition/cost_model.h"
 #include "partition/tensor_parallel.h"
 #include "partition/training_simulator.h"
+#include "schedule/schedules.h"
 
 namespace omnibal::plan {
 namespace {
@@ -51,6 +57,8 @@ struct SimulateArgs {
   int tp = 0;                // 0: parallel.tp of the config
   double tp_link_gbps = 0;   // 0: link_gbps
   double tp_latency_us = 0;  // per all-reduce call
+  std::string schedule;      // "": parallel.schedule
+  int virtual_stages = 0;    // 0: parallel.virtual_stages
 };
 
 /// Per-stage vector from a CLI list: empty -> zeros, one value -> every stage, else one each.
@@ -63,15 +71,16 @@ std::vector<double> per_stage(const std::vector<double>& v, int stages, const ch
 }
 
 /// The trainer's split rule (memory/stage_rules.h) on the cost table's units, `parameters` over
-/// the table's parameter bytes.
-partition::Partition resolve_split(const ParallelConfig& p, const partition::UnitCostTable& t) {
+/// the table's parameter bytes, into `chunks` parts (pp x v).
+partition::Partition resolve_split(const ParallelConfig& p, const partition::UnitCostTable& t,
+                                   int chunks) {
   OMNIBAL_CHECK(p.partition.method != PartitionMethod::kBalanced, "simulate: parallel.partition '",
                 choice_name(p.partition.method),
                 "' is not simulated; give the split as {manual: "
                 "[...]} (omnibal-plan partition prints the balanced one)");
   std::vector<double> bytes;
   for (const auto& u : t.units) bytes.push_back(u.parameter_bytes);
-  return memory::fixed_split(p.partition, bytes, p.pp);
+  return memory::fixed_split(p.partition, bytes, chunks);
 }
 
 /// The trainer's packs of global step `step` as simulator loads: [dp rank][micro-batch].
@@ -96,8 +105,16 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
                                      const partition::CostModel& model) {
   partition::SimulatorSetup setup;
   setup.model = &model;
-  setup.partition = resolve_split(cfg.parallel, table);
-  const int stages = setup.partition.stages();
+  setup.schedule = a.schedule.empty()
+                       ? cfg.parallel.schedule
+                       : parse_choice<PipelineSchedule>(a.schedule, "--schedule");
+  setup.virtual_stages = a.virtual_stages > 0 ? a.virtual_stages : cfg.parallel.virtual_stages;
+  OMNIBAL_CHECK(setup.schedule != PipelineSchedule::kAuto, "simulate: schedule 'auto' is the ",
+                "planner's choice; give --schedule 1f1b | interleaved | zb-h1");
+  const int v = schedule::chunks_per_rank(setup.schedule, setup.virtual_stages);
+  setup.virtual_stages = v;
+  setup.partition = resolve_split(cfg.parallel, table, cfg.parallel.pp * v);
+  const int stages = cfg.parallel.pp;
   setup.recompute =
       memory::fixed_recompute(cfg.memory.recompute, setup.partition, memory::block_units(table))
           .per_unit;
@@ -162,9 +179,10 @@ int run_simulate(const SimulateArgs& a) {
   const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
   const std::string split = setup.partition.to_string();
   const std::string hash = fmt::format("{:016x}", plans.plan_hash());
-  fmt::print("plan hash {}, partition {}, recompute {}, tp {} x dp {} x pp {}, m {}\n", hash, split,
-             choice_name(cfg.memory.recompute.mode), tp, cfg.parallel.dp, cfg.parallel.pp,
-             cfg.parallel.micro_batches);
+  fmt::print("plan hash {}, partition {}, recompute {}, tp {} x dp {} x pp {}, m {}, schedule {}{}\n",
+             hash, split, choice_name(cfg.memory.recompute.mode), tp, cfg.parallel.dp,
+             cfg.parallel.pp, cfg.parallel.micro_batches, choice_name(setup.schedule),
+             setup.virtual_stages > 1 ? fmt::format(" v {}", setup.virtual_stages) : "");
   Json steps = Json::array();
   std::vector<double> times;
   for (int64_t g = a.first_step; g < a.first_step + a.steps; ++g) {
@@ -183,6 +201,8 @@ int run_simulate(const SimulateArgs& a) {
     out << Json{{"format", "omnibal.simulation.v1"},
                 {"plan_hash", hash},
                 {"partition", split},
+                {"schedule", choice_name(setup.schedule)},
+                {"virtual_stages", setup.virtual_stages},
                 {"median_step_seconds", median},
                 {"steps", steps}}
                .dump(1)
@@ -221,6 +241,10 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--tp-latency-us", a->tp_latency_us,
                   "fixed microseconds per TP all-reduce call (measured; default 0)");
   cmd->add_option("--json", a->json_out, "write the simulated steps as JSON here");
+  cmd->add_option("--schedule", a->schedule,
+                  "pipeline schedule: 1f1b | interleaved | zb-h1 (default: parallel.schedule)");
+  cmd->add_option("--virtual-stages", a->virtual_stages,
+                  "model chunks per rank under interleaved (default: parallel.virtual_stages)");
   cmd->callback([a, &actions] { actions.push_back([a] { return run_simulate(*a); }); });
 }
 

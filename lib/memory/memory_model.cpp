@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "schedule/one_f_one_b.h"
+#include "schedule/schedules.h"
 
 namespace omnibal::memory {
 
@@ -18,36 +19,140 @@ double kept_activation_bytes(const partition::UnitCostTable& table, int begin, i
   return kept;
 }
 
-StageMemory stage_memory(const partition::UnitCostTable& table,
-                         const partition::Partition& partition, int stage, int micro_batches,
-                         const std::vector<bool>& recompute, const MemoryOptions& options) {
+double deferred_weight_bytes(const partition::UnitCostTable& table, int begin, int end) {
+  double bytes = 0;
+  for (int u = begin; u < end; ++u) bytes += table.units[u].deferred_weight_bytes();
+  return bytes;
+}
+
+int ScheduleLayout::chunks_per_rank() const {
+  return schedule::chunks_per_rank(schedule, virtual_stages);
+}
+
+ScheduleLayout ScheduleLayout::of(PipelineSchedule schedule, int virtual_stages, int chunks,
+                                  int micro_batches) {
+  ScheduleLayout l;
+  l.schedule = schedule;
+  l.virtual_stages = virtual_stages;
+  l.micro_batches = micro_batches;
+  const int v = l.chunks_per_rank();
+  OMNIBAL_CHECK(v >= 1 && chunks >= v && chunks % v == 0, "memory model: a split of ", chunks,
+                " parts does not divide into pipeline ranks of ", v, " chunks (",
+                choice_name(schedule), ")");
+  l.ranks = chunks / v;
+  return l;
+}
+
+std::vector<std::vector<InFlightState>> in_flight_states(const ScheduleLayout& l) {
+  const int P = l.ranks, v = l.chunks_per_rank();
+  const auto lists = schedule::build_schedule(l.schedule, P, l.micro_batches, v);
+  std::vector<std::vector<InFlightState>> out(P);
+  for (int s = 0; s < P; ++s) {
+    InFlightState now{std::vector<int>(v, 0), std::vector<int>(v, 0)};
+    std::vector<InFlightState> seen;
+    for (const auto& ins : lists[s]) {
+      const int c = ins.chunk;
+      switch (ins.op) {
+        case schedule::Op::Forward: ++now.graphs[c]; break;
+        case schedule::Op::Backward:
+          seen.push_back(now);
+          --now.graphs[c];
+          break;
+        case schedule::Op::BackwardInput:
+          seen.push_back(now);
+          --now.graphs[c];
+          ++now.deferred[c];
+          seen.push_back(now);
+          break;
+        case schedule::Op::BackwardWeight: --now.deferred[c]; break;
+        default: break;
+      }
+    }
+    // Keep the states no other state dominates (ties: the first).
+    auto dominates = [v](const InFlightState& a, const InFlightState& b) {
+      for (int c = 0; c < v; ++c)
+        if (a.graphs[c] < b.graphs[c] || a.deferred[c] < b.deferred[c]) return false;
+      return true;
+    };
+    for (size_t i = 0; i < seen.size(); ++i) {
+      bool keep = true;
+      for (size_t j = 0; j < seen.size() && keep; ++j)
+        if (j != i && dominates(seen[j], seen[i]) && (!(seen[j] == seen[i]) || j < i)) keep = false;
+      if (keep) out[s].push_back(seen[i]);
+    }
+  }
+  return out;
+}
+
+InFlightState peak_per_chunk(const std::vector<InFlightState>& states) {
+  OMNIBAL_CHECK(!states.empty(), "memory model: no in-flight states");
+  InFlightState peak = states[0];
+  for (const auto& st : states)
+    for (size_t c = 0; c < peak.graphs.size(); ++c) {
+      peak.graphs[c] = std::max(peak.graphs[c], st.graphs[c]);
+      peak.deferred[c] = std::max(peak.deferred[c], st.deferred[c]);
+    }
+  return peak;
+}
+
+StageMemory rank_memory(const partition::UnitCostTable& table,
+                        const partition::Partition& partition, int rank,
+                        const ScheduleLayout& layout, const std::vector<InFlightState>& states,
+                        const std::vector<bool>& recompute, const MemoryOptions& options) {
   OMNIBAL_CHECK(partition.units() == static_cast<int>(table.units.size()),
                 "memory model: partition ", partition.to_string(), " covers ", partition.units(),
                 " units, the table has ", table.units.size());
+  OMNIBAL_CHECK(partition.stages() == layout.chunks(), "memory model: partition ",
+                partition.to_string(), " has ", partition.stages(), " parts, the schedule ",
+                choice_name(layout.schedule), " has ", layout.chunks(), " chunks");
+  OMNIBAL_CHECK(rank >= 0 && rank < layout.ranks, "memory model: rank ", rank, " of ",
+                layout.ranks);
   OMNIBAL_CHECK(recompute.size() == table.units.size(), "memory model: ", recompute.size(),
                 " recompute flags for ", table.units.size(), " units");
   OMNIBAL_CHECK(options.dp >= 1, "memory model: dp must be >= 1, got ", options.dp);
   OMNIBAL_CHECK(table.tp == options.tp, "memory model: the cost table is per rank of tp ", table.tp,
                 ", the memory options have tp = ", options.tp,
                 " (pass parallel.tp to trainer_memory_options; profile at the run's tp)");
-  const int begin = partition.begin(stage), end = partition.end(stage);
+  const int v = layout.chunks_per_rank();
   StageMemory mem;
-  for (int u = begin; u < end; ++u) {
-    const auto& unit = table.units[u];
-    const double params = unit.parameter_bytes / options.weight_bytes_per_param;
-    mem.weights += unit.parameter_bytes;
-    if (!unit.trainable) continue;
-    mem.gradients += params * options.grad_bytes_per_param;
-    mem.optimizer += params * options.optimizer_bytes_per_param / (options.zero1 ? options.dp : 1);
-    if (recompute[u] && unit.recomputable())
-      mem.transient = std::max(mem.transient, unit.activation_bytes);
+  std::vector<double> kept(v), weight_kept(v);
+  for (int c = 0; c < v; ++c) {
+    const int k = c * layout.ranks + rank;
+    const int begin = partition.begin(k), end = partition.end(k);
+    for (int u = begin; u < end; ++u) {
+      const auto& unit = table.units[u];
+      const double params = unit.parameter_bytes / options.weight_bytes_per_param;
+      mem.weights += unit.parameter_bytes;
+      if (!unit.trainable) continue;
+      mem.gradients += params * options.grad_bytes_per_param;
+      mem.optimizer +=
+          params * options.optimizer_bytes_per_param / (options.zero1 ? options.dp : 1);
+      if (recompute[u] && unit.recomputable())
+        mem.transient = std::max(mem.transient, unit.activation_bytes);
+    }
+    kept[c] = kept_activation_bytes(table, begin, end, recompute);
+    weight_kept[c] = deferred_weight_bytes(table, begin, end);
+    mem.buffers += 2 * (table.checkpoint_bytes(begin) + table.units[end - 1].output_bytes);
   }
-  const int in_flight = schedule::in_flight_micro_batches(stage, partition.stages(), micro_batches);
-  mem.activations = in_flight * kept_activation_bytes(table, begin, end, recompute);
-  const double input = table.checkpoint_bytes(begin);
-  const double output = table.units[end - 1].output_bytes;
-  mem.buffers = 2 * (input + output) + options.workspace_bytes;
+  for (const auto& st : states) {
+    double held = 0;
+    for (int c = 0; c < v; ++c) held += st.graphs.at(c) * kept[c] + st.deferred.at(c) * weight_kept[c];
+    mem.activations = std::max(mem.activations, held);
+  }
+  mem.buffers += options.workspace_bytes;
   return mem;
+}
+
+StageMemory stage_memory(const partition::UnitCostTable& table,
+                         const partition::Partition& partition, int stage, int micro_batches,
+                         const std::vector<bool>& recompute, const MemoryOptions& options) {
+  const ScheduleLayout layout =
+      ScheduleLayout::of(PipelineSchedule::k1F1B, 1, partition.stages(), micro_batches);
+  OMNIBAL_CHECK(stage >= 0 && stage < layout.ranks, "memory model: stage ", stage, " of ",
+                layout.ranks);
+  const int in_flight = schedule::in_flight_micro_batches(stage, layout.ranks, micro_batches);
+  const std::vector<InFlightState> states = {{{in_flight}, {0}}};
+  return rank_memory(table, partition, stage, layout, states, recompute, options);
 }
 
 MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp, int tp) {

@@ -19,6 +19,16 @@
 // per-rank optimizer state over the DP group of that TP rank. Activations: the column-parallel
 // outputs 1/tp, the rest full; buffers: full activations (no sequence parallelism). The model
 // never divides by tp itself; MemoryOptions::tp must equal the table's tp.
+// Schedules (schedule/schedules.h; ScheduleLayout): the split has P x v chunks (chunk k on rank
+// k % P) and memory is per pipeline rank, the sum over its chunks of static bytes and buffers (one
+// workspace). Activations are counted from the schedule's own lists (in_flight_states): at every
+// moment of rank s's list, per chunk c, graphs[c] micro-batches forwarded and not yet backwarded
+// (B under ZB-H1) keep their activations (or checkpoints) and deferred[c] micro-batches whose W is
+// pending keep the chunk's deferred_weight_bytes (unit_cost_table.h); the activations term is the
+// largest such sum. 1F1B: min(m, P - s) graphs. ZB-H1: min(m, P - s) graphs and up to s deferred
+// W's before a B, one graph fewer and one W more right after it (Qi et al. §3.1: the W inputs are
+// what B does not free). Interleaved: Megatron's warm-up of (P - s - 1) * 2 + (v - 1) * P
+// forwards, spread over the rank's chunks (tests/memory: P 4, v 2, m 8 -> rank 0 holds 8 + 3).
 // Not modelled: allocator fragmentation (keep a margin in the budget), CUDA context.
 #pragma once
 
@@ -50,6 +60,51 @@ struct StageMemory {
   double total() const { return static_bytes() + activations + transient; }
 };
 
+/// The pipeline schedule memory is counted under.
+struct ScheduleLayout {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< not kAuto
+  int ranks = 1;           ///< P pipeline ranks
+  int virtual_stages = 1;  ///< v chunks per rank under kInterleaved; ignored otherwise
+  int micro_batches = 1;   ///< m
+
+  /// v under kInterleaved, else 1.
+  int chunks_per_rank() const;
+  /// Parts of the split: P x chunks_per_rank().
+  int chunks() const { return ranks * chunks_per_rank(); }
+  /// The layout of a split of `chunks` parts under `schedule`; throws omnibal::Error when the
+  /// parts do not divide into ranks of chunks_per_rank chunks.
+  static ScheduleLayout of(PipelineSchedule schedule, int virtual_stages, int chunks,
+                           int micro_batches);
+};
+
+/// One moment of a rank's list at which its activations may peak; per chunk c of the rank
+/// (virtual stage c * P + s): graphs[c] autograd graphs alive, deferred[c] pending W's.
+struct InFlightState {
+  std::vector<int> graphs, deferred;
+  bool operator==(const InFlightState& o) const {
+    return graphs == o.graphs && deferred == o.deferred;
+  }
+};
+
+/// Every rank's candidate peak moments, [rank][state]: the states right before each backward
+/// compute (Backward / BackwardInput) and right after each BackwardInput of
+/// schedule::build_schedule(layout), none dominated by another (all counts <=). 1F1B gives one
+/// state, {min(m, P - s)}. Throws what build_schedule throws.
+std::vector<std::vector<InFlightState>> in_flight_states(const ScheduleLayout& layout);
+
+/// Per chunk, the most graphs and deferred W's of `states` (each chunk's own peak: an upper bound
+/// of every state, used where one linear count is needed, the recompute knapsack of v > 1).
+InFlightState peak_per_chunk(const std::vector<InFlightState>& states);
+
+/// Memory of pipeline rank `rank` of `partition` (layout.chunks() parts) under `layout`, with
+/// `states` = in_flight_states(layout)[rank] (passed in: planners evaluate many splits of one
+/// layout), per-unit recompute flags and options, bytes per TP rank. Throws omnibal::Error when
+/// sizes disagree or the table's tp differs from options.tp.
+StageMemory rank_memory(const partition::UnitCostTable& table,
+                        const partition::Partition& partition, int rank,
+                        const ScheduleLayout& layout, const std::vector<InFlightState>& states,
+                        const std::vector<bool>& recompute, const MemoryOptions& options);
+
 /// Memory of stage `stage` of `partition` with `micro_batches` in flight per 1F1B, the given
 /// per-unit recompute flags (indexed by unit, size = table units) and options, in bytes per TP
 /// rank. Throws omnibal::Error when sizes disagree or the table's tp differs from options.tp.
@@ -60,6 +115,8 @@ StageMemory stage_memory(const partition::UnitCostTable& table,
 /// Bytes one in-flight micro-batch keeps in units [begin, end) under the recompute flags.
 double kept_activation_bytes(const partition::UnitCostTable& table, int begin, int end,
                              const std::vector<bool>& recompute);
+/// Bytes one deferred W keeps in units [begin, end) (UnitCost::deferred_weight_bytes).
+double deferred_weight_bytes(const partition::UnitCostTable& table, int begin, int end);
 
 /// The trainer's bytes per parameter (train/distributed_optimizer.h) for train.precision and
 /// train.zero1 at `dp` ranks: weights 4 (fp32) or 2 (bf16); gradients: the fp32 main gradient

@@ -2,17 +2,32 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "schedule/schedules.h"
 
 namespace omnibal::memory {
 
+namespace {
+
+/// Chunks per rank the request runs (auto: unknown until planned).
+int request_chunks_per_rank(const StagePlanRequest& r) {
+  return schedule::chunks_per_rank(r.schedule, r.virtual_stages);
+}
+
+}  // namespace
+
 bool stored_plan_fits(const StagePlanRequest& r) {
-  return r.stored && r.stored->partition.stages() == r.stages &&
+  return r.stored && r.schedule != PipelineSchedule::kAuto && r.stored->stages() == r.stages &&
+         r.stored->schedule == r.schedule &&
+         r.stored->virtual_stages == request_chunks_per_rank(r) &&
          r.stored->unit_names == r.unit_names;
 }
 
 SplitSource split_source(const StagePlanRequest& r) {
+  if (r.schedule == PipelineSchedule::kAuto)
+    return r.partition.method == PartitionMethod::kBalanced && r.stages > 1 ? SplitSource::kSearch
+                                                                            : SplitSource::kConfig;
   if (r.partition.method != PartitionMethod::kBalanced) return SplitSource::kConfig;
-  if (r.stages == 1) return SplitSource::kSingleStage;
+  if (r.stages == 1 && request_chunks_per_rank(r) == 1) return SplitSource::kSingleStage;
   return stored_plan_fits(r) ? SplitSource::kCheckpoint : SplitSource::kSearch;
 }
 
@@ -30,7 +45,8 @@ namespace {
 void take_split(const StagePlanRequest& r, SplitSource source, StagePlan& plan) {
   switch (source) {
     case SplitSource::kConfig:
-      plan.partition = fixed_split(r.partition, r.parameter_weights, r.stages);
+      plan.partition =
+          fixed_split(r.partition, r.parameter_weights, r.stages * request_chunks_per_rank(r));
       plan.partition_source = "config: " + choice_name(r.partition.method);
       if (r.log && stored_plan_fits(r) && !(r.stored->partition == plan.partition))
         log_info(
@@ -83,7 +99,12 @@ StagePlan fixed_stage_plan(const StagePlanRequest& r) {
   plan.model = r.model;
   plan.micro_batches = r.micro_batches;
   plan.unit_names = r.unit_names;
-  plan.partition = fixed_split(r.partition, r.parameter_weights, r.stages);
+  OMNIBAL_CHECK(r.schedule != PipelineSchedule::kAuto, "parallel.schedule: 'auto' needs a cost ",
+                "table (memory::plan_stages), which the trainer's start-up planner supplies");
+  plan.schedule = r.schedule;
+  plan.virtual_stages = request_chunks_per_rank(r);
+  plan.partition =
+      fixed_split(r.partition, r.parameter_weights, r.stages * request_chunks_per_rank(r));
   plan.partition_source = "config: " + choice_name(r.partition.method);
   take_recompute(r, RecomputeSource::kConfig, plan);
   return plan;
@@ -98,11 +119,17 @@ StagePlan resolve_stage_plan(const StagePlanRequest& r,
     log_info(
         "stage plan: the checkpoint's plan ({} stages) does not fit parallel.pp {}; planning "
         "again",
-        r.stored->partition.stages(), r.stages);
+        r.stored->stages(), r.stages);
   StagePlan plan;
   plan.model = r.model;
   plan.micro_batches = r.micro_batches;
   plan.unit_names = r.unit_names;
+  if (r.schedule == PipelineSchedule::kAuto) {  // every layout is planned: compare schedules
+    const PlanningInputs in = inputs();
+    return plan_stages(in.table, r.partition, r.recompute, in.options, in.judge);
+  }
+  plan.schedule = r.schedule;
+  plan.virtual_stages = request_chunks_per_rank(r);
   const SplitSource split = split_source(r);
   take_split(r, split, plan);
   const RecomputeSource recompute = recompute_source(r, split, plan.partition);

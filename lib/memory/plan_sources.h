@@ -33,6 +33,8 @@ struct StagePlanRequest {
   std::vector<double> parameter_weights;  ///< per unit, for `parameters` (e.g. parameter counts)
   int stages = 1;                         ///< parallel.pp
   int micro_batches = 1;                  ///< m
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< parallel.schedule (auto: planned)
+  int virtual_stages = 1;                 ///< parallel.virtual_stages (interleaved)
   PartitionSpec partition;                ///< parallel.partition
   RecomputeSpec recompute;                ///< memory.recompute
   const StagePlan* stored = nullptr;      ///< the resumed checkpoint's plan, if any
@@ -47,11 +49,13 @@ struct PlanningInputs {
   CandidateJudge judge;  ///< empty: judge_by_pipeline_time
 };
 
-/// True when `stored` can serve this request: the same stage count and unit names.
+/// True when `stored` can serve this request: the same stage count, unit names, schedule and v
+/// (a stored plan never holds `auto`: under auto only a search can pick again).
 bool stored_plan_fits(const StagePlanRequest& request);
 
-/// Where the split comes from: config unless balanced, then single stage for pp 1, then the
-/// checkpoint when its plan fits, else the search.
+/// Where the split comes from: config unless balanced, then single stage for pp 1 (one chunk),
+/// then the checkpoint when its plan fits, else the search. Under parallel.schedule auto every
+/// split is planned (kSearch for balanced; the fixed rules inside memory::plan_stages).
 SplitSource split_source(const StagePlanRequest& request);
 
 /// Where the recompute flags come from, given the split's source and the split in use: config

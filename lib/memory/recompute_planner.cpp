@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "memory/stage_rules.h"
@@ -12,14 +13,23 @@ namespace {
 
 bool candidate(const partition::UnitCost& u) { return u.recomputable() && u.trainable; }
 
+ScheduleLayout layout_of(const partition::Partition& p, const RecomputeOptions& o) {
+  return ScheduleLayout::of(o.schedule, o.virtual_stages, p.stages(), o.micro_batches);
+}
+
 /// Fills memory, fits, counts and time for `flags`.
 RecomputePlan finish(const partition::UnitCostTable& table, const partition::Partition& p,
                      std::vector<bool> flags, const RecomputeOptions& o) {
   RecomputePlan plan;
   plan.recompute = std::move(flags);
-  for (int s = 0; s < p.stages(); ++s) {
-    plan.memory.push_back(stage_memory(table, p, s, o.micro_batches, plan.recompute, o.memory));
+  const ScheduleLayout layout = layout_of(p, o);
+  const auto states = in_flight_states(layout);
+  for (int r = 0; r < layout.ranks; ++r) {
+    plan.memory.push_back(
+        rank_memory(table, p, r, layout, states[r], plan.recompute, o.memory));
     plan.fits.push_back(o.budget_bytes <= 0 || plan.memory.back().total() <= o.budget_bytes);
+  }
+  for (int s = 0; s < p.stages(); ++s) {
     int count = 0;
     for (int u = p.begin(s); u < p.end(s); ++u)
       if (plan.recompute[u] && candidate(table.units[u])) {
@@ -58,16 +68,63 @@ std::vector<bool> knapsack(const std::vector<long>& weight, const std::vector<do
   return chosen;
 }
 
-/// Adaptive flags for one stage; returns false when it cannot fit even fully recomputed.
-bool adaptive_stage(const partition::UnitCostTable& table, const partition::Partition& p, int s,
-                    const RecomputeOptions& o, std::vector<bool>& flags) {
-  std::vector<int> items;
-  for (int u = p.begin(s); u < p.end(s); ++u)
-    if (candidate(table.units[u])) items.push_back(u);
+/// Adaptive flags for pipeline rank `r` (all its chunks); returns false when it cannot fit even
+/// fully recomputed. Memory = static + transient + max over states i of
+/// sum_c (graphs_ic K_c + deferred_ic Wk_c), K_c the kept bytes of chunk c. One chunk: every
+/// state bounds K (scaled to the largest graph count g*: g* K <= g* / g_i (room_i - g_i K0)), an
+/// exact single constraint. Several chunks: each chunk's own peak count G_c, one linear bound.
+bool adaptive_rank(const partition::UnitCostTable& table, const partition::Partition& p, int r,
+                   const ScheduleLayout& layout, const std::vector<InFlightState>& states,
+                   const RecomputeOptions& o, std::vector<bool>& flags) {
+  const int v = layout.chunks_per_rank();
+  std::vector<int> items, chunk_of_unit(table.units.size(), -1);
+  for (int c = 0; c < v; ++c) {
+    const int k = c * layout.ranks + r;
+    for (int u = p.begin(k); u < p.end(k); ++u) {
+      chunk_of_unit[u] = c;
+      if (candidate(table.units[u])) items.push_back(u);
+    }
+  }
   for (int u : items) flags[u] = true;
-  const StageMemory all = stage_memory(table, p, s, o.micro_batches, flags, o.memory);
-  const double fixed = all.total() - all.transient;  // everything recomputed, no transient
-  const int in_flight = schedule::in_flight_micro_batches(s, p.stages(), o.micro_batches);
+  const StageMemory all = rank_memory(table, p, r, layout, states, flags, o.memory);
+  const double fixed = all.static_bytes();
+  std::vector<double> kept0(v, 0.0), weight_kept(v, 0.0);  // everything recomputed
+  for (int c = 0; c < v; ++c) {
+    const int k = c * layout.ranks + r;
+    kept0[c] = kept_activation_bytes(table, p.begin(k), p.end(k), flags);
+    weight_kept[c] = deferred_weight_bytes(table, p.begin(k), p.end(k));
+  }
+  const InFlightState peak = peak_per_chunk(states);
+  // Item weight multipliers: g* (one chunk) or each chunk's peak graphs.
+  std::vector<double> mult(v);
+  for (int c = 0; c < v; ++c) mult[c] = peak.graphs[c];
+  // Room for the kept extras (in mult-scaled bytes) given the transient d and the kept bytes K0.
+  auto capacity = [&](double d, const std::vector<double>& k0) {
+    const double room = o.budget_bytes - fixed - d;
+    double cap = 0;
+    if (v == 1) {
+      cap = std::numeric_limits<double>::infinity();
+      for (const auto& st : states) {
+        const double left = room - st.deferred[0] * weight_kept[0] - st.graphs[0] * k0[0];
+        if (st.graphs[0] == 0) {
+          if (left < 0) return -1.0;
+          continue;
+        }
+        cap = std::min(cap, left * mult[0] / st.graphs[0]);
+      }
+      if (cap == std::numeric_limits<double>::infinity()) cap = room;
+    } else {
+      double deferred = 0;
+      for (const auto& st : states) {
+        double x = 0;
+        for (int c = 0; c < v; ++c) x += st.deferred[c] * weight_kept[c];
+        deferred = std::max(deferred, x);
+      }
+      cap = room - deferred;
+      for (int c = 0; c < v; ++c) cap -= peak.graphs[c] * k0[c];
+    }
+    return cap;
+  };
   // Candidate transients: none (nothing recomputed) or the activations of one recomputed item.
   std::vector<double> transients = {0.0};
   for (int u : items) transients.push_back(table.units[u].activation_bytes);
@@ -77,29 +134,32 @@ bool adaptive_stage(const partition::UnitCostTable& table, const partition::Part
   std::vector<bool> best_flags = flags;
   for (double d : transients) {
     // Items larger than d must be kept (not recomputed); with d == 0 every item is kept.
-    double base = fixed + d, forced_value = 0;
+    std::vector<double> k0 = kept0;
+    double forced_value = 0;
     std::vector<long> weight;
     std::vector<double> value;
     std::vector<int> optional;
     for (int u : items) {
       const auto& unit = table.units[u];
-      const double extra = in_flight * (unit.activation_bytes - table.checkpoint_bytes(u));
+      const int c = chunk_of_unit[u];
+      const double extra = unit.activation_bytes - table.checkpoint_bytes(u);
       if (d == 0 || unit.activation_bytes > d) {
-        base += extra;
+        k0[c] += extra;
         forced_value += unit.forward_s;
       } else {
         optional.push_back(u);
-        weight.push_back(static_cast<long>(std::ceil(std::max(0.0, extra) / o.granularity_bytes)));
+        weight.push_back(
+            static_cast<long>(std::ceil(std::max(0.0, mult[c] * extra) / o.granularity_bytes)));
         value.push_back(unit.forward_s);
       }
     }
-    if (base > o.budget_bytes) continue;
-    const long capacity =
-        static_cast<long>(std::floor((o.budget_bytes - base) / o.granularity_bytes));
-    double v = 0;
-    const auto keep = knapsack(weight, value, capacity, &v);
-    if (forced_value + v > best_value) {
-      best_value = forced_value + v;
+    const double cap = capacity(d, k0);
+    if (cap < 0) continue;
+    const long cap_units = static_cast<long>(std::floor(cap / o.granularity_bytes));
+    double val = 0;
+    const auto keep = knapsack(weight, value, cap_units, &val);
+    if (forced_value + val > best_value) {
+      best_value = forced_value + val;
       for (int u : items) best_flags[u] = !(d == 0 || table.units[u].activation_bytes > d);
       for (size_t i = 0; i < optional.size(); ++i) best_flags[optional[i]] = !keep[i];
     }
@@ -151,7 +211,10 @@ RecomputePlan plan_adaptive_recompute(const partition::UnitCostTable& table,
   OMNIBAL_CHECK(o.budget_bytes > 0, "adaptive recompute: the memory budget must be > 0 bytes");
   OMNIBAL_CHECK(o.granularity_bytes > 0, "adaptive recompute: granularity must be > 0");
   std::vector<bool> flags(table.units.size(), false);
-  for (int s = 0; s < partition.stages(); ++s) adaptive_stage(table, partition, s, o, flags);
+  const ScheduleLayout layout = layout_of(partition, o);
+  const auto states = in_flight_states(layout);
+  for (int r = 0; r < layout.ranks; ++r)
+    adaptive_rank(table, partition, r, layout, states[r], o, flags);
   return finish(table, partition, flags, o);
 }
 

@@ -9,6 +9,11 @@
 // always fits), once per possible largest recomputed block (that block's activations are
 // re-materialised during its backward: the transient term). Only ViT and LLM blocks are
 // candidates; embeddings, projector and head always keep their activations.
+// Schedules (memory_model.h): the split has P x v chunks and each knapsack is one pipeline rank,
+// its chunks together against one budget, with the schedule's in-flight counts: exact for one
+// chunk per rank (1F1B, ZB-H1: every candidate peak moment of in_flight_states bounds the kept
+// bytes, the deferred W bytes are fixed), each chunk's own peak for interleaved (an upper bound,
+// so the plan still fits). memory, fits are per rank; recomputed_units per chunk.
 #pragma once
 
 #include <vector>
@@ -20,9 +25,9 @@ namespace omnibal::memory {
 /// A recompute plan and what it costs.
 struct RecomputePlan {
   std::vector<bool> recompute;        ///< per unit of the chain
-  std::vector<int> recomputed_units;  ///< per stage: how many units are recomputed
-  std::vector<StageMemory> memory;    ///< per stage, predicted at the table's load
-  std::vector<bool> fits;             ///< per stage: memory.total() <= budget
+  std::vector<int> recomputed_units;  ///< per chunk (virtual stage): how many units recompute
+  std::vector<StageMemory> memory;    ///< per pipeline rank, predicted at the table's load
+  std::vector<bool> fits;             ///< per pipeline rank: memory.total() <= budget
   double recompute_s = 0;             ///< forward seconds re-run per micro-batch (all stages)
   bool all_fit() const;
 };
@@ -31,6 +36,8 @@ struct RecomputePlan {
 struct RecomputeOptions {
   MemoryOptions memory;
   int micro_batches = 1;               ///< m
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< not kAuto
+  int virtual_stages = 1;  ///< v under kInterleaved (the split then has P x v chunks)
   double budget_bytes = 0;             ///< per device; must be > 0
   double granularity_bytes = 1 << 20;  ///< knapsack resolution (1 MiB)
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "schedule/schedules.h"
 
 namespace omnibal::memory {
 namespace {
@@ -15,11 +16,18 @@ using partition::UnitCostTable;
 constexpr const char* kFormat = "omnibal.stage_plan.v1";
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+/// v chunks per rank of a concrete schedule.
+int chunks_per_rank(const StagePlannerOptions& o) {
+  return schedule::chunks_per_rank(o.schedule, o.virtual_stages);
+}
+
 RecomputeOptions recompute_options(const StagePlannerOptions& o) {
   RecomputeOptions ro;
   ro.memory = o.memory;
   ro.micro_batches = o.micro_batches;
   ro.budget_bytes = o.budget_bytes;
+  ro.schedule = o.schedule;
+  ro.virtual_stages = chunks_per_rank(o);
   return ro;
 }
 
@@ -89,7 +97,9 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
     search = partition::search_partitions(in);
     ++rounds;
     plan.candidates.clear();
-    for (const auto& c : search.top) plan.candidates.push_back({c.partition, c.pipeline_s, {}});
+    for (const auto& c : search.top)
+      plan.candidates.push_back(
+          {c.partition, c.pipeline_s, {}, o.schedule, chunks_per_rank(o)});
     plan.chosen = judge ? judge(plan.candidates) : judge_by_pipeline_time(plan.candidates);
     OMNIBAL_CHECK(plan.chosen >= 0 && plan.chosen < static_cast<int>(plan.candidates.size()),
                   "stage plan: the candidate judge chose ", plan.chosen, " of ",
@@ -102,9 +112,11 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
   plan.partition = pick;
   if (last_search) *last_search = search;
   plan.partition_source = fmt::format(
-      "balanced: BMP on the {} table at {} tiles / {} tokens, radius {}, top {}, {} round{}; "
-      "anchors exact {} greedy {} refined {}",
-      table.source, table.load.tiles, table.load.tokens, o.radius, o.top_k, rounds,
+      "balanced: BMP on the {} table at {} tiles / {} tokens, {}{}, radius {}, top {}, {} "
+      "round{}; anchors exact {} greedy {} refined {}",
+      table.source, table.load.tiles, table.load.tokens, choice_name(o.schedule),
+      chunks_per_rank(o) > 1 ? fmt::format(" v {}", chunks_per_rank(o)) : std::string(),
+      o.radius, o.top_k, rounds,
       rounds > 1 ? "s" : "", search.exact_anchor.to_string(), search.greedy_anchor.to_string(),
       search.refined_anchor.to_string());
   if (plan.chosen != 0)
@@ -132,6 +144,13 @@ template <class T> T get(const nlohmann::json& j, const char* key, const std::st
 
 }  // namespace
 
+std::vector<int> StagePlan::chunks_of(int rank) const {
+  OMNIBAL_CHECK(rank >= 0 && rank < stages(), "stage plan: rank ", rank, " of ", stages());
+  std::vector<int> out;
+  for (int c = 0; c < virtual_stages; ++c) out.push_back(c * stages() + rank);
+  return out;
+}
+
 std::vector<int> StagePlan::recomputed_per_stage() const {
   std::vector<int> out;
   for (int s = 0; s < partition.stages(); ++s)
@@ -139,9 +158,9 @@ std::vector<int> StagePlan::recomputed_per_stage() const {
   return out;
 }
 
-std::vector<std::string> StagePlan::recomputed_units(int stage) const {
+std::vector<std::string> StagePlan::recomputed_units(int k) const {
   std::vector<std::string> out;
-  for (int u = partition.begin(stage); u < partition.end(stage); ++u)
+  for (int u = partition.begin(k); u < partition.end(k); ++u)
     if (recompute[u]) out.push_back(unit_names.at(u));
   return out;
 }
@@ -152,19 +171,31 @@ std::string StagePlan::describe() const {
     const auto names = recomputed_units(s);
     std::string list;
     for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    rc += fmt::format("{}stage {}: {}", s ? "; " : "", s, names.empty() ? "none" : list);
-    if (s < static_cast<int>(predicted_bytes.size()))
-      rc += fmt::format(" ({:.1f} MiB predicted)", predicted_bytes[s] / (1 << 20));
+    rc += fmt::format("{}{} {}: {}", s ? "; " : "", virtual_stages > 1 ? "chunk" : "stage", s,
+                      names.empty() ? "none" : list);
+    // Memory is per rank: printed with the rank's first chunk.
+    if (s < stages() && s < static_cast<int>(predicted_bytes.size()))
+      rc += fmt::format(" ({:.1f} MiB predicted{})", predicted_bytes[s] / (1 << 20),
+                        virtual_stages > 1 ? fmt::format(" for rank {}", s) : std::string());
   }
-  return fmt::format("split {}, recompute {{{}}}", partition.to_string(), rc);
+  const std::string sched =
+      schedule == PipelineSchedule::k1F1B && virtual_stages == 1
+          ? std::string()
+          : fmt::format(", schedule {}{}", choice_name(schedule),
+                        virtual_stages > 1 ? fmt::format(" v {}", virtual_stages) : std::string());
+  return fmt::format("split {}{}, recompute {{{}}}", partition.to_string(), sched, rc);
 }
 
 std::string StagePlan::describe_stages() const {
   std::string out;
-  for (int s = 0; s < stages(); ++s)
-    out += fmt::format("{}stage {}: {}..{} ({} units, {} recomputed)", s ? ", " : "", s,
-                       unit_names.at(begin(s)), unit_names.at(end(s) - 1), end(s) - begin(s),
+  for (int s = 0; s < chunks(); ++s) {
+    const std::string rank =
+        virtual_stages > 1 ? fmt::format(" (rank {})", s % stages()) : std::string();
+    out += fmt::format("{}{} {}{}: {}..{} ({} units, {} recomputed)", s ? ", " : "",
+                       virtual_stages > 1 ? "chunk" : "stage", s, rank, unit_names.at(begin(s)),
+                       unit_names.at(end(s) - 1), end(s) - begin(s),
                        recompute.count(begin(s), end(s)));
+  }
   return out;
 }
 
@@ -195,9 +226,14 @@ partition::PartitionSearchInput search_input(const UnitCostTable& table,
     in.unit_seconds.push_back(c.forward_s + c.backward_s + (rc ? c.forward_s : 0.0) + tp_f + tp_b);
     in.unit_forward_s.push_back(c.forward_s + tp_f);
     in.output_bytes.push_back(c.output_bytes);
+    in.unit_weight_s.push_back(c.weight_backward_s());
   }
+  OMNIBAL_CHECK(o.schedule != PipelineSchedule::kAuto,
+                "stage plan: search inputs need a concrete schedule, not auto");
   in.link_bandwidth = o.link_bandwidth;
   in.stages = o.stages;
+  in.schedule = o.schedule;
+  in.virtual_stages = chunks_per_rank(o);
   in.radius = o.radius;
   in.top_k = o.top_k;
   in.micro_batches = o.micro_batches;
@@ -214,10 +250,13 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
   plan.predicted_bytes = totals(rp);
   plan.none_bytes = totals(plan_no_recompute(mt, plan.partition, ro));
   plan.full_bytes = totals(plan_full_recompute(mt, plan.partition, ro));
+  plan.pipeline_s =
+      partition::pipeline_seconds(plan.partition, search_input(table, plan.recompute, o));
   if (spec.mode == RecomputeMode::kAdaptive) {
-    for (int s = 0; s < plan.partition.stages(); ++s)
+    for (int s = 0; s < static_cast<int>(rp.fits.size()); ++s)
       OMNIBAL_CHECK(rp.fits[s], "memory.budget_gb: ", o.budget_bytes / kGiB,
-                    " GiB is too small: ", "stage ", s, " of split ", plan.partition.to_string(),
+                    " GiB is too small: ", "stage ", s, " of split ",
+                    plan.partition.to_string(), " (", choice_name(o.schedule), ")",
                     " needs ", plan.full_bytes[s] / kGiB, " GiB even with every block recomputed (",
                     plan.none_bytes[s] / kGiB, " GiB without); raise memory.budget_gb or use ",
                     "more pipeline stages");
@@ -234,6 +273,62 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
   }
 }
 
+namespace {
+
+/// plan_stages for one concrete schedule (o.schedule != kAuto).
+StagePlan plan_one_schedule(const UnitCostTable& table, const PartitionSpec& part,
+                            const RecomputeSpec& recompute, const StagePlannerOptions& o,
+                            const CandidateJudge& judge,
+                            partition::PartitionSearchResult* last_search) {
+  const int n = static_cast<int>(table.units.size());
+  const int v = chunks_per_rank(o);
+  if (o.schedule == PipelineSchedule::kInterleaved) {
+    OMNIBAL_CHECK(o.virtual_stages >= 2, "parallel.virtual_stages: interleaved needs at least 2 ",
+                  "model chunks per pipeline rank, got ", o.virtual_stages);
+    OMNIBAL_CHECK(o.stages * v <= n, "parallel.virtual_stages: interleaved with parallel.pp ",
+                  o.stages, " x ", v, " chunks needs ", o.stages * v,
+                  " pipeline units, the model has ", n, "; use fewer virtual stages");
+    OMNIBAL_CHECK(o.micro_batches % o.stages == 0, "parallel.micro_batches: interleaved 1F1B ",
+                  "needs a multiple of parallel.pp (", o.stages, "), got ", o.micro_batches);
+  }
+  StagePlan plan;
+  plan.model = table.model;
+  plan.micro_batches = o.micro_batches;
+  plan.schedule = o.schedule;
+  plan.virtual_stages = v;
+  plan.unit_names = o.unit_names;
+  plan.budget_bytes = o.budget_bytes;
+  if (part.method == PartitionMethod::kBalanced) {
+    plan_balanced(table, recompute, o, judge, plan, last_search);
+  } else {
+    std::vector<double> bytes;
+    for (const auto& u : table.units) bytes.push_back(u.parameter_bytes);
+    plan.partition = fixed_split(part, bytes, o.stages * v);
+    plan.partition_source = "config: " + choice_name(part.method);
+  }
+  plan_recompute_for(table, recompute, o, plan);
+  return plan;
+}
+
+/// The schedules `auto` compares (file comment), with their v.
+std::vector<std::pair<PipelineSchedule, int>> auto_schedules(const StagePlannerOptions& o,
+                                                             int units) {
+  std::vector<std::pair<PipelineSchedule, int>> out = {{PipelineSchedule::k1F1B, 1},
+                                                       {PipelineSchedule::kZbH1, 1}};
+  const int v = o.virtual_stages >= 2 ? o.virtual_stages : 2;
+  if (o.stages > 1 && o.micro_batches % o.stages == 0 && o.stages * v <= units)
+    out.push_back({PipelineSchedule::kInterleaved, v});
+  return out;
+}
+
+bool plan_fits(const StagePlan& p) {
+  if (p.budget_bytes <= 0) return true;
+  return std::all_of(p.predicted_bytes.begin(), p.predicted_bytes.end(),
+                     [&](double b) { return b <= p.budget_bytes; });
+}
+
+}  // namespace
+
 StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
                       const RecomputeSpec& recompute, const StagePlannerOptions& o,
                       const CandidateJudge& judge, partition::PartitionSearchResult* last_search) {
@@ -246,21 +341,40 @@ StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
   OMNIBAL_CHECK(!o.memory_table || o.memory_table->units.size() == table.units.size(),
                 "stage plan: the memory table has ",
                 o.memory_table ? o.memory_table->units.size() : 0, " units, the cost table ", n);
-  StagePlan plan;
-  plan.model = table.model;
-  plan.micro_batches = o.micro_batches;
-  plan.unit_names = o.unit_names;
-  plan.budget_bytes = o.budget_bytes;
-  if (part.method == PartitionMethod::kBalanced) {
-    plan_balanced(table, recompute, o, judge, plan, last_search);
-  } else {
-    std::vector<double> bytes;
-    for (const auto& u : table.units) bytes.push_back(u.parameter_bytes);
-    plan.partition = fixed_split(part, bytes, o.stages);
-    plan.partition_source = "config: " + choice_name(part.method);
+  if (o.schedule != PipelineSchedule::kAuto)
+    return plan_one_schedule(table, part, recompute, o, judge, last_search);
+  // auto: plan each schedule, keep the fastest predicted step that fits.
+  std::optional<StagePlan> best;
+  partition::PartitionSearchResult best_search;
+  std::string compared, refused;
+  for (const auto& [kind, v] : auto_schedules(o, n)) {
+    StagePlannerOptions one = o;
+    one.schedule = kind;
+    one.virtual_stages = v;
+    const std::string name =
+        choice_name(kind) + (v > 1 ? fmt::format(" v {}", v) : std::string());
+    partition::PartitionSearchResult search;
+    try {
+      StagePlan p = plan_one_schedule(table, part, recompute, one, judge, &search);
+      if (!plan_fits(p)) {
+        refused += fmt::format("{}{}: over the memory budget", refused.empty() ? "" : "; ", name);
+        continue;
+      }
+      compared += fmt::format("{}{} {:.4f} s", compared.empty() ? "" : ", ", name, p.pipeline_s);
+      if (!best || p.pipeline_s < best->pipeline_s) {
+        best = std::move(p);
+        best_search = search;
+      }
+    } catch (const Error& e) {
+      refused += fmt::format("{}{}: {}", refused.empty() ? "" : "; ", name, e.what());
+    }
   }
-  plan_recompute_for(table, recompute, o, plan);
-  return plan;
+  OMNIBAL_CHECK(best, "parallel.schedule: auto found no schedule that fits (", refused, ")");
+  best->partition_source = fmt::format("auto: {} (pipeline_s {}{}{}); ", choice_name(best->schedule),
+                                       compared, refused.empty() ? "" : "; not fitting: ", refused) +
+                           best->partition_source;
+  if (last_search && part.method == PartitionMethod::kBalanced) *last_search = best_search;
+  return *best;
 }
 
 nlohmann::json stage_plan_json(const StagePlan& p) {
@@ -268,11 +382,17 @@ nlohmann::json stage_plan_json(const StagePlan& p) {
   for (int u = 0; u < p.recompute.units(); ++u)
     if (p.recompute[u]) rc.push_back(p.unit_names.at(u));
   for (const auto& c : p.candidates)
-    cands.push_back(
-        {{"partition", c.partition.sizes}, {"pipeline_s", c.pipeline_s}, {"trial_s", c.trial_s}});
+    cands.push_back({{"partition", c.partition.sizes},
+                     {"pipeline_s", c.pipeline_s},
+                     {"trial_s", c.trial_s},
+                     {"schedule", choice_name(c.schedule)},
+                     {"virtual_stages", c.virtual_stages}});
   return {{"format", kFormat},
           {"model", p.model},
           {"micro_batches", p.micro_batches},
+          {"schedule", choice_name(p.schedule)},
+          {"virtual_stages", p.virtual_stages},
+          {"pipeline_s", p.pipeline_s},
           {"partition", p.partition.sizes},
           {"units", p.unit_names},
           {"recompute", rc},
@@ -294,7 +414,22 @@ StagePlan parse_stage_plan(const nlohmann::json& j, const std::string& origin) {
   StagePlan p;
   p.model = get<std::string>(j, "model", origin);
   p.micro_batches = get<int>(j, "micro_batches", origin);
+  // Plans written before schedules: 1F1B, one chunk per rank.
+  if (j.contains("schedule"))
+    p.schedule = parse_choice<PipelineSchedule>(get<std::string>(j, "schedule", origin),
+                                                origin + ": schedule");
+  OMNIBAL_CHECK(p.schedule != PipelineSchedule::kAuto, origin,
+                ": a stage plan records the schedule auto picked, not 'auto'");
+  if (j.contains("virtual_stages")) p.virtual_stages = get<int>(j, "virtual_stages", origin);
+  OMNIBAL_CHECK(p.virtual_stages == schedule::chunks_per_rank(p.schedule, p.virtual_stages) &&
+                    p.virtual_stages >= 1,
+                origin, ": virtual_stages ", p.virtual_stages, " under schedule ",
+                choice_name(p.schedule), " (expected 1 unless interleaved)");
+  if (j.contains("pipeline_s")) p.pipeline_s = get<double>(j, "pipeline_s", origin);
   p.partition = Partition{sizes_of(j.at("partition"), origin + ": partition")};
+  OMNIBAL_CHECK(p.partition.stages() % p.virtual_stages == 0, origin, ": the split ",
+                p.partition.to_string(), " does not divide into ranks of ", p.virtual_stages,
+                " chunks");
   p.unit_names = get<std::vector<std::string>>(j, "units", origin);
   OMNIBAL_CHECK(p.partition.units() == static_cast<int>(p.unit_names.size()), origin,
                 ": the split ", p.partition.to_string(), " does not cover the ",
@@ -311,10 +446,16 @@ StagePlan parse_stage_plan(const nlohmann::json& j, const std::string& origin) {
   p.predicted_bytes = get<std::vector<double>>(j, "predicted_bytes", origin);
   p.none_bytes = get<std::vector<double>>(j, "none_bytes", origin);
   p.full_bytes = get<std::vector<double>>(j, "full_bytes", origin);
-  for (const auto& c : get<nlohmann::json>(j, "candidates", origin))
-    p.candidates.push_back({Partition{sizes_of(c.at("partition"), origin + ": candidates")},
-                            c.at("pipeline_s").get<double>(),
-                            c.at("trial_s").get<std::vector<double>>()});
+  for (const auto& c : get<nlohmann::json>(j, "candidates", origin)) {
+    PlanCandidate pc{Partition{sizes_of(c.at("partition"), origin + ": candidates")},
+                     c.at("pipeline_s").get<double>(),
+                     c.at("trial_s").get<std::vector<double>>(), p.schedule, p.virtual_stages};
+    if (c.contains("schedule"))
+      pc.schedule = parse_choice<PipelineSchedule>(c.at("schedule").get<std::string>(),
+                                                   origin + ": candidates: schedule");
+    if (c.contains("virtual_stages")) pc.virtual_stages = c.at("virtual_stages").get<int>();
+    p.candidates.push_back(std::move(pc));
+  }
   p.chosen = get<int>(j, "chosen", origin);
   return p;
 }
@@ -328,6 +469,10 @@ uint64_t stage_plan_hash(const StagePlan& p) {
   for (int s : p.partition.sizes) mix(static_cast<uint64_t>(s));
   mix(p.recompute.per_unit.size());
   for (bool b : p.recompute.per_unit) mix(b ? 1 : 0);
+  if (p.schedule != PipelineSchedule::k1F1B || p.virtual_stages != 1) {  // old hashes unchanged
+    mix(static_cast<uint64_t>(p.schedule) + 1);
+    mix(static_cast<uint64_t>(p.virtual_stages));
+  }
   return h;
 }
 

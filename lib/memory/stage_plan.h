@@ -19,6 +19,12 @@
 // Its first round assumes full recomputation (kFirstRoundRecompute below). The one loop serves
 // the trainer (judge: pipeline_s, or timed trials, lib/train/partition_trials.h) and the
 // ablation of `omnibal-plan partition` (judge: simulated steps of the run's packs).
+// Schedules (parallel.schedule, schedule/schedules.h): the plan records its schedule and v; its
+// partition has P x v chunks in virtual-stage order (chunk k on pipeline rank k % P; v = 1 for
+// 1F1B and ZB-H1), searched, ranked (pipeline_s under that schedule) and memory-planned (per rank,
+// memory_model.h) under it. `auto` plans 1F1B, ZB-H1 and interleaved (v = virtual_stages if >= 2,
+// else 2; only where m % P == 0 and P v <= units) and keeps the fastest predicted pipeline_s that
+// fits the budget; the plan names the schedule picked and the source lists every one compared.
 // Not here: obtaining the cost table (profiling, lib/profile), running trials, LibTorch, MPI.
 #pragma once
 
@@ -40,37 +46,50 @@ namespace omnibal::memory {
 
 /// One candidate split of a balanced search.
 struct PlanCandidate {
-  partition::Partition partition;
-  double pipeline_s = 0;        ///< simulated 1F1B step time at the table's load, seconds
-  std::vector<double> trial_s;  ///< measured step times of the timed trials (empty: not timed)
+  partition::Partition partition;  ///< P x v chunks
+  double pipeline_s = 0;           ///< simulated step time under `schedule` at the table's load, s
+  std::vector<double> trial_s;     ///< measured step times of the timed trials (empty: not timed)
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< the schedule it was ranked under
+  int virtual_stages = 1;                               ///< its v (1 unless interleaved)
 };
 
 /// The layout a run trains with (see the file comment).
 struct StagePlan {
   std::string model;                      ///< preset name
   int micro_batches = 1;                  ///< m the recompute plan was made for
-  partition::Partition partition;         ///< units per stage
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< never kAuto (auto records its pick)
+  int virtual_stages = 1;                 ///< v chunks per rank (1 unless interleaved)
+  partition::Partition partition;         ///< units per chunk (virtual stage), P x v parts
   std::vector<std::string> unit_names;    ///< every unit, chain order
   RecomputeFlags recompute;               ///< per unit: rerun its forward inside the backward
   std::string partition_source;           ///< e.g. "balanced: search on profiled:cpu, top 3"
   std::string recompute_source;           ///< e.g. "adaptive: budget 0.50 GiB"
   double budget_bytes = 0;                ///< memory budget per device (0 = none)
-  std::vector<double> predicted_bytes;    ///< per stage, under `recompute` (empty: no table)
-  std::vector<double> none_bytes;         ///< per stage without recomputation
-  std::vector<double> full_bytes;         ///< per stage with every block recomputed
+  std::vector<double> predicted_bytes;    ///< per rank, under `recompute` (empty: no table)
+  std::vector<double> none_bytes;         ///< per rank without recomputation
+  std::vector<double> full_bytes;         ///< per rank with every block recomputed
+  /// Step time of m identical table-load micro-batches under `schedule` with this split and
+  /// these flags (partition_search.h pipeline_s), seconds; 0: not predicted (no table).
+  double pipeline_s = 0;
   std::vector<PlanCandidate> candidates;  ///< balanced: the last round's top K by pipeline_s
   int chosen = -1;                        ///< index into candidates of the split in use (-1: none)
 
-  int stages() const { return partition.stages(); }
-  /// First unit of `stage`.
-  int begin(int stage) const { return partition.begin(stage); }
-  /// One past the last unit of `stage`.
-  int end(int stage) const { return partition.end(stage); }
+  /// Pipeline ranks P = chunks() / virtual_stages.
+  int stages() const { return partition.stages() / virtual_stages; }
+  /// Model chunks (virtual stages) P x v = partition.stages().
+  int chunks() const { return partition.stages(); }
+  /// First unit of virtual stage k (chunk k in virtual-stage order; k = stage without
+  /// interleaving).
+  int begin(int k) const { return partition.begin(k); }
+  /// One past the last unit of virtual stage k.
+  int end(int k) const { return partition.end(k); }
+  /// The virtual stages pipeline rank `rank` holds, in chunk order: {rank, rank + P, ...}.
+  std::vector<int> chunks_of(int rank) const;
 
-  /// Recomputed units per stage.
+  /// Recomputed units per virtual stage.
   std::vector<int> recomputed_per_stage() const;
-  /// Names of the recomputed units of `stage`.
-  std::vector<std::string> recomputed_units(int stage) const;
+  /// Names of the recomputed units of virtual stage k.
+  std::vector<std::string> recomputed_units(int k) const;
   /// "[6, 4], recompute {stage 0: vit_block_1, llm_block_0; stage 1: none}".
   std::string describe() const;
   /// "stage 0: vit_embed..projector (7 units, 2 recomputed), stage 1: ...".
@@ -95,7 +114,10 @@ RecomputeFlags first_round_recompute(const partition::UnitCostTable& table);
 
 /// What plan_stages needs besides the cost table and the two config specs.
 struct StagePlannerOptions {
-  int stages = 1;                ///< P
+  int stages = 1;                ///< P pipeline ranks
+  /// parallel.schedule; kAuto compares the schedules (file comment).
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;        ///< parallel.virtual_stages (v; used by interleaved and auto)
   int micro_batches = 1;         ///< m
   int radius = 1;                ///< r of the balanced search
   int top_k = 3;                 ///< K candidates kept
@@ -120,7 +142,9 @@ struct StagePlannerOptions {
 /// no balanced candidate fits the budget, or (adaptive) when a stage does not fit
 /// `budget_bytes` even with every block recomputed.
 /// `last_search`, when given, receives the last round's search in full (anchors, counts, scores
-/// of the top K) for reports; untouched unless balanced.
+/// of the top K) for reports; untouched unless balanced. Interleaved: throws naming
+/// parallel.virtual_stages when the model has fewer units than P x v and parallel.micro_batches
+/// when m % P != 0. Auto: throws when no schedule fits, naming each one's error.
 StagePlan plan_stages(const partition::UnitCostTable& table, const PartitionSpec& partition,
                       const RecomputeSpec& recompute, const StagePlannerOptions& options,
                       const CandidateJudge& judge = {},
@@ -135,18 +159,21 @@ void plan_recompute_for(const partition::UnitCostTable& table, const RecomputeSp
 
 /// Search inputs at the table's load: per unit forward + backward seconds plus the forward
 /// again when `recompute[u]` (for trainable blocks), each with its TP all-reduces on
-/// options.tp_link (when it has a bandwidth), output bytes, m, r, K, bandwidth; no
-/// memory filter (plan_stages adds it). Throws omnibal::Error when the flags do not cover the
+/// options.tp_link (when it has a bandwidth), W seconds (UnitCost::weight_backward_s), output
+/// bytes, m, r, K, bandwidth, the schedule and v of options (not kAuto); no memory filter
+/// (plan_stages adds it). Throws omnibal::Error when the flags do not cover the
 /// table's units.
 partition::PartitionSearchInput search_input(const partition::UnitCostTable& table,
                                              const RecomputeFlags& recompute,
                                              const StagePlannerOptions& options);
 
-/// JSON of a plan ("format": "omnibal.stage_plan.v1").
+/// JSON of a plan ("format": "omnibal.stage_plan.v1"; "schedule", "virtual_stages" and
+/// "pipeline_s" are optional on read: 1f1b, 1, 0 for plans written before schedules).
 nlohmann::json stage_plan_json(const StagePlan& plan);
 /// Inverse of stage_plan_json; throws omnibal::Error naming `origin` and the key at fault.
 StagePlan parse_stage_plan(const nlohmann::json& j, const std::string& origin);
-/// FNV-1a 64 of what training depends on: the split and the recompute flags.
+/// FNV-1a 64 of what training depends on: the split and the recompute flags, and the schedule
+/// and v when they are not 1F1B / 1 (so plans from before schedules keep their hash).
 uint64_t stage_plan_hash(const StagePlan& plan);
 
 }  // namespace omnibal::memory

@@ -114,10 +114,15 @@ UnitCost AnalyticCostModel::unit_cost(int unit, const MicroBatchLoad& load) cons
   c.forward_s = gemm_s + mem_s + w.attention_flops / (device_.peak_flops * eff_.attention_forward);
   c.backward_s = 2 * gemm_s + 2 * mem_s +
                  2.5 * w.attention_flops / (device_.peak_flops * eff_.attention_backward);
+  // ZB-H1's W: the weight-gradient GEMMs (one of the two backward GEMMs of every linear); the
+  // input-gradient GEMMs, the attention backward and the element-wise backward are B's.
+  c.backward_weight_s = gemm_s;
   if (freeze_vit_ && (c.kind == UnitKind::VitEmbed || c.kind == UnitKind::VitBlock)) {
     c.trainable = false;
     c.backward_s = 0;  // nothing upstream of a frozen ViT needs gradients
+    c.backward_weight_s = 0.0;
     c.activation_bytes = 0;
+    c.weight_grad_bytes = 0.0;
   }
   c.tp_all_reduce = unit_tp_all_reduces(preset_, c.kind, load.tiles(), load.computed_tokens(), tp_,
                                         kBf16, c.trainable);
@@ -145,6 +150,8 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
       c.name = "vit_embed";
       params = 3.0 * v.patch_size * v.patch_size * dv + dv + nv * dv + dv;
       c.activation_bytes = kBf16 * T * 3.0 * v.tile_size * v.tile_size;
+      // W of the patch embedding: its input patches and the gradient of its [T n, d] output.
+      c.weight_grad_bytes = kBf16 * T * (3.0 * v.tile_size * v.tile_size + (nv - 1) * dv);
       c.output_bytes = kBf16 * T * nv * dv + side_before_llm;
       break;
     case UnitKind::VitBlock: {
@@ -158,6 +165,9 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
       const double replicated = 2 * norm + 2 * dv + (v.layer_scale ? 2 * dv : 0);
       params = sharded / tp + replicated;
       c.activation_bytes = kBf16 * T * nv * (7 * dv + (4 * da + 2 * fv) / tp);
+      // W's inputs: qkv (norm output d, grad 3 da / tp), proj (attention da / tp, grad d), fc1
+      // (norm output d, grad f / tp), fc2 (hidden f / tp, grad d).
+      c.weight_grad_bytes = kBf16 * T * nv * (4 * dv + (4 * da + 2 * fv) / tp);
       c.output_bytes = kBf16 * T * nv * dv + side_before_llm;
       break;
     }
@@ -166,6 +176,8 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
       c.name = "projector";
       params = 8 * dv + 4 * dv * dl + dl + dl * dl + dl;
       c.activation_bytes = kBf16 * n * (8 * dv + 2 * dl);
+      // fc1 (shuffled 4 d_vit in, d_llm grad), fc2 (d_llm in, d_llm grad).
+      c.weight_grad_bytes = kBf16 * n * (4 * dv + 3 * dl);
       c.output_bytes = kBf16 * n * dl + side_before_llm;
       break;
     }
@@ -173,18 +185,23 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
       c.name = "llm_embed";
       params = V / tp * dl;
       c.activation_bytes = kInt64 * N;
+      c.weight_grad_bytes = kInt64 * N + kBf16 * N * dl;  // ids and the output gradient
       c.output_bytes = kBf16 * N * dl + side_llm;
       break;
     case UnitKind::LlmBlock:
       c.name = "llm_block." + std::to_string(unit - lv - 3);
       params = (2 * dl * dl + 2 * dl * dkv + 3 * dl * fl) / tp + 2 * dl;
       c.activation_bytes = kBf16 * N * (4 * dl + (2 * dl + 2 * dkv + 3 * fl) / tp);
+      // wq/wk/wv (norm output d, grads (d + 2 d_kv) / tp), wo (attention d / tp, grad d), w1/w3
+      // (norm output d, grads 2 f / tp), w2 (hidden f / tp, grad d): the activation formula.
+      c.weight_grad_bytes = kBf16 * N * (4 * dl + (2 * dl + 2 * dkv + 3 * fl) / tp);
       c.output_bytes = kBf16 * N * dl + side_llm;
       break;
     case UnitKind::Head:
       c.name = "head";
       params = dl + (l.tie_embeddings ? 0 : V / tp * dl);
       c.activation_bytes = kBf16 * N * 2 * dl + 4.0 * N * V / tp;
+      c.weight_grad_bytes = kBf16 * N * (dl + V / tp);  // norm output, logits gradient
       c.output_bytes = 0;
       break;
   }

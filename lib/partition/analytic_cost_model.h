@@ -12,6 +12,10 @@
 //    softmax of the loss) at HBM bandwidth, backward 2x forward.
 //  - activation bytes kept for backward, per token: ViT block 11 d + 2 f, LLM block
 //    6 d + 2 d_kv + 3 f (SwiGLU), projector 8 d_vit + 2 d_llm; fp32 logits in the loss.
+//  - the split backward (ZB-H1, unit_cost_table.h): W = the weight-gradient GEMMs (forward GEMM
+//    FLOPs again), B = the rest (input-gradient GEMMs, attention backward, element-wise); a
+//    deferred W keeps each linear's input and output gradient: ViT block 4 d + (4 d_a + 2 f) / tp,
+//    LLM block 4 d + (2 d + 2 d_kv + 3 f) / tp per token (tp: see below).
 // Tensor parallelism (tensor_parallel.h, Megatron TP without sequence parallelism): every
 // figure is per TP rank. Sharded 1/tp: the block matrices, column-parallel biases, qk-norm
 // weights, the vocab-parallel embedding and head (vocabulary padded to a multiple of tp), their

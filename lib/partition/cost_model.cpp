@@ -22,6 +22,8 @@ UnitCostTable ScaledTableCostModel::costs(const MicroBatchLoad& load) const {
     u.forward_s *= f;
     u.backward_s *= f;
     u.activation_bytes *= f;
+    if (u.backward_weight_s) *u.backward_weight_s *= f;
+    if (u.weight_grad_bytes) *u.weight_grad_bytes *= f;
     u.output_bytes *= f;
     u.tp_all_reduce.forward_bytes *= f;  // every TP buffer is [tokens, ...]; calls stay
     u.tp_all_reduce.backward_bytes *= f;

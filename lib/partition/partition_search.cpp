@@ -5,15 +5,49 @@
 #include <set>
 
 #include "core/error.h"
-#include "schedule/one_f_one_b.h"
+#include "partition/unit_cost_table.h"
 #include "schedule/pipeline_timeline.h"
+#include "schedule/schedules.h"
 
 namespace omnibal::partition {
 
-std::vector<std::vector<int>> neighbourhood_cuts(const Partition& anchor, int radius) {
+int PartitionSearchInput::chunks() const {
+  return stages * schedule::chunks_per_rank(schedule, virtual_stages);
+}
+
+namespace {
+
+/// The anchor, each cut alone and each pair of cuts moved by offsets in [-r, r].
+std::vector<std::vector<int>> single_and_pair_moves(const std::vector<int>& base, int radius) {
+  std::vector<std::vector<int>> out = {base};
+  const size_t k = base.size();
+  for (size_t i = 0; i < k; ++i)
+    for (int a = -radius; a <= radius; ++a) {
+      if (a == 0) continue;
+      std::vector<int> c = base;
+      c[i] += a;
+      out.push_back(c);
+      for (size_t j = i + 1; j < k; ++j)
+        for (int b = -radius; b <= radius; ++b) {
+          if (b == 0) continue;
+          std::vector<int> d = c;
+          d[j] += b;
+          out.push_back(d);
+        }
+    }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> neighbourhood_cuts(const Partition& anchor, int radius,
+                                                 long max_candidates) {
   OMNIBAL_CHECK(radius >= 0, "partition search: radius must be >= 0, got ", radius);
   const std::vector<int> base = anchor.boundaries();
   const size_t k = base.size();
+  double full = 1;
+  for (size_t i = 0; i < k; ++i) full *= 2 * radius + 1;
+  if (full > static_cast<double>(max_candidates)) return single_and_pair_moves(base, radius);
   std::vector<int> offset(k, 0);  // odometer over {0, -1, +1, -2, +2, ...} so the anchor is first
   auto delta = [](int i) { return i % 2 ? -(i + 1) / 2 : i / 2; };
   std::vector<std::vector<int>> out;
@@ -29,26 +63,37 @@ std::vector<std::vector<int>> neighbourhood_cuts(const Partition& anchor, int ra
 }
 
 double pipeline_seconds(const Partition& partition, const PartitionSearchInput& input) {
-  const int P = partition.stages(), m = std::max(1, input.micro_batches);
-  auto costs = schedule::PipelineStepCosts::zeros(P, m);
+  const int V = partition.stages(), m = std::max(1, input.micro_batches);
+  OMNIBAL_CHECK(V == input.chunks(), "partition search: a split of ", V, " parts, expected ",
+                input.chunks(), " chunks (", input.stages, " ranks x ",
+                input.chunks() / input.stages, " under ", choice_name(input.schedule), ")");
+  auto costs = schedule::PipelineStepCosts::zeros(V, m);
   const bool split = !input.unit_forward_s.empty();
-  for (int s = 0; s < P; ++s) {
-    double f = 0, total = 0;
-    for (int u = partition.begin(s); u < partition.end(s); ++u) {
+  const bool zb = input.schedule == PipelineSchedule::kZbH1;
+  for (int k = 0; k < V; ++k) {
+    double f = 0, total = 0, w = 0;
+    for (int u = partition.begin(k); u < partition.end(k); ++u) {
       total += input.unit_seconds[u];
-      f += split ? input.unit_forward_s[u] : input.unit_seconds[u] / 3;
+      const double fu = split ? input.unit_forward_s[u] : input.unit_seconds[u] / 3;
+      f += fu;
+      w += input.unit_weight_s.empty() ? kWeightShareEstimate * (input.unit_seconds[u] - fu)
+                                       : input.unit_weight_s[u];
     }
-    const double out = input.output_bytes[partition.end(s) - 1] / input.link_bandwidth;
-    const double in = s > 0 ? input.output_bytes[partition.begin(s) - 1] / input.link_bandwidth : 0;
+    const double out = input.output_bytes[partition.end(k) - 1] / input.link_bandwidth;
+    const double in = k > 0 ? input.output_bytes[partition.begin(k) - 1] / input.link_bandwidth : 0;
     for (int i = 0; i < m; ++i) {
-      costs.forward_s[s][i] = f;
-      costs.backward_s[s][i] = total - f;
-      costs.send_activation_s[s][i] = out;
-      costs.send_grad_s[s][i] = in;
+      costs.forward_s[k][i] = f;
+      costs.backward_s[k][i] = total - f;
+      costs.backward_weight_s[k][i] = zb ? w : 0.0;
+      costs.backward_input_s[k][i] = total - f - costs.backward_weight_s[k][i];
+      costs.send_activation_s[k][i] = out;
+      costs.send_grad_s[k][i] = in;
     }
   }
   double end = 0;
-  for (const auto& t : schedule::run_pipeline_timeline(schedule::build_1f1b_schedule(P, m), costs))
+  const auto lists = schedule::build_schedule(
+      input.schedule, input.stages, m, schedule::chunks_per_rank(input.schedule, input.virtual_stages));
+  for (const auto& t : schedule::run_pipeline_timeline(lists, costs))
     end = std::max(end, t.ready_for_reduce_s);
   return end;
 }
@@ -124,12 +169,20 @@ PartitionSearchResult search_partitions(const PartitionSearchInput& input) {
   OMNIBAL_CHECK(input.unit_forward_s.empty() || static_cast<int>(input.unit_forward_s.size()) == n,
                 "partition search: ", input.unit_forward_s.size(), " forward times for ", n,
                 " units");
+  OMNIBAL_CHECK(input.unit_weight_s.empty() || static_cast<int>(input.unit_weight_s.size()) == n,
+                "partition search: ", input.unit_weight_s.size(), " weight-gradient times for ", n,
+                " units");
+  const int V = input.chunks();
+  OMNIBAL_CHECK(V <= n, "partition search: ", choice_name(input.schedule), " with ", input.stages,
+                " pipeline ranks x ", V / input.stages, " chunks needs ", V,
+                " pipeline units, the model has ", n, "; use fewer parallel.virtual_stages or "
+                "parallel.pp");
   PartitionSearchResult r;
-  r.exact_anchor = min_max_partition(input.unit_seconds, input.stages);
-  r.greedy_anchor = greedy_anchor_partition(input.unit_seconds, input.stages);
+  r.exact_anchor = min_max_partition(input.unit_seconds, V);
+  r.greedy_anchor = greedy_anchor_partition(input.unit_seconds, V);
   // Descent from the two anchors and from the uniform split; keep the fastest end point.
   r.refined_anchor = refine_anchor(r.exact_anchor, input);
-  for (const Partition& start : {r.greedy_anchor, uniform_partition(n, input.stages)}) {
+  for (const Partition& start : {r.greedy_anchor, uniform_partition(n, V)}) {
     const Partition p = refine_anchor(start, input);
     if (pipeline_seconds(p, input) < pipeline_seconds(r.refined_anchor, input))
       r.refined_anchor = p;

@@ -20,11 +20,18 @@
 // from k on by +-1; applied while pipeline_s drops and the split fits), started from the exact
 // anchor, the greedy anchor and the uniform split, keeping the fastest end point; candidates
 // are drawn around all three anchors.
+// Schedules (schedule/schedules.h): the search splits the chain into P x v chunks (v chunks per
+// rank under interleaved 1F1B, else 1; chunk k on rank k % P) and pipeline_s walks the lists of
+// the input's schedule, ZB-H1 with each chunk's backward split into B and W (unit_weight_s), so
+// every candidate is ranked under its own schedule. Where the full neighbourhood
+// (2r+1)^(P v - 1) exceeds kMaxNeighbourhood (e.g. 3^15 for P 8, v 2), candidates are the
+// anchor with every single cut and every pair of cuts moved by up to r instead.
 #pragma once
 
 #include <functional>
 #include <vector>
 
+#include "core/choices.h"
 #include "partition/stage_partition.h"
 
 namespace omnibal::partition {
@@ -34,16 +41,28 @@ struct PartitionSearchInput {
   std::vector<double> unit_seconds;  ///< forward + backward (+ recompute) seconds of each unit
   std::vector<double> output_bytes;  ///< bytes a cut after unit u sends forward
   double link_bandwidth = 25e9;      ///< bytes/s between neighbouring stages
-  int stages = 1;
+  int stages = 1;                    ///< P pipeline ranks (the split has chunks() parts)
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< not kAuto
+  int virtual_stages = 1;  ///< v chunks per rank under kInterleaved (>= 2), else 1
   int radius = 1;         ///< r
   int top_k = 3;          ///< K
   int micro_batches = 1;  ///< m, for pipeline_s
   /// Forward share of unit_seconds per unit (the rest is backward); empty = one third.
   std::vector<double> unit_forward_s;
+  /// ZB-H1's W share of unit_seconds per unit (weight gradients); empty = kWeightShareEstimate
+  /// of the backward share. Unused by the other schedules.
+  std::vector<double> unit_weight_s;
   enum class RankBy { kPipelineTime, kVarianceTraffic } rank_by = RankBy::kPipelineTime;
   /// Memory check; candidates returning false are dropped. Empty = everything fits.
   std::function<bool(const Partition&)> fits;
+
+  /// Parts of a split: P x chunks per rank.
+  int chunks() const;
 };
+
+/// Most candidates drawn around one anchor before the search falls back to single and pair cut
+/// moves (see the file comment).
+inline constexpr long kMaxNeighbourhood = 100000;
 
 /// One scored candidate.
 struct ScoredPartition {
@@ -52,7 +71,7 @@ struct ScoredPartition {
   double stage_std_s = 0;  ///< standard deviation of stage times, seconds
   double comm_bytes = 0;   ///< sum over cuts of forward bytes
   double score = 0;        ///< stage_std_s + 2 * comm_bytes / link_bandwidth
-  double pipeline_s = 0;   ///< 1F1B step time of m identical profile micro-batches
+  double pipeline_s = 0;   ///< step time of m identical profile micro-batches (its schedule)
 };
 
 /// What the search saw and kept.
@@ -67,11 +86,15 @@ struct PartitionSearchResult {
 };
 
 /// Cut vectors of every combination of offsets in [-radius, radius] applied to `anchor`'s cuts,
-/// including invalid ones ((2r+1)^(P-1) vectors, anchor first).
-std::vector<std::vector<int>> neighbourhood_cuts(const Partition& anchor, int radius);
+/// including invalid ones ((2r+1)^(P-1) vectors, anchor first). When that exceeds
+/// `max_candidates`: the anchor, every cut moved alone and every pair of cuts moved together by
+/// offsets in [-radius, radius] (duplicates and invalid ones included).
+std::vector<std::vector<int>> neighbourhood_cuts(const Partition& anchor, int radius,
+                                                 long max_candidates = kMaxNeighbourhood);
 
-/// 1F1B step time of m identical micro-batches with the stage times and transfers of
-/// `partition` (pipeline_s above), seconds.
+/// Step time of m identical micro-batches under input.schedule with the chunk times and
+/// transfers of `partition` (input.chunks() parts; pipeline_s above), seconds. Throws
+/// omnibal::Error when the split has another number of parts or build_schedule refuses.
 double pipeline_seconds(const Partition& partition, const PartitionSearchInput& input);
 
 /// Scores one partition with the formulas above.
@@ -82,8 +105,9 @@ ScoredPartition score_partition(const Partition& partition, const PartitionSearc
 Partition refine_anchor(const Partition& start, const PartitionSearchInput& input);
 
 /// Runs the search around the three anchors (duplicates scored once). Throws
-/// omnibal::Error when the inputs disagree in length, or when no candidate fits (the message
-/// gives the smallest over-budget candidate's stages).
+/// omnibal::Error when the inputs disagree in length, when the model has fewer units than
+/// chunks (P x v), or when no candidate fits (the message gives the smallest over-budget
+/// candidate's stages).
 PartitionSearchResult search_partitions(const PartitionSearchInput& input);
 
 }  // namespace omnibal::partition

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "schedule/one_f_one_b.h"
 #include "schedule/pipeline_timeline.h"
+#include "schedule/schedules.h"
 
 namespace omnibal::partition {
 namespace {
@@ -14,11 +14,12 @@ namespace {
 constexpr double kOptimizerBytesPerParam = 30.0;
 constexpr double kBf16 = 2.0;
 
-/// Stage-level costs of one micro-batch.
-/// Stage-level costs of one micro-batch: compute (forward_s, backward_s with recompute_s) and
-/// the TP all-reduces apart (tp_forward_s, tp_backward_s with those of recomputation).
+/// Costs of one micro-batch on one chunk (virtual stage): compute (forward_s, backward_s with
+/// recompute_s, weight_s = ZB's W inside backward_s) and the TP all-reduces apart (tp_forward_s,
+/// tp_backward_s with those of recomputation; all of them B's: they sum input gradients).
 struct StageMicroBatch {
-  double forward_s = 0, backward_s = 0, recompute_s = 0, kept = 0, transient = 0, out_bytes = 0;
+  double forward_s = 0, backward_s = 0, weight_s = 0, recompute_s = 0, kept = 0, weight_kept = 0,
+         transient = 0, out_bytes = 0;
   double tp_forward_s = 0, tp_backward_s = 0;
 };
 
@@ -29,12 +30,14 @@ std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const Simulator
                 " (a profiled table is per rank of the tp it was profiled at)");
   const Partition& p = setup.partition;
   std::vector<StageMicroBatch> out(p.stages());
-  for (int s = 0; s < p.stages(); ++s) {
-    auto& c = out[s];
-    for (int u = p.begin(s); u < p.end(s); ++u) {
+  for (int k = 0; k < p.stages(); ++k) {
+    auto& c = out[k];
+    for (int u = p.begin(k); u < p.end(k); ++u) {
       const auto& unit = t.units[u];
       c.forward_s += unit.forward_s;
       c.backward_s += unit.backward_s;
+      c.weight_s += unit.weight_backward_s();
+      c.weight_kept += unit.deferred_weight_bytes();
       c.tp_forward_s += tp_forward_seconds(unit, setup.tp, link);
       c.tp_backward_s += tp_backward_seconds(unit, setup.recompute[u], setup.tp, link);
       if (setup.recompute[u] && unit.trainable && unit.recomputable()) {
@@ -46,13 +49,22 @@ std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const Simulator
       }
     }
     c.backward_s += c.recompute_s;
-    c.out_bytes = t.units[p.end(s) - 1].output_bytes;
+    c.out_bytes = t.units[p.end(k) - 1].output_bytes;
   }
   return out;
 }
 
 void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   OMNIBAL_CHECK(setup.model != nullptr, "simulator: no cost model");
+  OMNIBAL_CHECK(setup.schedule != PipelineSchedule::kAuto,
+                "simulator: schedule 'auto' is resolved by the planner; simulate a concrete one");
+  OMNIBAL_CHECK(setup.virtual_stages >= 1, "simulator: virtual_stages must be >= 1, got ",
+                setup.virtual_stages);
+  const int v = schedule::chunks_per_rank(setup.schedule, setup.virtual_stages);
+  OMNIBAL_CHECK(setup.partition.stages() % v == 0, "simulator: a split of ",
+                setup.partition.stages(), " chunks for ", v, " chunks per rank (",
+                choice_name(setup.schedule), "): expected a multiple of ", v);
+  const int P = setup.ranks();
   OMNIBAL_CHECK(setup.tp >= 1, "simulator: tp must be >= 1, got ", setup.tp);
   OMNIBAL_CHECK(static_cast<int>(loads.size()) == setup.dp, "simulator: loads for ", loads.size(),
                 " DP ranks, expected dp = ", setup.dp);
@@ -63,20 +75,22 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   OMNIBAL_CHECK(static_cast<int>(setup.recompute.size()) == setup.partition.units(),
                 "simulator: recompute flags for ", setup.recompute.size(), " units, partition has ",
                 setup.partition.units());
-  OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == setup.partition.stages(),
-                "simulator: static memory for ", setup.static_bytes.size(), " stages, expected ",
-                setup.partition.stages());
-  for (const auto* v : {&setup.overheads.per_micro_batch_s, &setup.overheads.per_step_s}) {
-    OMNIBAL_CHECK(v->empty() || static_cast<int>(v->size()) == setup.partition.stages(),
-                  "simulator: overheads for ", v->size(), " stages, expected ",
-                  setup.partition.stages(), " (or none)");
-    for (size_t s = 0; s < v->size(); ++s)
-      OMNIBAL_CHECK((*v)[s] >= 0, "simulator: overhead of stage ", s, " is ", (*v)[s],
+  OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == P, "simulator: static memory for ",
+                setup.static_bytes.size(), " ranks, expected ", P, " pipeline ranks");
+  for (const auto* o : {&setup.overheads.per_micro_batch_s, &setup.overheads.per_step_s}) {
+    OMNIBAL_CHECK(o->empty() || static_cast<int>(o->size()) == P, "simulator: overheads for ",
+                  o->size(), " stages, expected ", P, " pipeline ranks (or none)");
+    for (size_t s = 0; s < o->size(); ++s)
+      OMNIBAL_CHECK((*o)[s] >= 0, "simulator: overhead of stage ", s, " is ", (*o)[s],
                     " s, expected >= 0");
   }
 }
 
 }  // namespace
+
+int SimulatorSetup::ranks() const {
+  return partition.stages() / schedule::chunks_per_rank(schedule, virtual_stages);
+}
 
 TimeBreakdown& TimeBreakdown::operator+=(const TimeBreakdown& o) {
   useful_s += o.useful_s;
@@ -115,10 +129,11 @@ struct RankStep {
 
 RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
                        const schedule::StageSchedules& lists, StepReport& rep) {
-  const int P = setup.partition.stages(), m = static_cast<int>(loads.size());
+  const int P = setup.ranks(), V = setup.partition.stages(), m = static_cast<int>(loads.size());
+  const bool split = setup.schedule == PipelineSchedule::kZbH1;
   const double p2p_bw = pipeline_link_bandwidth(setup.device, setup.dp, setup.tp);
   const TpLink link = setup.tp_link ? *setup.tp_link : tp_link(setup.device, setup.tp);
-  auto costs = schedule::PipelineStepCosts::zeros(P, m);
+  auto costs = schedule::PipelineStepCosts::zeros(V, m);
   RankStep out;
   out.padding_s.assign(P, 0.0);
   out.recompute_s.assign(P, 0.0);
@@ -130,21 +145,26 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
     if (load.padded_len > 0)
       unpadded = stage_costs(setup.model->costs(load.unpadded()), setup, link);
     const auto& per_mb = setup.overheads.per_micro_batch_s;
-    for (int s = 0; s < P; ++s) {
-      costs.forward_s[s][i] =
-          sc[s].forward_s + sc[s].tp_forward_s + (per_mb.empty() ? 0.0 : per_mb[s]);
-      costs.backward_s[s][i] = sc[s].backward_s + sc[s].tp_backward_s;
-      out.tp_comm_s[s] += sc[s].tp_forward_s + sc[s].tp_backward_s;
-      costs.send_activation_s[s][i] = sc[s].out_bytes / p2p_bw;
-      costs.send_grad_s[s][i] = s > 0 ? sc[s - 1].out_bytes / p2p_bw : 0.0;
-      costs.kept_bytes[s][i] = sc[s].kept;
-      costs.transient_bytes[s][i] = sc[s].transient;
+    for (int k = 0; k < V; ++k) {
+      const int s = k % P;  // the rank holding virtual stage k
+      costs.forward_s[k][i] =
+          sc[k].forward_s + sc[k].tp_forward_s + (per_mb.empty() ? 0.0 : per_mb[s]);
+      costs.backward_s[k][i] = sc[k].backward_s + sc[k].tp_backward_s;
+      // ZB-H1: W is the weight-gradient compute; recomputation and the TP all-reduces stay in B.
+      costs.backward_weight_s[k][i] = split ? sc[k].weight_s : 0.0;
+      costs.backward_input_s[k][i] = costs.backward_s[k][i] - costs.backward_weight_s[k][i];
+      out.tp_comm_s[s] += sc[k].tp_forward_s + sc[k].tp_backward_s;
+      costs.send_activation_s[k][i] = sc[k].out_bytes / p2p_bw;
+      costs.send_grad_s[k][i] = k > 0 ? sc[k - 1].out_bytes / p2p_bw : 0.0;
+      costs.kept_bytes[k][i] = sc[k].kept;
+      costs.weight_kept_bytes[k][i] = split ? sc[k].weight_kept : 0.0;
+      costs.transient_bytes[k][i] = sc[k].transient;
       // Padding is everything the padded micro-batch costs beyond its unpadded self
       // (recomputation of padded positions included), so recompute counts unpadded work only.
-      out.recompute_s[s] += unpadded.empty() ? sc[s].recompute_s : unpadded[s].recompute_s;
+      out.recompute_s[s] += unpadded.empty() ? sc[k].recompute_s : unpadded[k].recompute_s;
       if (!unpadded.empty())
         out.padding_s[s] +=
-            sc[s].forward_s + sc[s].backward_s - unpadded[s].forward_s - unpadded[s].backward_s;
+            sc[k].forward_s + sc[k].backward_s - unpadded[k].forward_s - unpadded[k].backward_s;
     }
     rep.samples += load.samples();
     rep.tiles += load.tiles();
@@ -155,12 +175,14 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
 }
 
 /// Trainable parameter bytes of each stage (bf16 weights: the all-reduced gradient volume).
+/// Per rank: the sum over its chunks.
 std::vector<double> stage_parameter_bytes(const SimulatorSetup& setup, const MicroBatchLoad& any) {
   const UnitCostTable table = setup.model->costs(any);
-  std::vector<double> bytes(setup.partition.stages(), 0.0);
-  for (int s = 0; s < setup.partition.stages(); ++s)
-    for (int u = setup.partition.begin(s); u < setup.partition.end(s); ++u)
-      if (table.units[u].trainable) bytes[s] += table.units[u].parameter_bytes;
+  const int P = setup.ranks();
+  std::vector<double> bytes(P, 0.0);
+  for (int k = 0; k < setup.partition.stages(); ++k)
+    for (int u = setup.partition.begin(k); u < setup.partition.end(k); ++u)
+      if (table.units[u].trainable) bytes[k % P] += table.units[u].parameter_bytes;
   return bytes;
 }
 
@@ -168,8 +190,10 @@ std::vector<double> stage_parameter_bytes(const SimulatorSetup& setup, const Mic
 
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
   check_setup(setup, loads);
-  const int P = setup.partition.stages(), dp = setup.dp;
-  const auto lists = schedule::build_1f1b_schedule(P, static_cast<int>(loads[0].size()));
+  const int P = setup.ranks(), dp = setup.dp;
+  const auto lists =
+      schedule::build_schedule(setup.schedule, P, static_cast<int>(loads[0].size()),
+                               schedule::chunks_per_rank(setup.schedule, setup.virtual_stages));
   StepReport rep;
   rep.stages.assign(P, {});
   std::vector<RankStep> ranks;
@@ -195,7 +219,7 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
   for (int r = 0; r < dp; ++r)
     for (int s = 0; s < P; ++s) {
       const auto& tl = ranks[r].timeline[s];
-      const double busy = tl.forward_busy_s + tl.backward_busy_s;
+      const double busy = tl.forward_busy_s + tl.backward_busy_s + tl.backward_weight_busy_s;
       TimeBreakdown b;
       b.padding_s = ranks[r].padding_s[s];
       b.recompute_s = ranks[r].recompute_s[s];
@@ -207,7 +231,7 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
       rep.breakdown += b.scaled(1.0 / (static_cast<double>(dp) * P));
       auto& st = rep.stages[s];
       st.forward_s += tl.forward_busy_s / dp;
-      st.backward_s += tl.backward_busy_s / dp;
+      st.backward_s += (tl.backward_busy_s + tl.backward_weight_busy_s) / dp;
       st.tp_comm_s += b.tp_comm_s / dp;
       st.idle_s += b.bubble_s / dp;
       st.dp_wait_s += b.dp_wait_s / dp;
@@ -220,7 +244,7 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
 
 RunReport simulate_run(const SimulatorSetup& setup, const std::vector<StepLoads>& steps) {
   RunReport run;
-  const int P = setup.partition.stages();
+  const int P = setup.ranks();
   run.stage_busy_s.assign(P, 0.0);
   run.stage_idle_s.assign(P, 0.0);
   for (const auto& loads : steps) {

@@ -1,6 +1,13 @@
-// Event-driven simulation of training steps over TP x DP x PP. Each DP rank's pipeline walks the 1F1B instruction lists of schedule/ with
+// Event-driven simulation of training steps over TP x DP x PP. Each DP rank's pipeline walks the
+// instruction lists of its schedule (schedule/schedules.h: 1F1B, interleaved 1F1B, ZB-H1) with
 // per-micro-batch costs from a CostModel (micro-batches differ in shape), via
 // schedule::run_pipeline_timeline. Recomputed units add their forward time to the backward.
+// Schedules: the split has P x v chunks in virtual-stage order (chunk k on pipeline rank k % P;
+// v = virtual_stages under interleaved, else 1). Under ZB-H1 each chunk's backward is split into
+// B = backward - W and W = the units' weight_backward_s() (unit_cost_table.h); recomputation and
+// the TP all-reduces (input gradients) stay in B; a deferred W keeps deferred_weight_bytes().
+// Static bytes, optimizer time, the DP all-reduce and overheads are per rank (its chunks summed),
+// and every per-stage report below is per pipeline rank.
 // TP (tensor_parallel.h): the cost tables are per TP rank (their `tp` must equal setup.tp); the
 // TP ranks of a stage run in lockstep, so one TP rank stands for its group. Each unit's TP
 // all-reduces (forward; backward, plus the forward's again when recomputed) are added to its
@@ -35,6 +42,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/choices.h"
 #include "partition/cost_model.h"
 #include "partition/device_spec.h"
 #include "partition/stage_partition.h"
@@ -55,7 +63,10 @@ struct StageOverheads {
 /// Everything fixed for a run.
 struct SimulatorSetup {
   const CostModel* model = nullptr;
+  /// P x v chunks in virtual-stage order (v = chunks_per_rank(schedule, virtual_stages)).
   Partition partition;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< not kAuto
+  int virtual_stages = 1;  ///< v under kInterleaved (>= 2), else 1
   std::vector<bool> recompute;  ///< per unit: checkpointed (re-run forward in backward)
   int dp = 1;
   int tp = 1;  ///< TP ranks per group (innermost, then DP, then PP); the tables' tp
@@ -63,9 +74,12 @@ struct SimulatorSetup {
   /// The TP all-reduce link; unset: tp_link(device, tp) (NVLink for a GPU). Give a measured
   /// bandwidth and latency for a host run (`omnibal-plan simulate --tp-link-gbps`).
   std::optional<TpLink> tp_link;
-  std::vector<double> static_bytes;  ///< per stage: params + grads + optimizer + buffers
+  std::vector<double> static_bytes;  ///< per rank: params + grads + optimizer + buffers
   bool zero1 = true;                 ///< optimizer state sharded over DP (optimizer time / dp)
-  StageOverheads overheads;          ///< host costs outside the unit table (default: none)
+  StageOverheads overheads;          ///< per rank: host costs outside the table (default: none)
+
+  /// Pipeline ranks P: partition.stages() / chunks per rank.
+  int ranks() const;
 };
 
 /// Device-averaged time components of one step or a whole epoch, seconds.
@@ -109,8 +123,9 @@ struct RunReport {
 
 /// Simulates one step. Throws omnibal::Error when ranks have different micro-batch counts,
 /// the setup's vectors (recompute flags, static bytes, non-empty overheads) do not match the
-/// model's units and stages, an overhead is negative, model is null, tp < 1 or the model's
-/// tables are per rank of another tp than setup.tp.
+/// model's units and ranks, an overhead is negative, model is null, tp < 1, the model's
+/// tables are per rank of another tp than setup.tp, the schedule is kAuto, the chunks do not
+/// divide into ranks, or schedule::build_schedule refuses (interleaved: m % P != 0).
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads);
 
 /// Simulates every step in order and sums.

@@ -49,6 +49,16 @@ UnitKind parse_unit_kind(const std::string& name, const std::string& where) {
                "', expected vit_embed | vit_block | projector | llm_embed | llm_block | head");
 }
 
+double UnitCost::weight_backward_s() const {
+  if (!trainable) return 0.0;
+  return backward_weight_s ? *backward_weight_s : kWeightShareEstimate * backward_s;
+}
+
+double UnitCost::deferred_weight_bytes() const {
+  if (!trainable) return 0.0;
+  return weight_grad_bytes ? *weight_grad_bytes : activation_bytes;
+}
+
 double UnitCostTable::checkpoint_bytes(size_t unit) const {
   return unit == 0 ? 0.0 : units.at(unit - 1).output_bytes;
 }
@@ -72,6 +82,8 @@ std::string unit_cost_table_json(const UnitCostTable& table) {
                            {"parameter_bytes", u.parameter_bytes},
                            {"trainable", u.trainable},
                            {"output_bytes", u.output_bytes}};
+    if (u.backward_weight_s) unit["backward_weight_s"] = *u.backward_weight_s;
+    if (u.weight_grad_bytes) unit["weight_grad_bytes"] = *u.weight_grad_bytes;
     const auto& ar = u.tp_all_reduce;
     if (ar.forward_calls > 0 || ar.backward_calls > 0)
       unit["tp_all_reduce"] = {{"forward_bytes", ar.forward_bytes},
@@ -114,6 +126,14 @@ UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& 
     u.parameter_bytes = non_negative(units[i], "parameter_bytes", where);
     u.trainable = field<bool>(units[i], "trainable", where);
     u.output_bytes = non_negative(units[i], "output_bytes", where);
+    // Optional (tables without the split backward: UnitCost's estimates).
+    if (units[i].contains("backward_weight_s")) {
+      u.backward_weight_s = non_negative(units[i], "backward_weight_s", where);
+      OMNIBAL_CHECK(*u.backward_weight_s <= u.backward_s, where, ": backward_weight_s ",
+                    *u.backward_weight_s, " exceeds backward_s ", u.backward_s);
+    }
+    if (units[i].contains("weight_grad_bytes"))
+      u.weight_grad_bytes = non_negative(units[i], "weight_grad_bytes", where);
     if (units[i].contains("tp_all_reduce")) {
       const auto& ar = units[i].at("tp_all_reduce");
       const std::string w = where + ": tp_all_reduce";

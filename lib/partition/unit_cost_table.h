@@ -18,9 +18,16 @@
 // `tp_all_reduce` volumes, which the simulator and the partition search turn into seconds on
 // the TP link (so a measured link can replace the analytic one). "tp" and "tp_all_reduce" are
 // optional on read (tp 1, no all-reduces: tables written before TP).
+// The split backward of ZB-H1 (schedule/schedules.h): "backward_weight_s" is W's share of
+// backward_s (the weight-gradient GEMMs; recomputation excluded), "weight_grad_bytes" what a
+// deferred W keeps per micro-batch from its B to its W (each linear's input and the gradient of
+// its output). Both optional: the analytic model writes them exactly, a profiler or an older
+// file may not, and then UnitCost::weight_backward_s() / deferred_weight_bytes() estimate them
+// (kWeightShareEstimate of the backward; the unit's activation bytes).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,10 +66,28 @@ struct UnitCost {
   bool trainable = true;        ///< false when frozen (train.freeze): no grads, no optimizer state
   double output_bytes = 0;      ///< bytes sent to the next unit (activation + side inputs)
   TpAllReduces tp_all_reduce;   ///< TP collectives of this unit (tensor_parallel.h)
+  /// W's seconds of backward_s (weight gradients; the rest is B); unset: estimated (below).
+  std::optional<double> backward_weight_s;
+  /// Bytes a deferred W keeps per micro-batch between B and W; unset: estimated (below).
+  std::optional<double> weight_grad_bytes;
 
+  /// backward_weight_s, or for a table without it kWeightShareEstimate * backward_s (0 when
+  /// frozen). Seconds, within [0, backward_s].
+  double weight_backward_s() const;
+  /// weight_grad_bytes, or for a table without it activation_bytes (0 when frozen).
+  double deferred_weight_bytes() const;
   /// True for the unit kinds the recompute planner may checkpoint (ViT and LLM blocks).
   bool recomputable() const { return kind == UnitKind::VitBlock || kind == UnitKind::LlmBlock; }
 };
+
+/// W's share of the backward assumed for tables without backward_weight_s: one half. Every
+/// linear's backward is two GEMMs of equal FLOPs, the input gradient (B) and the weight gradient
+/// (W); attention score matmuls and element-wise work are B's, so the true share is a little
+/// lower (analytic 6B+20B at the mean ISF pack: 0.43 for an LLM block, 0.47 for a ViT block)
+/// and 0.5 slightly favours ZB-H1. The bytes fallback, activation_bytes, equals the analytic
+/// W bytes of an LLM block (linear inputs + output gradients: 4 d + (2 d + 2 d_kv + 3 f) / tp
+/// per token) and exceeds a ViT block's, so it errs on the side of memory.
+inline constexpr double kWeightShareEstimate = 0.5;
 
 /// The load a table was measured or computed at.
 struct TableLoad {
