@@ -42,9 +42,9 @@ struct MessageHeader {
 
   MessageKind kind = MessageKind::kActivation;
   int micro_batch = 0;  ///< index of the micro-batch within the step
+  std::vector<TensorMeta> tensors;
   /// Model chunk (virtual stage) of the receiver under interleaved 1F1B; 0 otherwise.
   int chunk = 0;
-  std::vector<TensorMeta> tensors;
 
   /// "activation mb 3 [float32 [128, 64], int32 [5]]" ("activation mb 3 chunk 1 [...]").
   std::string describe() const;

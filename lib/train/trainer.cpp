@@ -127,15 +127,15 @@ struct Trainer::State {
   std::shared_ptr<comm::ErrorForwarder> errors;
   ModelPreset preset;
   std::unique_ptr<data::Tokenizer> tokenizer;
-  memory::StagePlan plan;  ///< split + recompute flags (train/startup_planner.h)
+  memory::StagePlan plan;              ///< split + recompute flags (train/startup_planner.h)
   std::vector<models::UnitPtr> units;  ///< this stage's units, chunk after chunk
   std::vector<models::UnitRange> chunk_ranges;  ///< unit interval of each chunk of this stage
   NamedParams params;  ///< all of this stage's parameters (frozen included)
   /// Mixed precision, ZeRO-1, fp32 master weights, AdamW; made after the weights are set.
   std::unique_ptr<DistributedOptimizer> optimizer;
-  std::unique_ptr<TiedHead> tied;  ///< the tied LM head's two copies when split over stages
-  models::TensorParallel tp;       ///< this rank's TP group (size 1: none)
-  TpLayout tp_layout;              ///< which parameters are TP-sharded, and how
+  std::unique_ptr<TiedHead> tied;       ///< the tied LM head's two copies when split over stages
+  models::TensorParallel tp;            ///< this rank's TP group (size 1: none)
+  TpLayout tp_layout;                   ///< which parameters are TP-sharded, and how
   std::set<std::string> tp_replicated;  ///< parameters whole on every TP rank (norm counts once)
   std::unique_ptr<comm::TensorMessenger> pipe;
   std::unique_ptr<pipeline::StageExecutor> stage;
@@ -216,8 +216,8 @@ void Trainer::State::build_stage() {
       params.emplace_back(u->unit_name() + "." + np.key(), np.value());
     }
   }
-  tied = std::make_unique<TiedHead>(preset, plan.partition, stage_index, params,
-                                    plan.virtual_stages);
+  tied =
+      std::make_unique<TiedHead>(preset, plan.partition, stage_index, params, plan.virtual_stages);
   // A tied head's copy on the head's stage answers to the embedding's name (tied_head.h): give
   // it the head's shard layout, so it is gathered and sharded like the embedding.
   if (tied->split() && !tp_layout.spec(TiedHead::kEmbeddingName).sharded())
@@ -241,8 +241,8 @@ void Trainer::State::make_optimizer() {
   o.reduce_dtype = cfg.comm.grad_reduce_dtype;
   o.zero1 = cfg.train.zero1;
   if (tied->active()) o.own_bucket = {TiedHead::kEmbeddingName};
-  optimizer = std::make_unique<DistributedOptimizer>(params, o, &comms.dp_group(),
-                                                     DpShard{dp_rank, dp});
+  optimizer =
+      std::make_unique<DistributedOptimizer>(params, o, &comms.dp_group(), DpShard{dp_rank, dp});
 }
 
 void Trainer::State::check_plan_hash() {
@@ -360,9 +360,8 @@ bool Trainer::State::tp_replicated_equal() {
   for (const auto& [name, p] : params)
     if (tp_replicated.count(name)) digest += param_digest(name, p);
   const int64_t differ =
-      comm::same_on_every_rank(comms.tp_group(), static_cast<uint64_t>(digest), "TP replicas")
-          ? 0
-          : 1;
+      comm::same_on_every_rank(comms.tp_group(), static_cast<uint64_t>(digest), "TP replicas") ? 0
+                                                                                               : 1;
   return comms.world().all_reduce_int(differ, comm::ReduceOp::kMax, "TP replica check") == 0;
 }
 
@@ -439,17 +438,25 @@ void Trainer::State::log_start() const {
   const auto& epoch0 = data->epoch_plan(0);
   log_info("{}", comms.grid().describe(comms.rank()));
   if (tp.active())
-    log_info("tensor parallel: tp {} (TP all-reduces over {}), vocabulary {} padded to {} "
-             "({} rows per TP rank)",
-             tp.size, comms.tp_group().name(), preset.llm.vocab_size,
-             padded_vocab_size(preset.llm.vocab_size, tp.size),
-             models::vocab_per_rank(preset.llm.vocab_size, tp.size));
+    log_info(
+        "tensor parallel: tp {} (TP all-reduces over {}), vocabulary {} padded to {} "
+        "({} rows per TP rank)",
+        tp.size, comms.tp_group().name(), preset.llm.vocab_size,
+        padded_vocab_size(preset.llm.vocab_size, tp.size),
+        models::vocab_per_rank(preset.llm.vocab_size, tp.size));
   log_info("stages: {}", plan.describe_stages());
-  log_info("precision {} (gradient reduction {}), zero1 {}: optimizer state {:.1f} MiB, fp32 "
-           "main gradient {:.1f} MiB on rank 0",
-           choice_name(cfg.train.precision), choice_name(cfg.comm.grad_reduce_dtype),
-           cfg.train.zero1, optimizer->state_bytes() / 1048576.0,
-           optimizer->main_grad_bytes() / 1048576.0);
+  log_info("schedule {}{} over {} stages, m {}{}", choice_name(plan.schedule),
+           plan.virtual_stages > 1
+               ? fmt::format(" (v {} model chunks per stage)", plan.virtual_stages)
+               : std::string(),
+           stages, m,
+           cfg.parallel.schedule == PipelineSchedule::kAuto ? " (parallel.schedule auto)"
+                                                            : std::string());
+  log_info(
+      "precision {} (gradient reduction {}), zero1 {}: optimizer state {:.1f} MiB, fp32 "
+      "main gradient {:.1f} MiB on rank 0",
+      choice_name(cfg.train.precision), choice_name(cfg.comm.grad_reduce_dtype), cfg.train.zero1,
+      optimizer->state_bytes() / 1048576.0, optimizer->main_grad_bytes() / 1048576.0);
   const size_t left_out = epoch0.packing.skipped.size();
   log_info(
       "data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
@@ -618,8 +625,7 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
   s.data->stop_loading();
   const int64_t skipped =
       s.comms.world().all_reduce_int(s.tp_rank == 0 ? s.data->skipped_in_packs() : 0,
-                                     comm::ReduceOp::kSum,
-                                     "skipped-sample count");
+                                     comm::ReduceOp::kSum, "skipped-sample count");
   const int64_t scanned_out = s.data->set().bad_samples, packer = s.data->skipped_by_packer();
   if (s.comms.rank() == 0 && (skipped > 0 || scanned_out > 0 || packer > 0))
     log_info(
@@ -637,8 +643,8 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
   const int64_t run_steps = s.counters.step - first;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: KiB on Linux
-  const int64_t peak_rss_kib = s.comms.world().all_reduce_int(
-      static_cast<int64_t>(usage.ru_maxrss), comm::ReduceOp::kMax, "peak RSS");
+  const int64_t peak_rss_kib = s.comms.world().all_reduce_int(static_cast<int64_t>(usage.ru_maxrss),
+                                                              comm::ReduceOp::kMax, "peak RSS");
   const int64_t state_bytes = s.comms.world().all_reduce_int(s.optimizer->state_bytes(),
                                                              comm::ReduceOp::kMax, "state bytes");
   nlohmann::json summary = {{"steps", s.counters.step},
@@ -655,6 +661,8 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
                             {"precision", choice_name(s.cfg.train.precision)},
                             {"zero1", s.cfg.train.zero1},
                             {"tp", s.cfg.parallel.tp},
+                            {"schedule", choice_name(s.plan.schedule)},
+                            {"virtual_stages", s.plan.virtual_stages},
                             {"peak_rss_mib_max_rank", peak_rss_kib / 1024.0},
                             {"optimizer_state_mib_max_rank", state_bytes / 1048576.0},
                             {"partition", s.plan.partition.to_string()},
@@ -665,8 +673,7 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
   if (s.tied->split()) summary["tied_head_copies_equal"] = s.tied_copies_equal();
   if (s.tp.active()) {
     summary["tp_replicated_equal"] = s.tp_replicated_equal();
-    torch::Tensor t =
-        torch::full({1}, tp_all_reduce_seconds(s.tp) - s.tp_eval_s, torch::kFloat64);
+    torch::Tensor t = torch::full({1}, tp_all_reduce_seconds(s.tp) - s.tp_eval_s, torch::kFloat64);
     s.comms.world().all_reduce(t, comm::ReduceOp::kMax, "TP all-reduce time");
     summary["tp_all_reduce_s_per_step_max_rank"] = run_steps ? t.item<double>() / run_steps : 0.0;
   }

@@ -7,7 +7,8 @@ directories (metrics.jsonl, summary.json, checkpoints/).
 CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_config | truncated |
        sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
        init_from | bad_sample | empty_pack | packer_skip | exit_after | repeat_time | token_cap |
-       zero1 | zero1_resume | bf16 | tp | tp_grid | tp_resume | tp_refusals
+       zero1 | zero1_resume | bf16 | tp | tp_grid | tp_resume | tp_refusals | schedules |
+       schedule_resume | schedule_refusals
        (init_from, packer_skip and repeat_time also need --plan omnibal-plan)
 """
 import argparse
@@ -1268,6 +1269,99 @@ def check_tp_refusals(r):
                  extra=tp(2) + arch + ["--resume", "auto"])
     line = refusal(p, "llm.tie_embeddings: false -> true", "a resume after the preset changed")
     print("a resume after the preset file changed refused: " + line[:150])
+
+
+def sched(kind, v=1):
+    out = ["--set", f"parallel.schedule={kind}"]
+    return out + (["--set", f"parallel.virtual_stages={v}"] if v > 1 else [])
+
+
+def check_schedules(r):
+    """Interleaved 1F1B (v 2) and ZB-H1 at PP 2 and PP 2 x DP 2 equal one process within 1e-4
+    over 5 steps; ZB-H1's gradients equal 1F1B's at the same split (1e-6); the tied head split
+    over two stages under interleaving (the embedding on the last rank's first chunk)."""
+    _, ref = r.run(1, "sch-ref", 1, 1, 4)
+    _, f1b = r.run(2, "sch-1f1b-pp2", 1, 2, 4)
+    for name, np, dp, pp, m, extra in [("sch-zb-pp2", 2, 1, 2, 4, sched("zb-h1")),
+                                       ("sch-il2-pp2", 2, 1, 2, 4, sched("interleaved", 2)),
+                                       ("sch-zb-pp2dp2", 4, 2, 2, 2, sched("zb-h1")),
+                                       ("sch-il2-pp2dp2", 4, 2, 2, 2, sched("interleaved", 2))]:
+        p, d = r.run(np, name, dp, pp, m, extra=extra)
+        worst = close_training(d, ref, 1e-4, name)
+        s = summary(d)
+        want = extra[1].split("=")[1]
+        if s.get("schedule") != want:
+            fail(f"{name}: summary.json schedule {s.get('schedule')}, expected {want}")
+        if "interleaved" in want:
+            chunks = json.load(open(os.path.join(d, "stage_plan.json")))["partition"]
+            if len(chunks) != 4 or sum(chunks) != 10:
+                fail(f"{name}: stage plan {chunks}, expected 4 chunks (pp 2 x v 2) of 10 units")
+        log_value(p.stdout + p.stderr, "schedule")
+        print(f"{name}: 5 steps equal one process (max relative loss difference {worst:.1e})")
+    zb = metrics(os.path.join(r.a.work, "sch-zb-pp2"))
+    for a, b in zip(zb, metrics(f1b)):
+        if rel(a["grad_norm"], b["grad_norm"]) > 1e-6 or rel(a["loss"], b["loss"]) > 1e-6:
+            fail(f"zb-h1 step {a['step']}: loss / grad norm {a['loss']} / {a['grad_norm']} vs 1F1B "
+                 f"{b['loss']} / {b['grad_norm']} at the same split")
+    dp = max_param_rel(checkpoint_params(os.path.join(r.a.work, "sch-zb-pp2"), 5),
+                       checkpoint_params(f1b, 5))
+    if dp > 1e-6:
+        fail(f"zb-h1: final parameters differ from 1F1B's by {dp:.2e} (> 1e-6)")
+    print(f"zb-h1 vs 1f1b at PP 2: gradient norms within 1e-6 every step, final parameters "
+          f"{dp:.1e} apart")
+    tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
+    _, tref = r.run(1, "sch-tied-ref", 1, 1, 4, steps=4, extra=tied)
+    # [1, 1, 3, 5]: llm_embed (unit 4) in chunk 2 on rank 0, the head on rank 1 (two copies);
+    # [1, 4, 1, 4]: llm_embed in chunk 1 on rank 1, the head in chunk 3 on rank 1 (one tensor).
+    for split, copies in [("1, 1, 3, 5", True), ("1, 4, 1, 4", False)]:
+        manual = ["--set", f"parallel.partition={{manual: [{split}]}}"]
+        name = "sch-tied-il2-" + split.replace(", ", "")
+        _, d = r.run(2, name, 1, 2, 4, steps=4, extra=tied + sched("interleaved", 2) + manual)
+        worst = close_training(d, tref, 1e-4, f"tied head, interleaved [{split}]")
+        s = summary(d)
+        if copies and s.get("tied_head_copies_equal") is not True:
+            fail(f"interleaved tied head [{split}]: the two copies of the tied weight differ")
+        if not copies and "tied_head_copies_equal" in s:
+            fail(f"interleaved tied head [{split}]: embedding and head share a rank, expected one "
+                 f"tensor (no copies), summary says {s.get('tied_head_copies_equal')}")
+        print(f"tied head under interleaved v 2, chunks [{split}]: equal to one process "
+              f"({worst:.1e}), {'two copies bitwise equal' if copies else 'one shared tensor'}")
+
+
+def check_schedule_resume(r):
+    """A 1F1B checkpoint (PP 2, step 3) resumes under ZB-H1 and under interleaved v 2 and
+    continues within 1e-5 of a straight 1F1B run; and back: interleaved -> 1F1B at PP 1."""
+    _, straight = r.run(2, "schr-straight", 1, 2, 4, steps=6)
+    ms = metrics(straight)
+    for name, extra, then in [("schr-zb", [], sched("zb-h1")),
+                              ("schr-il2", [], sched("interleaved", 2)),
+                              ("schr-il2-to-1f1b", sched("interleaved", 2), [])]:
+        r.run(2, name, 1, 2, 4, steps=3, extra=extra)
+        pp2 = 1 if name.endswith("1f1b") else 2
+        p, d = r.run(pp2, name, 1, pp2, 4, steps=6, fresh=False, extra=then + ["--resume", "auto"])
+        got = metrics(d)
+        if len(got) != 6:
+            fail(f"{name}: {len(got)} metric lines after resume, expected 6")
+        for a, b in zip(got[3:], ms[3:]):
+            if rel(a["loss"], b["loss"]) > 1e-5:
+                fail(f"{name} step {a['step']}: loss {a['loss']:.9f} after resume vs "
+                     f"{b['loss']:.9f} straight")
+        print(f"{name}: resumed at step 3 under {summary(d)['schedule']}, steps 4-6 within 1e-5 "
+              f"of the straight 1F1B run")
+
+
+def check_schedule_refusals(r):
+    """Schedule keys that cannot run are refused before any work, naming the key."""
+    for extra, pp, m, needle in [
+            (sched("interleaved", 2), 2, 3, "parallel.micro_batches"),
+            (["--set", "parallel.virtual_stages=2"], 2, 4, "parallel.virtual_stages"),
+            (sched("zb-h1") + ["--set", "parallel.virtual_stages=2"], 2, 4,
+             "parallel.virtual_stages"),
+            (sched("interleaved"), 2, 4, "parallel.virtual_stages"),
+            (sched("interleaved", 6), 2, 4, "units"),
+            (["--set", "parallel.schedule=zb"], 2, 4, "parallel.schedule")]:
+        p, _ = r.run(pp, "schx", 1, pp, m, extra=extra, expect_ok=False)
+        print("refused:", refusal(p, needle, " ".join(extra)))
 
 
 def main():

@@ -73,9 +73,10 @@ TEST_CASE(
   ro.memory = probe_options(precision, zero1);
   ro.micro_batches = micro_batches;
   ro.granularity_bytes = 4096;
-  const auto none = memory::plan_no_recompute(table, split, {ro.memory, micro_batches, 1.0, 4096});
-  const auto full =
-      memory::plan_full_recompute(table, split, {ro.memory, micro_batches, 1.0, 4096});
+  memory::RecomputeOptions any_budget = ro;
+  any_budget.budget_bytes = 1.0;
+  const auto none = memory::plan_no_recompute(table, split, any_budget);
+  const auto full = memory::plan_full_recompute(table, split, any_budget);
   // Halfway between full and no recomputation on stage 0 (two micro-batches in flight), and
   // never below what full recomputation needs on either stage.
   ro.budget_bytes = std::max({0.5 * (none.memory[0].total() + full.memory[0].total()),
