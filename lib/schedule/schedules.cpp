@@ -119,7 +119,11 @@ double bubble_fraction(PipelineSchedule kind, int stages, int micro_batches, int
   switch (kind) {
     case PipelineSchedule::k1F1B: return idle / (micro_batches + idle);
     case PipelineSchedule::kInterleaved: return idle / (virtual_stages * micro_batches + idle);
-    case PipelineSchedule::kZbH1: return idle / (3.0 * micro_batches + idle);
+    case PipelineSchedule::kZbH1: {  // m < P: too few W to fill the bubble (schedules.h)
+      const double compute = 3.0 * micro_batches;
+      const double step = std::max(compute + idle, 2.0 * micro_batches + 2.0 * idle + 1.0);
+      return (step - compute) / step;
+    }
     case PipelineSchedule::kAuto: break;
   }
   OMNIBAL_FAIL("bubble_fraction: 'auto' has no bubble of its own");

@@ -6,13 +6,21 @@
 // - 1F1B (one_f_one_b.h): PipeDream-Flush; bubble (P-1)/(m+P-1) on equal micro-batches.
 // - Interleaved 1F1B (Megatron `forward_backward_pipelining_with_interleaving`): the model is cut
 //   into P x v chunks, rank s holds virtual stages s, s+P, ...; forwards run in groups of P
-//   micro-batches per chunk, warm-up (P-s-1)*2 + (v-1)*P forwards; bubble (P-1)/(v*m + P-1)
-//   with chunks of equal cost. Needs m % P == 0 (Megatron's constraint).
+//   micro-batches per chunk, warm-up min((P-s-1)*2 + (v-1)*P, v*m) forwards, so rank s holds at
+//   most min((P-s-1)*2 + (v-1)*P + 1, v*m) chunk graphs. Needs m % P == 0 (Megatron's
+//   constraint). With equal chunks (each 1/v of its stage's forward and backward) and free
+//   transfers the step is m(T_F+T_B) + (P-1)(T_F+T_B)/v exactly, for any T_F, T_B: Megatron's
+//   bubble ratio (P-1)/(v m) is idle time over *compute* time; the idle share of the step is
+//   (P-1)/(v m + P-1).
 // - ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §3.1): the backward is split
 //   into B (input gradient, on the critical path) and W (weight gradient); stage s runs 1F1B's
 //   warm-up and F/B order and defers each W by s backwards, so W fills the cool-down bubble.
-//   Stage s holds at most min(m, P-s) autograd graphs (1F1B's activations) plus s deferred W
-//   inputs; with T_F = T_B = T_W the bubble falls from (P-1)(T_F+T_B+T_W) to (P-1)(T_F+T_B-T_W).
+//   Stage s holds at most min(m, P-s) autograd graphs (1F1B's), min(m, s+1) deferred W inputs
+//   (s+1 right after a B, before the W it releases) and min(m, P) of both together (1F1B's
+//   stage 0 on every stage). With T_F = T_B = T_W = 1 the step is max(3m + P-1, 2m + 2P-1):
+//   the paper's (P-1)(T_F+T_B-T_W) bubble needs m >= P; with fewer micro-batches the last stage's
+//   2m of F and B after its first input at P-1, then the B chain back to stage 0 and its last W,
+//   bound every F/B/W schedule.
 // Receives are placed right before the compute that needs them and sends right after the compute
 // that produces them (non-blocking); schedule_checker.h verifies every built list.
 #pragma once
@@ -42,7 +50,10 @@ int chunks_per_rank(PipelineSchedule kind, int virtual_stages);
 
 /// The bubble fraction of `kind` for P stages, m micro-batches, v chunks, with every chunk's
 /// forward, input-gradient and weight-gradient times equal (T_F = T_B = T_W, the ZB paper's
-/// setting): 1F1B (P-1)/(m+P-1), interleaved (P-1)/(v*m+P-1), ZB-H1 (P-1)/(3m+P-1).
+/// setting), idle time over step time: 1F1B (P-1)/(m+P-1), interleaved (P-1)/(v*m+P-1) (m % P
+/// == 0, as the builder), ZB-H1 1 - 3m/T with T = max(3m+P-1, 2m+2P-1), i.e. (P-1)/(3m+P-1)
+/// for m >= P. Exact for the built lists on free transfers (tests/schedule). Throws
+/// omnibal::Error for kAuto or P, m, v < 1.
 double bubble_fraction(PipelineSchedule kind, int stages, int micro_batches,
                        int virtual_stages = 1);
 
