@@ -28,7 +28,8 @@
 // largest such sum. 1F1B: min(m, P - s) graphs. ZB-H1: min(m, P - s) graphs and up to s deferred
 // W's before a B, one graph fewer and one W more right after it (Qi et al. §3.1: the W inputs are
 // what B does not free). Interleaved: Megatron's warm-up of (P - s - 1) * 2 + (v - 1) * P
-// forwards, spread over the rank's chunks (tests/memory: P 4, v 2, m 8 -> rank 0 holds 8 + 3).
+// forwards plus one, spread over the rank's chunks (tests/memory: P 4, v 2, m 8 -> rank 0 holds
+// (7, 4) or (8, 3) over its two chunks).
 // Not modelled: allocator fragmentation (keep a margin in the budget), CUDA context.
 #pragma once
 

@@ -83,7 +83,8 @@ struct UnitCost {
 /// W's share of the backward assumed for tables without backward_weight_s: one half. Every
 /// linear's backward is two GEMMs of equal FLOPs, the input gradient (B) and the weight gradient
 /// (W); attention score matmuls and element-wise work are B's, so the true share is a little
-/// lower (analytic 6B+20B at the mean ISF pack: 0.43 for an LLM block, 0.47 for a ViT block)
+/// lower (analytic 6B+20B on A100 at the mean ISF pack: 0.46 for an LLM block, 0.42 for a ViT
+/// block)
 /// and 0.5 slightly favours ZB-H1. The bytes fallback, activation_bytes, equals the analytic
 /// W bytes of an LLM block (linear inputs + output gradients: 4 d + (2 d + 2 d_kv + 3 f) / tp
 /// per token) and exceeds a ViT block's, so it errs on the side of memory.
