@@ -8,9 +8,15 @@ namespace omnibal::memory {
 
 namespace {
 
-/// Chunks per rank the request runs (auto: unknown until planned).
+/// Chunks per rank the request runs (auto: unknown until planned). Throws omnibal::Error naming
+/// parallel.virtual_stages when the model has fewer units than pp x v chunks.
 int request_chunks_per_rank(const StagePlanRequest& r) {
-  return schedule::chunks_per_rank(r.schedule, r.virtual_stages);
+  const int v = schedule::chunks_per_rank(r.schedule, r.virtual_stages);
+  const int units = static_cast<int>(r.unit_names.size());
+  OMNIBAL_CHECK(v == 1 || r.stages * v <= units, "parallel.virtual_stages: ", r.stages, " stages x ",
+                v, " chunks = ", r.stages * v, " model chunks but the model has ", units,
+                " pipeline units; use parallel.virtual_stages <= ", units / r.stages);
+  return v;
 }
 
 }  // namespace

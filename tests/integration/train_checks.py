@@ -1326,6 +1326,19 @@ def check_schedules(r):
                  f"tensor (no copies), summary says {s.get('tied_head_copies_equal')}")
         print(f"tied head under interleaved v 2, chunks [{split}]: equal to one process "
               f"({worst:.1e}), {'two copies bitwise equal' if copies else 'one shared tensor'}")
+    # parallel.schedule auto: the start-up planner profiles, plans each schedule and keeps one.
+    auto = sched("auto") + ["--set", "parallel.partition=balanced",
+                            "--set", "parallel.partition_trials=0"]
+    p, d = r.run(2, "sch-auto", 1, 2, 4, extra=auto)
+    picked = summary(d).get("schedule")
+    if picked not in ("1f1b", "zb-h1", "interleaved"):
+        fail(f"schedule auto: summary.json schedule {picked}")
+    source = log_value(p.stdout + p.stderr, "stage plan: partition from")
+    for name in ("1f1b", "zb-h1", "interleaved"):
+        if name not in source:
+            fail(f"schedule auto: the plan source should name every schedule compared, got {source}")
+    worst = close_training(d, ref, 1e-4, "schedule auto")
+    print(f"schedule auto picked {picked} ({source}); equal to one process ({worst:.1e})")
 
 
 def check_schedule_resume(r):
@@ -1358,7 +1371,7 @@ def check_schedule_refusals(r):
             (sched("zb-h1") + ["--set", "parallel.virtual_stages=2"], 2, 4,
              "parallel.virtual_stages"),
             (sched("interleaved"), 2, 4, "parallel.virtual_stages"),
-            (sched("interleaved", 6), 2, 4, "units"),
+            (sched("interleaved", 6), 2, 4, "parallel.virtual_stages"),
             (["--set", "parallel.schedule=zb"], 2, 4, "parallel.schedule")]:
         p, _ = r.run(pp, "schx", 1, pp, m, extra=extra, expect_ok=False)
         print("refused:", refusal(p, needle, " ".join(extra)))
