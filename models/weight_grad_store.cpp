@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <set>
+
 #include "core/error.h"
 
 namespace omnibal::models {
@@ -121,10 +123,15 @@ int WeightGradStore::pending(int key) const {
 int64_t WeightGradStore::held_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t bytes = 0;
+  std::set<const void*> seen;  // q, k and v (w1 and w3) share their input: count it once
+  auto add = [&](const torch::Tensor& t) {
+    if (seen.insert(t.data_ptr()).second) bytes += t.numel() * t.element_size();
+  };
   for (const auto& [key, list] : filed_)
-    for (const auto& d : list)
-      bytes += d.input.numel() * d.input.element_size() +
-               d.output_grad.numel() * d.output_grad.element_size();
+    for (const auto& d : list) {
+      add(d.input);
+      add(d.output_grad);
+    }
   return bytes;
 }
 

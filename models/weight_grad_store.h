@@ -49,7 +49,7 @@ class WeightGradStore : public torch::CustomClassHolder {
   int run(int key);
   /// Triples filed under `key` and not yet run.
   int pending(int key) const;
-  /// Bytes of x and dy held by all filed triples.
+  /// Bytes of x and dy held by all filed triples (a tensor filed by several linears counted once).
   int64_t held_bytes() const;
   /// Forgets every triple (an aborted step).
   void clear();

@@ -81,6 +81,9 @@ void register_profile_command(CLI::App& app, Actions& actions) {
                   "profile one TP rank's shards at this parallel.tp (compute only; the table "
                   "records tp and the all-reduce volumes, the simulator adds their time)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--split-backward", a->options.split_backward,
+                "also time ZB-H1's split backward: W (deferred weight gradients) and its bytes "
+                "per unit (backward_weight_s, weight_grad_bytes)");
   cmd->add_option("--freeze", a->freeze, "train.freeze groups: vit, projector, llm");
   cmd->add_option("--seed", a->options.pack.seed, "seed of the pack's lengths and values");
   cmd->add_option("--threads", a->threads, "intra-op threads (default: LibTorch's)");

@@ -147,8 +147,8 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
     const auto& per_mb = setup.overheads.per_micro_batch_s;
     for (int k = 0; k < V; ++k) {
       const int s = k % P;  // the rank holding virtual stage k
-      costs.forward_s[k][i] =
-          sc[k].forward_s + sc[k].tp_forward_s + (per_mb.empty() ? 0.0 : per_mb[s]);
+      costs.forward_s[k][i] = sc[k].forward_s + sc[k].tp_forward_s +
+                              (per_mb.empty() ? 0.0 : per_mb[s] * P / V);
       costs.backward_s[k][i] = sc[k].backward_s + sc[k].tp_backward_s;
       // ZB-H1: W is the weight-gradient compute; recomputation and the TP all-reduces stay in B.
       costs.backward_weight_s[k][i] = split ? sc[k].weight_s : 0.0;

@@ -56,7 +56,9 @@ using StepLoads = std::vector<std::vector<MicroBatchLoad>>;
 
 /// Per-stage costs outside the unit table, seconds (empty vectors: none).
 struct StageOverheads {
-  std::vector<double> per_micro_batch_s;  ///< [stage]: added to every Forward of the stage
+  /// [stage]: per micro-batch on the stage, added to its Forward (split evenly over the
+  /// stage's v chunks under interleaved: a cost of the micro-batch, not of the chunk)
+  std::vector<double> per_micro_batch_s;
   std::vector<double> per_step_s;         ///< [stage]: replaces the analytic optimizer time
 };
 

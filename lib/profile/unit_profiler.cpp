@@ -13,6 +13,7 @@
 #include "models/torch_compat.h"
 #include "models/unit_state.h"
 #include "models/vlm.h"
+#include "models/weight_grad_store.h"
 #include "profile/memory_meter.h"
 
 namespace omnibal::profile {
@@ -73,6 +74,8 @@ double median(std::vector<double> v) {
 /// One forward (+ backward) of one unit and what the meter saw.
 struct UnitRun {
   double forward_s = 0, backward_s = 0;
+  double weight_s = 0;       ///< split backward: W (dW = dy^T x of the deferred linears)
+  int64_t weight_bytes = 0;  ///< split backward: bytes the deferred W's held
   int64_t kept_bytes = 0, forward_transient = 0, backward_transient = 0;
 };
 
@@ -84,7 +87,14 @@ struct UnitMode {
 };
 
 UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode mode,
-                 MemoryMeter& meter, ProfileClock clock) {
+                 MemoryMeter& meter, ProfileClock clock, bool split) {
+  // ZB-H1: the forward and B record the linear layers' deferred weight gradients.
+  c10::intrusive_ptr<models::WeightGradStore> store;
+  std::optional<models::WeightGradStore::Recording> recording;
+  if (split && mode.backward) {
+    store = c10::make_intrusive<models::WeightGradStore>();
+    recording.emplace(store, 0);
+  }
   const torch::Device device = meter.device();
   UnitState in = boundary.with_hidden(boundary.hidden.detach().clone(), boundary.phase);
   if (mode.input_grad && in.hidden.is_floating_point()) in.hidden.requires_grad_(true);
@@ -117,6 +127,15 @@ UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode
   sync(device);
   r.backward_s = clock_seconds(clock) - t1;
   r.backward_transient = meter.peak_bytes() - start;
+  if (store) {
+    recording.reset();
+    r.weight_bytes = store->held_bytes();
+    const double t2 = clock_seconds(clock);
+    store->run(0);
+    sync(device);
+    r.weight_s = clock_seconds(clock) - t2;
+    r.backward_s += r.weight_s;
+  }
   return r;  // gradients stay and accumulate, as over the micro-batches of a training step
 }
 
@@ -173,7 +192,8 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
   apply_freeze(units, o.freeze);
   const auto trainable = trainable_units(preset, o.freeze);
   const size_t n = units.size();
-  std::vector<UnitState> inputs{UnitState::from_pack(pack, o.device, vo.dtype)};  // input state of each unit
+  std::vector<UnitState> inputs{
+      UnitState::from_pack(pack, o.device, vo.dtype)};  // input state of each unit
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i + 1 < n; ++i) inputs.push_back(units[i]->forward(inputs[i]));
@@ -187,7 +207,8 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
   MemoryMeter meter(o.device);
   for (int r = 0; r < o.warmup + o.repeats; ++r)
     for (size_t i = 0; i < n; ++i) {
-      const UnitRun run = run_once(*units[i], inputs[i], modes[i], meter, o.clock);
+      const UnitRun run =
+          run_once(*units[i], inputs[i], modes[i], meter, o.clock, o.split_backward);
       if (r >= o.warmup) runs[i].push_back(run);
     }
   ProfileResult res;
@@ -209,6 +230,13 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
     c.parameter_bytes =  // under TP: one rank's shards (padded vocabulary rows included)
         static_cast<double>(o.tp > 1 ? units[i]->num_parameters() : counts[i]) * param_size;
     c.trainable = trainable[i];
+    if (o.split_backward) {  // 0 for frozen units: they defer nothing
+      std::vector<double> w;
+      for (const auto& run : runs[i]) w.push_back(run.weight_s);
+      const bool deferred = trainable[i] && modes[i].backward;
+      c.backward_weight_s = deferred ? median(w) : 0.0;
+      c.weight_grad_bytes = deferred ? static_cast<double>(runs[i].back().weight_bytes) : 0.0;
+    }
     c.output_bytes = i + 1 < n ? static_cast<double>(bytes_of(inputs[i + 1].hidden) +
                                                      bytes_of(inputs[i + 1].side_tensor()))
                                : 0.0;

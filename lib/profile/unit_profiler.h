@@ -61,6 +61,11 @@ struct ProfileOptions {
   /// parallel.tp: profile one TP rank's shards (TensorParallel::for_profiling: the units hold
   /// and compute a rank's slices; the TP all-reduces are left out, the simulator adds them).
   int tp = 1;
+  /// Also time ZB-H1's split backward (models/weight_grad_store.h): each backward runs as B with
+  /// the linear layers' weight gradients deferred, then W; fills backward_weight_s (W's median)
+  /// and weight_grad_bytes (the deferred inputs and output gradients) per unit; backward_s
+  /// stays B + W.
+  bool split_backward = false;
 };
 
 /// The table plus what the table format has no field for.

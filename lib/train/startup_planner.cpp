@@ -76,6 +76,9 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
         po.device = c.device;
         po.dtype = precision_dtype(cfg.train.precision);
         po.tp = cfg.parallel.tp;
+        // ZB-H1 (or auto, which may pick it) plans with W's measured share and bytes.
+        po.split_backward = cfg.parallel.schedule == PipelineSchedule::kZbH1 ||
+                            cfg.parallel.schedule == PipelineSchedule::kAuto;
         text = partition::unit_cost_table_json(profile::profile_units(*c.preset, po).table);
       }
     } catch (const Error& e) {
@@ -140,19 +143,19 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
     // Under TP the table holds one rank's shards, fewer than the preset's counts: take the
     // run dtype's size instead of the ratio.
     if (cfg.parallel.tp > 1)
-      o.memory.weight_bytes_per_param = static_cast<double>(
-          torch::elementSize(precision_dtype(cfg.train.precision)));
-    else if (params > 0)
-      o.memory.weight_bytes_per_param = bytes / params;
+      o.memory.weight_bytes_per_param =
+          static_cast<double>(torch::elementSize(precision_dtype(cfg.train.precision)));
+    else if (params > 0) o.memory.weight_bytes_per_param = bytes / params;
   }
   // The TP all-reduces enter the search on the link this run measures (each TP group times
   // its own; every rank gets the slowest figures).
   if (cfg.parallel.tp > 1)
     o.tp_link = measure_tp_link(*c.comms, c.device, precision_dtype(cfg.train.precision));
   if (cfg.parallel.tp > 1 && c.comms->rank() == 0)
-    log_info("TP link (measured at start-up, slowest TP group): {:.1f} us per all-reduce, {:.2f} "
-             "GB/s bus bandwidth",
-             o.tp_link.latency_s * 1e6, o.tp_link.bandwidth / 1e9);
+    log_info(
+        "TP link (measured at start-up, slowest TP group): {:.1f} us per all-reduce, {:.2f} "
+        "GB/s bus bandwidth",
+        o.tp_link.latency_s * 1e6, o.tp_link.bandwidth / 1e9);
   double budget = cfg.memory.budget_gb > 0 ? cfg.memory.budget_gb * kGiB
                                            : default_memory_budget_bytes(c.device);
   // The smallest budget of any rank, so every rank plans with the same number.
@@ -180,9 +183,10 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
   // candidates are judged by their simulated step time under their own schedule.
   if (cfg.parallel.schedule != PipelineSchedule::k1F1B) {
     if (c.comms->rank() == 0)
-      log_info("partition trials: skipped under parallel.schedule {} (the simulated step time "
-               "under that schedule picks the split)",
-               choice_name(cfg.parallel.schedule));
+      log_info(
+          "partition trials: skipped under parallel.schedule {} (the simulated step time "
+          "under that schedule picks the split)",
+          choice_name(cfg.parallel.schedule));
     return memory::judge_by_pipeline_time;
   }
   auto setup = std::make_shared<TrialSetup>();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Per-unit cost table under the trainer's conditions on a 2-core host:
-#   [PRESET=tiny] [PROFILE_TP=1] bash scripts/bench/profile_costs.sh PLAN OUT.json Q_VIT Q_TOK SAMPLES
+#   [PRESET=tiny] [PROFILE_TP=1] [PROFILE_SPLIT=1] bash scripts/bench/profile_costs.sh PLAN OUT.json Q_VIT Q_TOK SAMPLES
+# (PROFILE_SPLIT=1: also ZB-H1's W per unit, `omnibal-plan profile --split-backward`.)
 # (PROFILE_TP > 1: one TP rank's shards, `omnibal-plan profile --tp`; the two processes then
 # stand for the two TP ranks of one stage.)
 # Two `omnibal-plan profile` processes run at once, each with one thread and pinned to its own
@@ -15,6 +16,7 @@ set -euo pipefail
 PLAN=$1 OUT=$2 QV=$3 QT=$4 NS=$5
 ARGS=(profile --preset "${PRESET:-tiny}" --q-vit "$QV" --q-tok "$QT" --samples-per-pack "$NS"
       --repeats 9 --warmup 2 --threads 1 --cpu-clock --tp "${PROFILE_TP:-1}")
+[ "${PROFILE_SPLIT:-0}" = 1 ] && ARGS+=(--split-backward)  # ZB-H1's W per unit
 PIN0=(); PIN1=()
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then PIN0=(taskset -c 0); PIN1=(taskset -c 1); fi
 "${PIN0[@]}" "$PLAN" "${ARGS[@]}" --out "${OUT%.json}.core0.json" &
@@ -27,8 +29,9 @@ import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 for ua, ub in zip(a["units"], b["units"]):
     assert ua["name"] == ub["name"]
-    for k in ("forward_s", "backward_s"):
-        ua[k] = 0.5 * (ua[k] + ub[k])
+    for k in ("forward_s", "backward_s", "backward_weight_s"):
+        if k in ua:
+            ua[k] = 0.5 * (ua[k] + ub[k])
 a["source"] += " (mean of two concurrent 1-thread profilers, one per core)"
 json.dump(a, open(sys.argv[3], "w"), indent=1)
 f = sum(u["forward_s"] for u in a["units"]); g = sum(u["backward_s"] for u in a["units"])

@@ -4,17 +4,20 @@
 # samples, with the simulator's prediction beside each.
 #   bash scripts/bench/schedule_bench.sh [--steps 24] [--warmup 6] [--reps 5] [--out runs/bench-sched]
 #
-# 1. bench_prepare (bench_common.sh): lengths of the demo set, the profiled unit table (COSTS).
+# 1. bench_prepare (bench_common.sh): lengths of the demo set, the profiled unit table (COSTS),
+#    profiled with --split-backward (W's measured time and bytes per unit).
 # 2. A held-out calibration run (1f1b, `parameters` split, m 3) gives the host overheads the unit
 #    table does not hold (host_overheads.py), fixed before the measured runs.
 # 3. REPS rounds; each round runs 1f1b, zb-h1 and interleaved once, in turn (interleaved
 #    repetitions), every run with parallel.partition balanced on COSTS (each schedule searches
 #    its own split: P x v chunks under interleaved) and no recomputation. Same data plan, so
 #    every run trains the same samples per step.
-# 4. `omnibal-plan simulate` of each run's config.yaml (its schedule, its packs) with the
-#    overheads; the table: per schedule the median over rounds of the median step time over steps
-#    >= WARMUP, samples/s, the simulated step time and samples/s, and both rank orders.
-# Prints the load average before and after. Runs go to OUT.
+# 4. `omnibal-plan simulate` of each run's config.yaml (its schedule, its split, its packs), with
+#    the profiled table alone and with the host overheads; the table: per schedule the median
+#    over rounds of the median step time over steps >= WARMUP, samples/s, both simulated step
+#    times with their error, and the rank orders.
+# Prints the load average before and after. Runs go to OUT. SCHED_BENCH_SIM_ONLY=1 redoes steps
+# 4 and the table on the runs already in OUT (the simulator changed, the runs did not).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=24
@@ -31,11 +34,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 source scripts/bench/bench_common.sh
+export PROFILE_SPLIT=1  # the unit table holds W's measured share (ZB-H1's deferred weight grads)
 bench_binaries
 mkdir -p "$OUT"
 echo "schedule_bench: $(date -u +%H:%M:%S) UTC, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-bench_prepare "$OUT"
-
 simulate() {  # run dir, then extra simulate flags; the run's split (stage_plan.json) as manual
   local dir=$1; shift
   local split
@@ -44,14 +46,15 @@ simulate() {  # run dir, then extra simulate flags; the run's split (stage_plan.
     --set "parallel.partition={manual: [$split]}" "$@" --json "$dir.sim.json" > "$dir.sim.log"
 }
 
+SCHEDULES=(1f1b zb-h1 interleaved)
+if [ "${SCHED_BENCH_SIM_ONLY:-0}" = 1 ]; then
+  COSTS=$OUT/costs.json
+else
+  bench_prepare "$OUT"
+
 bench_train "$OUT/calib" "$STEPS" "${ISF_SET[@]}" --set parallel.partition=parameters \
   --set memory.recompute=none --set parallel.micro_batches=3
-simulate "$OUT/calib"
-python3 scripts/bench/host_overheads.py --warmup "$WARMUP" "$OUT/calib" "$OUT/calib.sim.json" \
-  > "$OUT/overheads.args"
-read -r -a OVERHEADS < "$OUT/overheads.args"
 
-SCHEDULES=(1f1b zb-h1 interleaved)
 for rep in $(seq 1 "$REPS"); do
   for s in "${SCHEDULES[@]}"; do
     extra=(--set "parallel.schedule=$s")
@@ -62,39 +65,57 @@ for rep in $(seq 1 "$REPS"); do
   done
 done
 echo "schedule_bench: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+fi
+simulate "$OUT/calib"
+python3 scripts/bench/host_overheads.py --warmup "$WARMUP" "$OUT/calib" "$OUT/calib.sim.json" \
+  > "$OUT/overheads.args"
+read -r -a OVERHEADS < "$OUT/overheads.args"
 for rep in $(seq 1 "$REPS"); do
-  for s in "${SCHEDULES[@]}"; do simulate "$OUT/$s-$rep" "${OVERHEADS[@]}"; done
+  for s in "${SCHEDULES[@]}"; do
+    simulate "$OUT/$s-$rep"  # the profiled unit table alone
+    mv "$OUT/$s-$rep.sim.json" "$OUT/$s-$rep.raw.sim.json"
+    simulate "$OUT/$s-$rep" "${OVERHEADS[@]}"
+  done
 done
 
 python3 - "$OUT" "$WARMUP" "$REPS" "${SCHEDULES[@]}" <<'PY'
 import json, statistics, sys
 out, warmup, reps, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+
+
+def sim_median(path):
+    sim = json.load(open(path))
+    return statistics.median(s["step_seconds"] for s in sim["steps"] if s["step"] >= warmup)
+
+
 rows = []
 for name in names:
-    measured, simulated, samples, split = [], [], None, None
+    measured, raw, full = [], [], []
     for rep in range(1, reps + 1):
         d = f"{out}/{name}-{rep}"
         m = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()]
         steps = [r for r in m if r["step"] >= warmup]
         measured.append(statistics.median(r["step_seconds"] for r in steps))
-        per_step = {r["samples"] for r in steps}
         samples = statistics.mean(r["samples"] for r in steps)
-        sim = json.load(open(f"{d}.sim.json"))
-        simulated.append(statistics.median(s["step_seconds"] for s in sim["steps"]
-                                           if s["step"] >= warmup))
+        raw.append(sim_median(f"{d}.raw.sim.json"))
+        full.append(sim_median(f"{d}.sim.json"))
         split = json.load(open(f"{d}/summary.json"))["partition"]
-    rows.append((name, split, samples, statistics.median(measured), measured,
-                 statistics.median(simulated)))
-print(f"{'schedule':<12} {'split':<18} {'samples/step':>12} {'measured s':>10} {'samples/s':>9} "
-      f"{'simulated s':>11} {'sim samples/s':>13}  runs (s)")
-for name, split, samples, med, all_, sim in rows:
-    print(f"{name:<12} {str(split):<18} {samples:>12.1f} {med:>10.3f} {samples / med:>9.2f} "
-          f"{sim:>11.3f} {samples / sim:>13.2f}  {' '.join(f'{x:.3f}' for x in all_)}")
-order_m = [r[0] for r in sorted(rows, key=lambda r: r[3])]
-order_s = [r[0] for r in sorted(rows, key=lambda r: r[5])]
-print(f"fastest first, measured: {' < '.join(order_m)}; simulated: {' < '.join(order_s)}; "
-      f"{'same order' if order_m == order_s else 'ORDER DIFFERS'}")
-json.dump([{"schedule": r[0], "partition": r[1], "samples_per_step": r[2], "measured_s": r[3],
-            "measured_runs_s": r[4], "simulated_s": r[5]} for r in rows],
-          open(f"{out}/schedules.json", "w"), indent=1)
+    rows.append({"schedule": name, "partition": split, "samples_per_step": samples,
+                 "measured_s": statistics.median(measured), "measured_runs_s": measured,
+                 "simulated_raw_s": statistics.median(raw), "simulated_s": statistics.median(full)})
+print(f"{'schedule':<12} {'split':<14} {'samples/step':>12} {'measured s':>10} {'samples/s':>9} "
+      f"{'sim table s':>11} {'err':>6} {'sim +host s':>11} {'err':>6}  runs (s)")
+for r in rows:
+    me = r["measured_s"]
+    print(f"{r['schedule']:<12} {str(r['partition']):<14} {r['samples_per_step']:>12.1f} {me:>10.3f} "
+          f"{r['samples_per_step'] / me:>9.1f} {r['simulated_raw_s']:>11.3f} "
+          f"{100 * (r['simulated_raw_s'] / me - 1):>+5.1f}% {r['simulated_s']:>11.3f} "
+          f"{100 * (r['simulated_s'] / me - 1):>+5.1f}%  "
+          f"{' '.join(f'{x:.3f}' for x in r['measured_runs_s'])}")
+for key, label in (("simulated_raw_s", "profiled table alone"), ("simulated_s", "with host overheads")):
+    om = [r["schedule"] for r in sorted(rows, key=lambda r: r["measured_s"])]
+    os_ = [r["schedule"] for r in sorted(rows, key=lambda r: r[key])]
+    print(f"fastest first, measured: {' < '.join(om)}; simulated ({label}): {' < '.join(os_)}: "
+          f"{'same order' if om == os_ else 'order differs'}")
+json.dump(rows, open(f"{out}/schedules.json", "w"), indent=1)
 PY

@@ -237,7 +237,7 @@ TESTS_LOG=$RES/tests.log
 : >"$TESTS_LOG"
 export OMNIBAL_SOURCE_DIR=$REPO
 if [ "$MODE" = gpu ]; then
-  for tag in golden sdpa memory nccl mpi; do
+  for tag in golden sdpa memory nccl mpi zb; do
     if [ -x "$GPU_TEST" ]; then step "test:$tag" "$TESTS_LOG" 120 "$MPIEXEC" -n 1 "$GPU_TEST" "[$tag]"
     else record "test:$tag" fail "gpu_test was not built (see build.log)"; fi
   done

@@ -143,3 +143,33 @@ TEST_CASE("unit profiler: train.freeze vit leaves the ViT without backward and a
                     Catch::Contains("train.freeze[0]") &&
                         Catch::Contains("expected vit | projector | llm"));
 }
+
+TEST_CASE("unit profiler: --split-backward times W and counts what the deferred W's keep",
+          "[profile]") {
+  const auto preset = load_model_preset("tiny");
+  auto o = tiny_options();
+  o.freeze = {UnitGroup::kVit};
+  o.split_backward = true;
+  const auto t = profile_units(preset, o).table;
+  // An LLM block defers wq, wk, wv (one shared input), wo, w1, w3 (one shared input), w2:
+  // inputs [T, d] x 3 + [T, mlp]; output gradients [T, heads hd], 2 x [T, kv hd], [T, d],
+  // 2 x [T, mlp], [T, d]; fp32, T = the pack's tokens.
+  const double T = o.pack.q_tok, d = preset.llm.width, mlp = preset.llm.mlp_dim;
+  const double hd = d / preset.llm.heads, kv = preset.llm.kv_heads * hd;
+  const double block = 4.0 * T * (3 * d + mlp + d + 2 * kv + d + 2 * mlp + d);
+  for (const auto& u : t.units) {
+    INFO(u.name);
+    REQUIRE(u.backward_weight_s.has_value());
+    REQUIRE(u.weight_grad_bytes.has_value());
+    if (!u.trainable) {  // the frozen ViT: nothing deferred
+      CHECK(*u.backward_weight_s == 0);
+      CHECK(*u.weight_grad_bytes == 0);
+      continue;
+    }
+    if (u.kind == partition::UnitKind::LlmBlock) {
+      CHECK(*u.backward_weight_s > 0);
+      CHECK(*u.backward_weight_s < u.backward_s);
+      CHECK(*u.weight_grad_bytes == block);
+    }
+  }
+}
