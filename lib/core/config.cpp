@@ -202,6 +202,7 @@ void DataConfig::validate(const std::string& w) const {
 
 void TrainConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(steps >= 0, w, "steps: expected >= 0, got ", steps);
+  check_positive(w + "log_every", log_every);
   OMNIBAL_CHECK(lr >= 0, w, "lr: expected >= 0, got ", lr);
   OMNIBAL_CHECK(warmup_steps >= 0, w, "warmup_steps: expected >= 0, got ", warmup_steps);
   OMNIBAL_CHECK(checkpoint_every >= 0, w, "checkpoint_every: expected >= 0, got ",
@@ -227,6 +228,8 @@ void DebugConfig::validate(const std::string& w) const {
 void RuntimeConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(threads >= 0, w, "threads: expected >= 0 (0 = auto), got ", threads);
   OMNIBAL_CHECK(!run_dir.empty(), w, "run_dir: expected a directory path");
+  for (const int s : trace_steps)
+    OMNIBAL_CHECK(s >= 0, w, "trace_steps: expected global steps >= 0, got ", s);
 }
 
 void CommConfig::validate(const std::string& w) const {

@@ -149,6 +149,9 @@ struct TrainConfig {
   /// ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered over DP, each DP rank
   /// updates its shard of master weights and moments, parameters all-gathered.
   bool zero1 = false;
+  /// Console progress line every N steps (ETA, samples/s, bubble, Dist Ratio), one updating
+  /// line on a terminal; metrics.jsonl keeps every step. The first and last step always print.
+  int log_every = 10;
   template <class V> void visit_fields(V& v) {
     v("steps", steps);
     v("lr", lr);
@@ -167,6 +170,7 @@ struct TrainConfig {
     v("exit_duration_min", exit_duration_min);
     v("precision", precision);
     v("zero1", zero1);
+    v("log_every", log_every);
   }
   void validate(const std::string& where) const;
 };
@@ -175,9 +179,13 @@ struct TrainConfig {
 struct RuntimeConfig {
   int threads = 0;  ///< intra-op threads per rank; 0 = max(1, cores / local ranks)
   std::string run_dir = "runs/default";
+  /// Global steps (0-based) written as Chrome trace-event JSON to <run_dir>/trace/step-N.json
+  /// (Perfetto, chrome://tracing); default the two steps after a 2-step warm-up; [] = none.
+  std::vector<int> trace_steps{2, 3};
   template <class V> void visit_fields(V& v) {
     v("threads", threads);
     v("run_dir", run_dir);
+    v("trace_steps", trace_steps);
   }
   void validate(const std::string& where) const;
 };

@@ -23,6 +23,10 @@ at::ScalarType chunk_dtype(const std::vector<models::UnitPtr>& units) {
 
 }  // namespace
 
+double trace_clock_us() {
+  return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+}
+
 StageExecutor::StageExecutor(std::vector<models::UnitPtr> units, int stage, int stages,
                              comm::TensorMessenger* pipe, torch::Device device)
     : StageExecutor(std::vector<std::vector<models::UnitPtr>>{std::move(units)}, stage, stages,
@@ -77,8 +81,10 @@ void StageExecutor::receive_activation(int chunk, int mb) {
     local_.erase(it);
   } else {
     const auto t0 = Clock::now();
+    const double t0_us = trace_clock_us();
     tensors = pipe_->recv(expected_activation(chunk, mb), from % stages_, device_).wait();
     idle_s_ += since(t0);
+    span("recv", mb, chunk, t0_us);
   }
   f.received = tensors[0];
   f.received_side = tensors[1];
@@ -104,8 +110,10 @@ void StageExecutor::receive_grad(int chunk, int mb) {
   h.chunk = chunk;
   h.tensors = {comm::TensorMeta::of(f.output.hidden)};
   const auto t0 = Clock::now();
+  const double t0_us = trace_clock_us();
   f.output_grad = pipe_->recv(h, from % stages_, device_).wait()[0];
   idle_s_ += since(t0);
+  span("recv", mb, chunk, t0_us);
 }
 
 models::UnitState StageExecutor::input_state(int chunk, int mb, const models::PackBatch* pack,
@@ -150,7 +158,9 @@ void StageExecutor::send(comm::MessageKind kind, int chunk, int mb,
   }
   comm::TensorMessage message{kind, mb, std::move(tensors)};
   message.chunk = peer_chunk;
+  const double t0_us = trace_clock_us();
   sends_.push_back(pipe_->send(message, peer));
+  span("send", mb, chunk, t0_us);
 }
 
 void StageExecutor::forward(int chunk, int mb, const models::PackBatch* pack,
@@ -222,14 +232,17 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
   if (store_) store_->clear();
   idle_s_ = 0;
   StageStepResult result;
+  spans_ = hooks.trace ? &result.spans : nullptr;
   for (const auto& ins : program) {
     const int mb = ins.micro_batch, c = ins.chunk;
+    const double start_us = spans_ ? trace_clock_us() : 0.0;
     switch (ins.op) {
       case Op::RecvActivation: receive_activation(c, mb); break;
       case Op::Forward:
         if (hooks.before_op) hooks.before_op("forward", mb);
         forward(c, mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result,
                 loss_scale, hooks);
+        span("forward", mb, c, start_us);
         break;
       case Op::SendActivation: {
         const models::UnitState& out = slot(c, mb).output;
@@ -247,6 +260,7 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
         backward(c, mb);
         if (hooks.after_backward) hooks.after_backward(mb);
         result.times.backward_s += since(t0);
+        span(ins.op == Op::Backward ? "backward" : "backward_input", mb, c, start_us);
         break;
       }
       case Op::BackwardWeight: {
@@ -258,6 +272,7 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
         const double dt = since(t0);
         result.times.backward_s += dt;
         result.times.weight_s += dt;
+        span("backward_weight", mb, c, start_us);
         break;
       }
       case Op::SendGrad: {
@@ -275,9 +290,12 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
         const auto t0 = Clock::now();
         wait_all(sends_);
         idle_s_ += since(t0);
+        span("send_wait", -1, 0, start_us);
         const auto t1 = Clock::now();
+        const double reduce_us = spans_ ? trace_clock_us() : 0.0;
         if (hooks.reduce_grads) hooks.reduce_grads();
         result.times.reduce_s += since(t1);
+        span("dp_reduce", -1, 0, reduce_us);
         break;
       }
       case Op::OptimizerStep: break;
@@ -288,6 +306,7 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
   OMNIBAL_CHECK(local_.empty(), "stage ", stage_, ": ", local_.size(),
                 " chunk hand-overs sent and never received");
   result.times.idle_s = idle_s_;
+  spans_ = nullptr;
   return result;
 }
 

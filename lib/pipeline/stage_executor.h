@@ -46,6 +46,19 @@ struct StageTimes {
   double reduce_s = 0;    ///< in the ReduceGrads callback (DP all-reduce)
 };
 
+/// One timed span of a step on this stage, for traces (train/step_trace.h): `name` is forward,
+/// backward, backward_input, backward_weight, recv (blocked in a receive), send (posting),
+/// send_wait (waiting for this step's sends) or dp_reduce; times in steady-clock microseconds.
+struct TraceSpan {
+  const char* name = "";
+  int micro_batch = -1;  ///< -1 for send_wait and dp_reduce
+  int chunk = 0;
+  double start_us = 0, end_us = 0;
+};
+
+/// The steady clock in microseconds (the time base of TraceSpan).
+double trace_clock_us();
+
 /// What one step produced on this stage.
 struct StageStepResult {
   StageTimes times;
@@ -56,6 +69,7 @@ struct StageStepResult {
   int64_t label_count = 0;  ///< last stage: label tokens over its micro-batches
   /// Last stage: loss sum and label tokens of each micro-batch, in micro-batch order.
   std::vector<std::pair<double, int64_t>> micro_batches;
+  std::vector<TraceSpan> spans;  ///< every instruction's span when StepHooks::trace is set
 };
 
 /// Hooks of one step (all optional).
@@ -71,6 +85,8 @@ struct StepHooks {
   /// Last stage: the differentiable scalar a micro-batch backpropagates (times loss_scale), from
   /// its kLoss state, e.g. a loss.reduction's weighted sum; default: the state's loss_sum.
   std::function<torch::Tensor(const models::UnitState& out)> loss_term;
+  /// Record a TraceSpan per instruction in StageStepResult::spans.
+  bool trace = false;
 };
 
 /// Executes this rank's stage. Not thread-safe; one instance per rank.
@@ -146,6 +162,10 @@ class StageExecutor {
   c10::intrusive_ptr<models::WeightGradStore> store_;  ///< ZB-H1's deferred weight gradients
   bool split_ = false;  ///< the program splits backwards (BackwardInput / BackwardWeight)
   double idle_s_ = 0;
+  std::vector<TraceSpan>* spans_ = nullptr;  ///< this step's spans (StepHooks::trace), or null
+  void span(const char* name, int mb, int chunk, double start_us) {
+    if (spans_) spans_->push_back({name, mb, chunk, start_us, trace_clock_us()});
+  }
 };
 
 }  // namespace omnibal::pipeline

@@ -1,11 +1,15 @@
 #include "train/run_log.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 #include <vector>
 
+#include "balance/balance_metrics.h"
 #include "core/error.h"
 
 namespace omnibal::train {
@@ -52,11 +56,13 @@ nlohmann::json eval_json(int64_t step, const EvalResult& r) {
 }
 
 RunLog::RunLog(std::string dir, bool active, const std::string& config_yaml, int64_t first_step,
-               int64_t total_steps)
+               int64_t total_steps, int log_every)
     : dir_(std::move(dir)),
       active_(active),
       first_step_(first_step),
       total_steps_(total_steps),
+      log_every_(std::max(1, log_every)),
+      tty_(isatty(fileno(stdout)) != 0),
       start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
   fs::create_directories(dir_);
@@ -83,18 +89,40 @@ void RunLog::step(const nlohmann::json& m) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done = step + 1 - first_step_;
+  if (step != first_step_ && step + 1 != total_steps_ && (step + 1) % log_every_ != 0) return;
   const double eta = done > 0 ? elapsed / done * (total_steps_ - step - 1) : 0;
-  fmt::print(
-      "step {:>5}/{} loss {:.4f} lr {:.2e} |g| {:.3f} {:>7.0f} tok/s {:.2f} s/step "
-      "bubble {:.2f} ETA {}\n",
+  std::vector<int64_t> tiles, tokens;
+  for (const auto& d : m.at("dp_ranks")) {
+    tiles.push_back(d.at("tiles").get<int64_t>());
+    tokens.push_back(d.at("tokens").get<int64_t>());
+  }
+  const std::string line = fmt::format(
+      "step {:>5}/{} loss {:.4f} lr {:.2e} |g| {:.3f} {:>6.1f} samples/s {:>7.0f} tok/s "
+      "{:.2f} s/step bubble {:.2f} dist {:.3f}/{:.3f} ETA {}",
       step + 1, total_steps_, m.at("loss").get<double>(), m.at("lr").get<double>(),
-      m.at("grad_norm").get<double>(), m.at("tokens_per_s").get<double>(),
-      m.at("step_seconds").get<double>(), m.at("bubble_fraction").get<double>(), duration(eta));
+      m.at("grad_norm").get<double>(), m.at("samples_per_s").get<double>(),
+      m.at("tokens_per_s").get<double>(), m.at("step_seconds").get<double>(),
+      m.at("bubble_fraction").get<double>(), balance::dist_ratio(tiles.data(), tiles.size()),
+      balance::dist_ratio(tokens.data(), tokens.size()), duration(eta));
+  if (tty_) {
+    fmt::print("\r{}\x1b[K", line);  // one line, rewritten in place
+    open_line_ = true;
+    if (step + 1 == total_steps_) end_line();
+  } else {
+    fmt::print("{}\n", line);
+  }
   std::fflush(stdout);
+}
+
+void RunLog::end_line() {
+  if (!open_line_) return;
+  fmt::print("\n");
+  open_line_ = false;
 }
 
 void RunLog::eval(int64_t step, const EvalResult& r) {
   if (!active_) return;
+  end_line();
   eval_ << eval_json(step, r).dump() << "\n";
   eval_.flush();
   fmt::print("eval @ step {}: {:<28} {:>7} {:>8} {:>8} {:>9}\n", step, "task", "samples", "loss",
@@ -115,6 +143,7 @@ void RunLog::eval(int64_t step, const EvalResult& r) {
 
 void RunLog::finish(const nlohmann::json& s) {
   if (!active_) return;
+  end_line();
   std::ofstream(dir_ + "/summary.json") << s.dump(2) << "\n";
   fmt::print(
       "done: {} steps in {} ({:.2f} s/step), final loss {:.4f}, {} samples, param hash {}"

@@ -19,9 +19,13 @@ class RunLog {
  public:
   /// `active` on rank 0 only. Creates `dir`, writes config.yaml; keeps metrics/eval lines of
   /// steps < `first_step` (0 = start afresh).
+  /// The progress line prints every `log_every` steps (train.log_every) and at this launch's
+  /// first and the run's last step.
   RunLog(std::string dir, bool active, const std::string& config_yaml, int64_t first_step,
-         int64_t total_steps);
-  /// Appends one step's metrics and prints the progress line.
+         int64_t total_steps, int log_every = 1);
+  /// Appends one step's metrics and, when due, prints the progress line: loss, lr, gradient
+  /// norm, samples/s, tokens/s, s/step, bubble, the step's Dist Ratio (ViT tiles / LLM tokens
+  /// over DP ranks, balance_metrics.h) and ETA; on a terminal one line updated in place.
   void step(const nlohmann::json& metrics);
   /// Appends an evaluation and prints its table.
   void eval(int64_t step, const EvalResult& result);
@@ -33,6 +37,10 @@ class RunLog {
   std::string dir_;
   bool active_;
   int64_t first_step_, total_steps_;
+  int log_every_ = 1;
+  bool tty_ = false;        ///< stdout is a terminal: the progress line updates in place
+  bool open_line_ = false;  ///< a progress line without its newline is on the terminal
+  void end_line();
   std::chrono::steady_clock::time_point start_;
   std::ofstream metrics_, eval_;
 };

@@ -22,6 +22,7 @@
 #include "train/run_log.h"
 #include "train/startup_planner.h"
 #include "train/step_metrics.h"
+#include "train/step_trace.h"
 #include "train/tied_head.h"
 #include "train/tp_group.h"
 #include "train/train_checkpoint.h"
@@ -151,6 +152,7 @@ struct Trainer::State {
   std::string config_yaml;  ///< cfg as written to the run directory and every checkpoint
   int stage_index = 0, stages = 1, dp_rank = 0, dp = 1, m = 1, tp_rank = 0;
   std::optional<EvalResult> last_eval;
+  std::vector<double> clock_offsets_us;  ///< runtime.trace_steps: each rank's clock vs rank 0's
 
   models::VlmOptions model_options() const;
   bool is_last_stage() const { return stage_index == stages - 1; }
@@ -523,7 +525,9 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
                                     config.balance.samples_per_pack, s.preset.llm.max_seq_len);
   s.restore(resume);
   s.log = std::make_unique<RunLog>(config.runtime.run_dir, comms.rank() == 0, s.config_yaml,
-                                   s.counters.step, config.train.steps);
+                                   s.counters.step, config.train.steps, config.train.log_every);
+  if (!config.runtime.trace_steps.empty())
+    s.clock_offsets_us = measure_clock_offsets(comms.world());
   if (comms.rank() == 0) write_stage_plan_file(config.runtime.run_dir, s.plan);
   s.log_start();
 }
@@ -581,14 +585,19 @@ double Trainer::train_step(int64_t step) {
                                                  : LossNormaliser{},
                                              s.comms.world());
   s.optimizer->zero_grad();
-  const auto r = s.stage->run_step(s.programs[s.stage_index], packs,
-                                   n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, s.step_hooks(step));
+  pipeline::StepHooks hooks = s.step_hooks(step);
+  const auto& traced = cfg.runtime.trace_steps;
+  hooks.trace = std::find(traced.begin(), traced.end(), step) != traced.end();
+  auto r = s.stage->run_step(s.programs[s.stage_index], packs,
+                             n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, hooks);
+  const double optimizer_us = pipeline::trace_clock_us();
   const double norm =
       s.optimizer->grad_norm(s.stages > 1 ? &s.comms.pipeline() : nullptr, s.tied->norm_excluded(),
                              s.tp.active() ? &s.comms.tp_group() : nullptr, s.tp_replicated);
   s.optimizer->clip(norm, cfg.train.grad_clip);
   const double lr = learning_rate(cfg.train, step);
   s.optimizer->step(lr);
+  const double optimizer_end_us = pipeline::trace_clock_us();
   s.counters.step = step + 1;
   const double seconds = since(t0);
   const StepMetrics metrics = s.gather_metrics(r, packs);
@@ -603,6 +612,21 @@ double Trainer::train_step(int64_t step) {
   scalars.seconds = seconds;
   scalars.epoch = s.data->position(step).epoch;
   s.log->step(metrics_record(metrics, scalars));
+  // After the step's metrics, so writing the trace does not count in its step_seconds.
+  if (hooks.trace) {
+    r.spans.push_back({"optimizer", -1, 0, optimizer_us, optimizer_end_us});
+    RankTrace mine{s.dp_rank, s.stage_index, s.tp_rank, r.spans, {}};
+    if (s.stage_index == 0) mine.loads = pack_loads(packs);
+    const std::string path = fmt::format("{}/trace/step-{}.json", cfg.runtime.run_dir, step);
+    write_step_trace(path, step, mine, s.clock_offsets_us, s.comms.world(),
+                     {{"schedule", choice_name(s.plan.schedule)},
+                      {"virtual_stages", s.plan.virtual_stages},
+                      {"pp", s.stages},
+                      {"dp", s.dp},
+                      {"micro_batches", s.m},
+                      {"partition", s.plan.partition.to_string()}});
+    if (s.comms.rank() == 0) log_info("trace: step {} in {}", step, path);
+  }
   return metrics.loss(n.normaliser);
 }
 

@@ -8,7 +8,7 @@ CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_conf
        sigterm | plan_balanced | plan_adaptive | plan_resume | plan_bad_config | reduction |
        init_from | bad_sample | empty_pack | packer_skip | exit_after | repeat_time | token_cap |
        zero1 | zero1_resume | bf16 | tp | tp_grid | tp_resume | tp_refusals | schedules |
-       schedule_resume | schedule_refusals
+       schedule_resume | schedule_refusals | trace
        (init_from, packer_skip and repeat_time also need --plan omnibal-plan)
 """
 import argparse
@@ -1375,6 +1375,68 @@ def check_schedule_refusals(r):
             (["--set", "parallel.schedule=zb"], 2, 4, "parallel.schedule")]:
         p, _ = r.run(pp, "schx", 1, pp, m, extra=extra, expect_ok=False)
         print("refused:", refusal(p, needle, " ".join(extra)))
+
+
+def check_trace(r):
+    """runtime.trace_steps writes Chrome trace-event JSON merged from all ranks: metadata per
+    (DP rank, stage), every micro-batch's forward before its backward on each track, busy time
+    per track equal to the metrics' forward_s + backward_s (1 %), pack loads in the args; under
+    ZB-H1 the B / W events. train.log_every prints the progress line every N steps plus the first
+    and the last."""
+    for name, extra in [("trace-1f1b", []), ("trace-zb", sched("zb-h1"))]:
+        p, d = r.run(4, name, 2, 2, 2, extra=extra + ["--set", "runtime.trace_steps=[2, 3]",
+                                                      "--set", "train.log_every=2"])
+        lines = [l for l in p.stdout.splitlines() if l.lstrip().startswith("step ")]
+        shown = [int(l.split()[1].split("/")[0]) for l in lines]
+        if shown != [1, 2, 4, 5]:
+            fail(f"{name}: train.log_every 2 over 5 steps should print steps 1, 2, 4, 5, got {shown}")
+        ms = {m["step"]: m for m in metrics(d)}
+        for step in (2, 3):
+            path = os.path.join(d, "trace", f"step-{step}.json")
+            t = json.load(open(path))
+            ev = t["traceEvents"]
+            meta = {(e["pid"], e.get("tid")) for e in ev if e["ph"] == "M"}
+            want = {(dp, None) for dp in (0, 1)} | {(dp, s) for dp in (0, 1) for s in (0, 1)}
+            if meta != want:
+                fail(f"{path}: metadata tracks {sorted(meta, key=str)}, expected {sorted(want, key=str)}")
+            xs = [e for e in ev if e["ph"] == "X"]
+            for e in xs:
+                if e["dur"] < 0 or e["ts"] < 0:
+                    fail(f"{path}: event with negative time {e}")
+            names = {e["name"] for e in xs}
+            need = {"forward", "recv", "send", "dp_reduce", "optimizer"} | (
+                {"backward_input", "backward_weight"} if extra else {"backward"})
+            if not need <= names:
+                fail(f"{path}: events {sorted(names)} lack {sorted(need - names)}")
+            compute = ("forward", "backward", "backward_input", "backward_weight")
+            for dp in (0, 1):
+                for stage in (0, 1):
+                    track = [e for e in xs if e["pid"] == dp and e["tid"] == stage]
+                    for mb in (0, 1):
+                        f = [e["ts"] for e in track if e["name"] == "forward"
+                             and e["args"]["micro_batch"] == mb]
+                        b = [e["ts"] for e in track if e["name"] in compute[1:]
+                             and e["args"]["micro_batch"] == mb]
+                        if len(f) != 1 or not b or min(b) < f[0]:
+                            fail(f"{path}: dp {dp} stage {stage} mb {mb}: forward at {f}, "
+                                 f"backward at {b}")
+                        if any("samples" not in e["args"] for e in track if e["name"] == "forward"):
+                            fail(f"{path}: a forward event without the pack's samples")
+                    if dp == 0:  # metrics hold DP rank 0's stage times
+                        busy = sum(e["dur"] for e in track if e["name"] in compute) / 1e6
+                        st = ms[step]["stages"][stage]
+                        want_s = st["forward_s"] + st["backward_s"]
+                        if abs(busy - want_s) > 0.01 * want_s:
+                            fail(f"{path}: stage {stage} busy {busy:.5f} s in the trace vs "
+                                 f"{want_s:.5f} s in metrics.jsonl")
+            samples = sum(e["args"]["samples"] for e in xs
+                          if e["name"] == "forward" and e["tid"] == 0)
+            if samples != ms[step]["samples"]:
+                fail(f"{path}: {samples} samples in the forwards of stage 0, metrics say "
+                     f"{ms[step]['samples']}")
+        print(f"{name}: trace/step-2.json and step-3.json: 2 DP ranks x 2 stages, forward before "
+              f"backward per micro-batch, busy time within 1 % of metrics.jsonl, {len(xs)} events; "
+              f"progress lines at steps {shown}")
 
 
 def main():
