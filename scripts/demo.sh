@@ -2,8 +2,10 @@
 # The README's main job: installs what is missing, builds, makes the Fashion-MNIST demo set,
 # prints the data-balance planner's table on it, then trains the tiny VLM end to end with
 # ISF data balance on 2 pipeline stages (configs/demo.yaml: mpirun -np 2, 2 cores) and prints
-# the held-out exact match per task type. Extra arguments go to omnibal-train
-# (e.g. --set train.steps=100, --resume auto). Run directory: runs/demo/.
+# the held-out exact match per task type, and ends by writing the run's plots (loss, exact match,
+# samples/s, bubble, per-stage busy/idle, per-DP-rank load, the traced steps' Gantt) into
+# <run dir>/plots/. Extra arguments go to omnibal-train (e.g. --set train.steps=100,
+# --resume auto). Run directory: runs/demo/ (or --set runtime.run_dir=...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -31,3 +33,21 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 2 --mca odls_base_sigkill_timeout 10 "$BUILD_DIR/apps/omnibal-train/omnibal-train" \
   --config configs/demo.yaml "$@"
+
+# 3. Plots of the run (seconds; python3-matplotlib, which scripts/setup.sh installs).
+RUN_DIR=runs/demo
+for a in "$@"; do
+  case "$a" in *runtime.run_dir=*) RUN_DIR=${a#*runtime.run_dir=} ;; esac
+done
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+if "$PY" -c 'import matplotlib' 2> /dev/null; then
+  traces=()
+  for t in "$RUN_DIR"/trace/step-*.json; do if [ -f "$t" ]; then traces+=(--trace "$t"); fi; done
+  echo "demo: plots of $RUN_DIR:"
+  "$PY" scripts/plot_run.py "$RUN_DIR" --out "$RUN_DIR/plots" "${traces[@]}"
+else
+  echo "demo: no plots: $PY has no matplotlib; install it with 'sudo apt-get install" \
+       "python3-matplotlib' (or bash scripts/setup.sh), then run" \
+       "/usr/bin/python3 scripts/plot_run.py $RUN_DIR --out $RUN_DIR/plots"
+fi

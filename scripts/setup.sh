@@ -12,6 +12,7 @@ PACKAGES=(
   libstb-dev                                # JPEG/PNG decode and resize
   dataset-fashion-mnist                     # real images for the embedded demo dataset
   python3 python3-numpy python3-torch       # golden-value and fixture scripts
+  python3-matplotlib                        # scripts/plot_run.py (plots of run directories)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
