@@ -28,7 +28,9 @@ torch::Tensor input_grad_and_file(torch::autograd::AutogradContext* ctx, const t
   if (ctx->needs_input_grad(0)) dx = dy.matmul(weight);
   auto store =
       c10::static_intrusive_pointer_cast<WeightGradStore>(ctx->saved_data["store"].toCapsule());
-  store->file(static_cast<int>(ctx->saved_data["key"].toInt()), x, dy, weight);
+  // Detached: x comes back with its grad_fn, which would keep the upstream graph (and the
+  // checkpoints of recomputed units) alive until W.
+  store->file(static_cast<int>(ctx->saved_data["key"].toInt()), x.detach(), dy.detach(), weight);
   return dx;
 }
 

@@ -170,7 +170,7 @@ void StageExecutor::forward(int chunk, int mb, const models::PackBatch* pack,
   OMNIBAL_CHECK(!f.forwarded, "stage ", stage_, ": Forward{", mb, " chunk ", chunk, "} twice");
   {
     std::optional<models::WeightGradStore::Recording> recording;
-    if (split_) recording.emplace(store_, store_key(chunk, mb));
+    if (records(chunk, mb)) recording.emplace(store_, store_key(chunk, mb));
     f.output = models::run_units(chunks_[chunk], input_state(chunk, mb, pack, true));
   }
   f.forwarded = true;
@@ -192,7 +192,7 @@ void StageExecutor::backward(int chunk, int mb) {
                 " chunk ", chunk, f.forwarded ? " run twice" : " before its Forward");
   {
     std::optional<models::WeightGradStore::Recording> recording;  // recomputed linears defer too
-    if (split_) recording.emplace(store_, store_key(chunk, mb));
+    if (records(chunk, mb)) recording.emplace(store_, store_key(chunk, mb));
     if (virtual_of(chunk) == last_virtual()) {
       if (f.output.loss_sum.requires_grad()) f.output.loss_sum.backward();
     } else {
@@ -225,6 +225,9 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
   OMNIBAL_CHECK(stage_ != 0 || static_cast<int>(packs.size()) >= m, "stage 0 got ", packs.size(),
                 " packs for ", m, " micro-batches");
   micro_batches_ = m;
+  split_keys_.clear();  // only micro-batches whose backward is split record their linears
+  for (const auto& ins : program)
+    if (ins.op == Op::BackwardInput) split_keys_.insert(store_key(ins.chunk, ins.micro_batch));
   flight_.assign(chunks(), std::vector<InFlight>(m));
   local_.clear();
   sends_.clear();

@@ -26,6 +26,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 #include <optional>
 #include <vector>
@@ -160,7 +161,9 @@ class StageExecutor {
   std::map<std::tuple<int, int, int>, std::vector<torch::Tensor>> local_;
   std::vector<comm::Request> sends_;
   c10::intrusive_ptr<models::WeightGradStore> store_;  ///< ZB-H1's deferred weight gradients
-  bool split_ = false;  ///< the program splits backwards (BackwardInput / BackwardWeight)
+  bool split_ = false;        ///< the program splits backwards (BackwardInput / BackwardWeight)
+  std::set<int> split_keys_;  ///< store_key of every (chunk, mb) with a BackwardInput
+  bool records(int chunk, int mb) const { return split_keys_.count(store_key(chunk, mb)) > 0; }
   double idle_s_ = 0;
   std::vector<TraceSpan>* spans_ = nullptr;  ///< this step's spans (StepHooks::trace), or null
   void span(const char* name, int mb, int chunk, double start_us) {

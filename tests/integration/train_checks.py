@@ -1359,8 +1359,16 @@ def check_schedule_resume(r):
             if rel(a["loss"], b["loss"]) > 1e-5:
                 fail(f"{name} step {a['step']}: loss {a['loss']:.9f} after resume vs "
                      f"{b['loss']:.9f} straight")
-        print(f"{name}: resumed at step 3 under {summary(d)['schedule']}, steps 4-6 within 1e-5 "
-              f"of the straight 1F1B run")
+        want = "1f1b" if not then else then[1].split("=")[1]
+        s = summary(d)
+        if s.get("schedule") != want:
+            fail(f"{name}: the resumed run trained under {s.get('schedule')}, expected {want}")
+        if want == "interleaved" and (s.get("virtual_stages") != 2 or
+                                      len(json.load(open(os.path.join(d, "stage_plan.json")))
+                                          ["partition"]) != 4):
+            fail(f"{name}: the resumed interleaved run should plan 4 chunks (pp 2 x v 2)")
+        print(f"{name}: resumed at step 3 under {want}, steps 4-6 within 1e-5 of the straight "
+              f"1F1B run")
 
 
 def check_schedule_refusals(r):
