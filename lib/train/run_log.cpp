@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -62,7 +63,9 @@ RunLog::RunLog(std::string dir, bool active, const std::string& config_yaml, int
       first_step_(first_step),
       total_steps_(total_steps),
       log_every_(std::max(1, log_every)),
-      tty_(isatty(fileno(stdout)) != 0),
+      // In place only on a real terminal: OpenMPI hands ranks a pty even when mpirun's own
+      // output goes to a file, so under mpirun (OMPI_COMM_WORLD_SIZE set) lines are printed.
+      tty_(isatty(fileno(stdout)) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr),
       start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
   fs::create_directories(dir_);
