@@ -147,6 +147,15 @@ memory::RecomputePlan recompute_plan(const Context& c, const Partition& p,
                   : memory::plan_full_recompute(table, p, ro);
 }
 
+}  // namespace
+
+bool row_matches(const std::string& row_name, const std::string& wanted) {
+  if (wanted.empty()) return false;
+  return row_name == wanted || (row_name.rfind("+ ", 0) == 0 && row_name.substr(2) == wanted);
+}
+
+namespace {
+
 AblationRow simulate_row(const Context& c, const std::string& name, const std::string& data,
                          const std::string& split, const Partition& p,
                          const std::vector<StepLoads>& steps, bool adaptive,
@@ -165,6 +174,13 @@ AblationRow simulate_row(const Context& c, const std::string& name, const std::s
   for (const auto& m : plan.memory) s.static_bytes.push_back(m.static_bytes());
   const auto run = partition::simulate_run(s, steps);
   AblationRow row;
+  if (!name.empty() && row_matches(name, c.o.trace_row)) {
+    OMNIBAL_CHECK(c.o.trace_step >= 0 && static_cast<size_t>(c.o.trace_step) < steps.size(),
+                  "partition: --trace-step ", c.o.trace_step, " is outside the ", steps.size(),
+                  " full steps of row '", name, "'");
+    row.trace.emplace();
+    partition::simulate_step(s, steps[static_cast<size_t>(c.o.trace_step)], &*row.trace);
+  }
   row.name = name;
   row.data = data;
   row.split = split;

@@ -19,7 +19,7 @@
 // the simulated time of the full steps scaled to all samples of the epoch (the epoch tail is
 // carried, docs/conventions.md). Composition of lib/balance, lib/partition and lib/memory; no logic
 // of its own beyond wiring and reporting.
-// Schedules (issue 14): the rows above run 1F1B. Each further schedule asked for (--schedule
+// Schedules: the rows above run 1F1B. Each further schedule asked for (--schedule
 // interleaved | zb-h1 | all | a list, --virtual-stages v[,v...]) adds a row "+ <schedule>": the
 // full OmniBal (ISF packs, memory-aware BMP over its P x v chunks, adaptive recompute with its
 // in-flight counts) under that schedule; and the (schedule, split) pairs of every schedule's last
@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "partition/partition_search.h"
 #include "partition/training_simulator.h"
 #include "partition/unit_cost_table.h"
+#include "schedule/step_trace.h"
 
 namespace omnibal::plan {
 
@@ -63,6 +65,10 @@ struct AblationOptions {
   /// {"1f1b"}: the paper's rows only.
   std::vector<std::string> schedules = {"1f1b"};
   std::vector<int> virtual_stages = {2};  ///< v of each interleaved row (>= 2)
+  /// Row whose step `trace_step` (0-based, of its full steps) is kept as a trace
+  /// (AblationRow::trace): its name, with or without the leading "+ "; "": none.
+  std::string trace_row;
+  int trace_step = 0;
 };
 
 /// One (schedule, split) pair of the schedule ranking.
@@ -88,6 +94,8 @@ struct AblationRow {
   bool fits = true;                     ///< simulated peak within the budget on every stage
   int64_t steps = 0, samples = 0;
   std::vector<double> stage_busy_s, stage_idle_s;
+  /// The traced step (AblationOptions::trace_row names this row), trace-event spans.
+  std::optional<schedule::StepTrace> trace;
 };
 
 /// All rows plus what the search saw.
@@ -112,8 +120,12 @@ struct AblationResult {
   std::vector<std::string> schedule_errors;  ///< schedules that could not be planned, and why
 };
 
+/// True when `row_name` is what `wanted` names (the exact name, or without its leading "+ ").
+bool row_matches(const std::string& row_name, const std::string& wanted);
+
 /// Runs everything. Throws omnibal::Error on bad options (e.g. a global batch not divisible by
-/// dp * m) or when a baseline does not fit even with full recomputation.
+/// dp * m; a trace_step past the traced row's steps) or when a baseline does not fit even with
+/// full recomputation.
 AblationResult run_partition_ablation(const AblationOptions& options);
 
 /// The rows as the fixed-width table the command prints.

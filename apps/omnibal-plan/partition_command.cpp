@@ -7,13 +7,45 @@
 #include "commands.h"
 #include "core/error.h"
 #include "partition_ablation.h"
+#include "schedule/step_trace.h"
 
 namespace omnibal::plan {
+namespace {
+
+/// Writes the trace the ablation kept for options.trace_row; throws naming the rows when none
+/// matched.
+void write_row_trace(const AblationResult& result, const AblationOptions& o,
+                     const std::string& path) {
+  std::string names;
+  for (const auto& row : result.rows) {
+    if (row.trace) {
+      schedule::write_trace_file(
+          path, schedule::trace_event_json(*row.trace, {{"source", "simulated"},
+                                                        {"row", row.name},
+                                                        {"step", o.trace_step},
+                                                        {"model", o.model},
+                                                        {"device", o.device},
+                                                        {"dp", o.dp},
+                                                        {"pp", o.pp},
+                                                        {"tp", o.tp},
+                                                        {"micro_batches", o.micro_batches},
+                                                        {"split", row.partition.to_string()},
+                                                        {"schedule", choice_name(row.schedule)}}));
+      fmt::print("trace of row '{}', step {} written to {}\n", row.name, o.trace_step, path);
+      return;
+    }
+    names += (names.empty() ? "'" : ", '") + row.name + "'";
+  }
+  OMNIBAL_FAIL("partition: --trace-row '", o.trace_row, "' names no row; the rows are ", names);
+}
+
+}  // namespace
 
 void register_partition_command(CLI::App& app, Actions& actions) {
   auto opts = std::make_shared<AblationOptions>();
   auto json_path = std::make_shared<std::string>();
   auto table_path = std::make_shared<std::string>();
+  auto trace_path = std::make_shared<std::string>();
   CLI::App* cmd =
       app.add_subcommand("partition",
                          "balanced model partition, adaptive recompute and the simulated ablation");
@@ -58,8 +90,16 @@ void register_partition_command(CLI::App& app, Actions& actions) {
                   "scaled to each micro-batch's tiles and tokens");
   cmd->add_option("--cost-table", *table_path,
                   "write the analytic per-unit cost table at the mean ISF pack here");
-  cmd->callback([opts, json_path, table_path, &actions] {
-    actions.push_back([opts, json_path, table_path] {
+  cmd->add_option("--trace", *trace_path,
+                  "write one simulated step of --trace-row as Chrome trace-event JSON here");
+  cmd->add_option("--trace-row", opts->trace_row,
+                  "the row --trace shows: a row name of the table, '+ ' optional (default: "
+                  "adaptive recompute, the full OmniBal; baseline for the paper's baseline)");
+  cmd->add_option("--trace-step", opts->trace_step,
+                  "which of the row's simulated full steps --trace shows (0-based, default 0)");
+  cmd->callback([opts, json_path, table_path, trace_path, &actions] {
+    actions.push_back([opts, json_path, table_path, trace_path] {
+      if (!trace_path->empty() && opts->trace_row.empty()) opts->trace_row = "adaptive recompute";
       const auto result = run_partition_ablation(*opts);
       fmt::print(
           "{} samples, dp {} x pp {} x tp {}, m {}, {} samples per baseline micro-batch, "
@@ -79,6 +119,7 @@ void register_partition_command(CLI::App& app, Actions& actions) {
         out << ablation_json(result, *opts) << "\n";
       }
       if (!table_path->empty()) partition::write_unit_cost_table(result.profile_table, *table_path);
+      if (!trace_path->empty()) write_row_trace(result, *opts, *trace_path);
       return 0;
     });
   });

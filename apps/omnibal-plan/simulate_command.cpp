@@ -4,7 +4,7 @@
 //   omnibal-plan simulate --config configs/demo.yaml [--set key=value ...] --cost-table-in C.json
 //       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--step-overhead-s S | ..]
 //       [--link-gbps 4] [--tp N --tp-link-gbps G --tp-latency-us U] [--json OUT.json]
-//       [--schedule 1f1b|interleaved|zb-h1] [--virtual-stages V]
+//       [--schedule 1f1b|interleaved|zb-h1] [--virtual-stages V] [--trace OUT.json [--trace-step G]]
 //
 // Packs: data.meta must list token_lengths files (`omnibal-plan scan --out DIR` writes such a
 // meta); the epochs are planned by balance::EpochPlanner from the config's balance.*, dp and m,
@@ -23,6 +23,9 @@
 // auto) replay the trainer's packs under that schedule's lists (schedule/schedules.h); under
 // interleaved the split has pp x v chunks (a manual split lists pp x v counts) and the per-stage
 // overheads and reports are per pipeline rank.
+// Trace: --trace writes global step --trace-step (default: --first-step; it must be one of the
+// simulated steps) as Chrome trace-event JSON in the trainer's format (schedule/step_trace.h), so
+// it opens in Perfetto beside the trainer's <run_dir>/trace/step-N.json of the same step.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -41,6 +44,7 @@
 #include "partition/tensor_parallel.h"
 #include "partition/training_simulator.h"
 #include "schedule/schedules.h"
+#include "schedule/step_trace.h"
 
 namespace omnibal::plan {
 namespace {
@@ -59,6 +63,8 @@ struct SimulateArgs {
   double tp_latency_us = 0;  // per all-reduce call
   std::string schedule;      // "": parallel.schedule
   int virtual_stages = 0;    // 0: parallel.virtual_stages
+  std::string trace_out;     // "": no trace
+  int64_t trace_step = -1;   // -1: first_step
 };
 
 /// Per-stage vector from a CLI list: empty -> zeros, one value -> every stage, else one each.
@@ -159,6 +165,11 @@ Json report_step(int64_t step, const partition::StepReport& rep) {
 int run_simulate(const SimulateArgs& a) {
   OMNIBAL_CHECK(a.steps >= 1 && a.first_step >= 0, "simulate: --steps must be >= 1 and ",
                 "--first-step >= 0");
+  const int64_t trace_step = a.trace_step < 0 ? a.first_step : a.trace_step;
+  OMNIBAL_CHECK(a.trace_out.empty() || (trace_step >= a.first_step &&
+                                        trace_step < a.first_step + a.steps),
+                "simulate: --trace-step ", trace_step, " is not simulated (steps ", a.first_step,
+                "..", a.first_step + a.steps - 1, ")");
   const Config cfg = load_config(a.config, a.overrides);
   auto table = partition::read_unit_cost_table(a.cost_table);
   OMNIBAL_CHECK(table.model == cfg.model.preset, a.cost_table, ": cost table of model '",
@@ -186,8 +197,25 @@ int run_simulate(const SimulateArgs& a) {
   Json steps = Json::array();
   std::vector<double> times;
   for (int64_t g = a.first_step; g < a.first_step + a.steps; ++g) {
-    const auto rep = partition::simulate_step(setup, step_loads(plans, samples, g));
+    const bool traced = !a.trace_out.empty() && g == trace_step;
+    schedule::StepTrace trace;
+    const auto rep =
+        partition::simulate_step(setup, step_loads(plans, samples, g), traced ? &trace : nullptr);
     steps.push_back(report_step(g, rep));
+    if (traced) {
+      schedule::write_trace_file(
+          a.trace_out,
+          schedule::trace_event_json(trace, {{"source", "simulated"},
+                                             {"step", g},
+                                             {"step_seconds", rep.step_s},
+                                             {"config", a.config},
+                                             {"cost_table", a.cost_table},
+                                             {"plan_hash", hash},
+                                             {"partition", split},
+                                             {"schedule", choice_name(setup.schedule)},
+                                             {"virtual_stages", setup.virtual_stages}}));
+      fmt::print("trace of step {} written to {}\n", g, a.trace_out);
+    }
     times.push_back(rep.step_s);
   }
   std::sort(times.begin(), times.end());
@@ -245,6 +273,10 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
                   "pipeline schedule: 1f1b | interleaved | zb-h1 (default: parallel.schedule)");
   cmd->add_option("--virtual-stages", a->virtual_stages,
                   "model chunks per rank under interleaved (default: parallel.virtual_stages)");
+  cmd->add_option("--trace", a->trace_out,
+                  "write one simulated step as Chrome trace-event JSON here (Perfetto)");
+  cmd->add_option("--trace-step", a->trace_step,
+                  "global step of --trace (default: --first-step; one of the simulated steps)");
   cmd->callback([a, &actions] { actions.push_back([a] { return run_simulate(*a); }); });
 }
 

@@ -1,6 +1,6 @@
 // Megatron-style tensor parallelism (TP) as the planners see it: which TP all-reduces a unit
 // runs per micro-batch, what they cost on the TP link, and the preset checks the trainer makes.
-// The trainer's layout (Megatron-LM, Shoeybi et al. 2019, §3; issue 12):
+// The trainer's layout (Megatron-LM, Shoeybi et al. 2019, §3):
 //  - every ViT block: column-parallel qkv (split by heads) and fc1, row-parallel proj and fc2;
 //    every LLM block: column-parallel wq / wk / wv (by heads / KV heads), w1, w3; row-parallel
 //    wo, w2. Per block and micro-batch 2 all-reduces of the block's [tokens, d] activation in the

@@ -128,7 +128,8 @@ struct RankStep {
 };
 
 RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
-                       const schedule::StageSchedules& lists, StepReport& rep) {
+                       const schedule::StageSchedules& lists, StepReport& rep,
+                       std::vector<schedule::TimelineEvent>* events) {
   const int P = setup.ranks(), V = setup.partition.stages(), m = static_cast<int>(loads.size());
   const bool split = setup.schedule == PipelineSchedule::kZbH1;
   const double p2p_bw = pipeline_link_bandwidth(setup.device, setup.dp, setup.tp);
@@ -170,7 +171,7 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
     rep.tiles += load.tiles();
     rep.tokens += load.real_tokens();
   }
-  out.timeline = schedule::run_pipeline_timeline(lists, costs);
+  out.timeline = schedule::run_pipeline_timeline(lists, costs, events);
   return out;
 }
 
@@ -189,6 +190,11 @@ std::vector<double> stage_parameter_bytes(const SimulatorSetup& setup, const Mic
 }  // namespace
 
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
+  return simulate_step(setup, loads, nullptr);
+}
+
+StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
+                         schedule::StepTrace* trace) {
   check_setup(setup, loads);
   const int P = setup.ranks(), dp = setup.dp;
   const auto lists =
@@ -197,7 +203,15 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
   StepReport rep;
   rep.stages.assign(P, {});
   std::vector<RankStep> ranks;
-  for (int r = 0; r < dp; ++r) ranks.push_back(simulate_rank(setup, loads[r], lists, rep));
+  for (int r = 0; r < dp; ++r) {
+    std::vector<schedule::TimelineEvent> events;
+    ranks.push_back(simulate_rank(setup, loads[r], lists, rep, trace ? &events : nullptr));
+    if (!trace) continue;
+    schedule::append_timeline_spans(*trace, r, events);
+    for (size_t i = 0; i < loads[r].size(); ++i)
+      trace->loads[{r, static_cast<int>(i)}] = {loads[r][i].samples(), loads[r][i].tiles(),
+                                                loads[r][i].real_tokens()};
+  }
   // DP level: per-stage collective after the slowest rank, then the optimizer.
   const auto param_bytes = stage_parameter_bytes(setup, loads[0][0]);
   const double dp_bw = data_parallel_bandwidth(setup.device, dp, setup.tp);
@@ -216,6 +230,14 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
     rep.stages[s].reduce_s = reduce;
   }
   rep.step_s = *std::max_element(done.begin(), done.end());
+  if (trace)
+    for (int r = 0; r < dp; ++r)
+      for (int s = 0; s < P; ++s) {
+        const double reduced = reduce_start[s] + rep.stages[s].reduce_s;
+        trace->spans.push_back(
+            {r, s, "dp_reduce", -1, 0, ranks[r].timeline[s].ready_for_reduce_s * 1e6, reduced * 1e6});
+        trace->spans.push_back({r, s, "optimizer", -1, 0, reduced * 1e6, done[s] * 1e6});
+      }
   for (int r = 0; r < dp; ++r)
     for (int s = 0; s < P; ++s) {
       const auto& tl = ranks[r].timeline[s];

@@ -47,6 +47,7 @@
 #include "partition/device_spec.h"
 #include "partition/stage_partition.h"
 #include "partition/tensor_parallel.h"
+#include "schedule/step_trace.h"
 
 namespace omnibal::partition {
 
@@ -129,6 +130,14 @@ struct RunReport {
 /// tables are per rank of another tp than setup.tp, the schedule is kAuto, the chunks do not
 /// divide into ranks, or schedule::build_schedule refuses (interleaved: m % P != 0).
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads);
+/// The same step, also filling `trace` (when not null) with every DP rank's timeline as
+/// trace spans (schedule/step_trace.h, microseconds from the step's start): the pipeline's
+/// forward / backward / backward_input / backward_weight / recv / send, then per stage a
+/// dp_reduce span from the stage's ReduceGrads (its DP wait included, as the trainer's blocking
+/// collective measures it) to the end of the all-reduce, and an optimizer span; and each
+/// micro-batch's (samples, tiles, real tokens).
+StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
+                         schedule::StepTrace* trace);
 
 /// Simulates every step in order and sums.
 RunReport simulate_run(const SimulatorSetup& setup, const std::vector<StepLoads>& steps);

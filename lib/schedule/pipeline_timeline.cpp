@@ -40,6 +40,12 @@ PipelineStepCosts PipelineStepCosts::zeros(int virtual_stages, int micro_batches
 
 std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
                                                  const PipelineStepCosts& costs) {
+  return run_pipeline_timeline(lists, costs, nullptr);
+}
+
+std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
+                                                 const PipelineStepCosts& costs,
+                                                 std::vector<TimelineEvent>* events) {
   const size_t P = lists.size();
   OMNIBAL_CHECK(P >= 1, "pipeline timeline: no stages");
   const size_t V = costs.forward_s.size();
@@ -69,7 +75,7 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
   auto bump_peak = [&](size_t s, double extra) {
     out[s].peak_activation_bytes = std::max(out[s].peak_activation_bytes, held[s] + extra);
   };
-  auto send = [&](size_t s, const Instruction& ins, int to_virtual, double transfer_s) {
+  auto send = [&](size_t s, const Instruction& ins, int to_virtual, double transfer_s) -> double {
     const size_t dst = static_cast<size_t>(to_virtual % Pi);
     double arrival = clock[s];  // a same-rank hand-over is free and takes no link
     if (dst != s) {
@@ -77,6 +83,7 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
       arrival = free = std::max(clock[s], free) + transfer_s;
     }
     channel[s * P + dst].push_back({ins.op, ins.micro_batch, ins.chunk, arrival});
+    return arrival;
   };
   // Returns false when rank s is blocked: nothing from the sender's rank has been posted yet.
   auto receive = [&](size_t s, const Instruction& ins, Op kind, int from_virtual) -> bool {
@@ -112,6 +119,8 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
                   ") is outside the costs' ", m, " micro-batches x ", v, " chunks");
     const int k = virtual_stage(ins.chunk, static_cast<int>(s), Pi);
     const size_t r = static_cast<size_t>(k);
+    const double start = clock[s];
+    double arrival = start;
     switch (ins.op) {
       case Op::RecvActivation:
         OMNIBAL_CHECK(k > 0, "pipeline timeline: virtual stage 0 has no upstream peer");
@@ -150,15 +159,16 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
         break;
       case Op::SendActivation:
         OMNIBAL_CHECK(k + 1 < Vi, "pipeline timeline: the last virtual stage has no downstream");
-        send(s, ins, k + 1, costs.send_activation_s[r][mb]);
+        arrival = send(s, ins, k + 1, costs.send_activation_s[r][mb]);
         break;
       case Op::SendGrad:
         OMNIBAL_CHECK(k > 0, "pipeline timeline: virtual stage 0 has no upstream peer");
-        send(s, ins, k - 1, costs.send_grad_s[r][mb]);
+        arrival = send(s, ins, k - 1, costs.send_grad_s[r][mb]);
         break;
       case Op::ReduceGrads:
       case Op::OptimizerStep: break;  // handled above
     }
+    if (events) events->push_back({static_cast<int>(s), ins, start, clock[s], arrival});
     ++pc[s];
     return true;
   };

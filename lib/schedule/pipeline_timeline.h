@@ -52,6 +52,18 @@ struct StageTimeline {
   int peak_in_flight = 0;
 };
 
+/// One timed instruction of a walked timeline (the optional event log of run_pipeline_timeline):
+/// compute ops span their duration; a receive spans its wait (start == end when the message was
+/// already there); a send is posted at start_s (== end_s: sends do not block) and its message
+/// arrives at arrival_s (the transfer on its link; == start_s for a same-rank hand-over).
+/// Seconds from the step's start.
+struct TimelineEvent {
+  int stage = 0;  ///< pipeline rank
+  Instruction instruction;
+  double start_s = 0, end_s = 0;
+  double arrival_s = 0;  ///< sends only: when the message is at the receiver
+};
+
 /// Walks `lists` (P = lists.size() ranks) with `costs` (V = P x v rows, v = V / P chunks per
 /// rank; instruction {mb, c} on rank s reads row c * P + s, column mb). Returns one entry per
 /// rank. Throws omnibal::Error when the lists deadlock, a receive meets another message, an
@@ -59,5 +71,11 @@ struct StageTimeline {
 /// shape [V][m] with V a positive multiple of P.
 std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
                                                  const PipelineStepCosts& costs);
+/// The same walk, also appending every executed instruction before ReduceGrads to `events` (in
+/// execution order per rank; ranks interleave) when it is not null. Used for simulated traces
+/// (schedule/step_trace.h); the returned timelines are those of the overload above.
+std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
+                                                 const PipelineStepCosts& costs,
+                                                 std::vector<TimelineEvent>* events);
 
 }  // namespace omnibal::schedule

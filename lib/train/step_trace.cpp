@@ -1,16 +1,12 @@
 #include "train/step_trace.h"
 
-#include <algorithm>
 #include <array>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <map>
-#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "schedule/step_trace.h"
 
 namespace omnibal::train {
 namespace {
@@ -28,11 +24,6 @@ int name_id(const char* name) {
   for (size_t i = 0; i < kNames.size(); ++i)
     if (std::strcmp(kNames[i], name) == 0) return static_cast<int>(i);
   OMNIBAL_FAIL("trace: unknown span name '", name, "'");
-}
-
-const char* category(const std::string& name) {
-  return name == "recv" || name == "send" || name == "send_wait" || name == "dp_reduce" ? "comm"
-                                                                                        : "compute";
 }
 
 torch::Tensor scalar(double v) { return torch::full({1}, v, torch::kFloat64); }
@@ -98,65 +89,23 @@ void write_step_trace(const std::string& path, int64_t step, const RankTrace& mi
   if (world.rank() != 0) return;
 
   const double* a = all.data_ptr<double>();
-  std::map<std::pair<int, int>, std::array<double, 3>> loads;  // (dp, mb) -> samples, tiles, tokens
-  double t0 = std::numeric_limits<double>::infinity();
+  schedule::StepTrace trace;
   for (int r = 0; r < world.size(); ++r)
     for (int64_t i = 0; i < most; ++i) {
       const double* row = a + (r * most + i) * kCols;
-      if (row[0] == kLoadRow) loads[{int(row[5]), int(row[1])}] = {row[2], row[3], row[4]};
-      else if (row[0] >= 0 && row[7] == 0) t0 = std::min(t0, row[3] - clock_offsets_us[r]);
-    }
-  nlohmann::json events = nlohmann::json::array();
-  std::map<int, std::set<int>> tracks;  // dp -> stages
-  for (int r = 0; r < world.size(); ++r)
-    for (int64_t i = 0; i < most; ++i) {
-      const double* row = a + (r * most + i) * kCols;
-      if (row[0] < 0 || row[7] != 0) continue;  // load / padding rows, TP ranks > 0
-      const int dp = int(row[5]), stage = int(row[6]), mb = int(row[1]);
-      const std::string name = kNames[static_cast<size_t>(row[0])];
-      nlohmann::json args = {{"chunk", int(row[2])}};
-      if (mb >= 0) {
-        args["micro_batch"] = mb;
-        if (const auto it = loads.find({dp, mb}); it != loads.end()) {
-          args["samples"] = it->second[0];
-          args["tiles"] = it->second[1];
-          args["tokens"] = it->second[2];
-        }
+      if (row[0] == kLoadRow) {
+        trace.loads[{int(row[5]), int(row[1])}] = {int64_t(row[2]), int64_t(row[3]),
+                                                   int64_t(row[4])};
+      } else if (row[0] >= 0 && row[7] == 0) {  // spans of TP rank 0 (padding rows are < 0)
+        trace.spans.push_back({int(row[5]), int(row[6]), kNames[static_cast<size_t>(row[0])],
+                               int(row[1]), int(row[2]), row[3] - clock_offsets_us[r],
+                               row[4] - clock_offsets_us[r]});
       }
-      events.push_back({{"ph", "X"},
-                        {"name", name},
-                        {"cat", category(name)},
-                        {"pid", dp},
-                        {"tid", stage},
-                        {"ts", row[3] - clock_offsets_us[r] - t0},
-                        {"dur", row[4] - row[3]},
-                        {"args", args}});
-      tracks[dp].insert(stage);
     }
-  for (const auto& [dp, stages] : tracks) {
-    events.push_back({{"ph", "M"},
-                      {"name", "process_name"},
-                      {"pid", dp},
-                      {"args", {{"name", "dp " + std::to_string(dp)}}}});
-    for (const int s : stages)
-      events.push_back({{"ph", "M"},
-                        {"name", "thread_name"},
-                        {"pid", dp},
-                        {"tid", s},
-                        {"args", {{"name", "stage " + std::to_string(s)}}}});
-  }
-  nlohmann::json out = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}};
-  out["otherData"]["source"] = "measured";
-  out["otherData"]["step"] = step;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    OMNIBAL_CHECK(f.good(), "trace: cannot write '", tmp, "'");
-    f << out.dump() << "\n";
-    OMNIBAL_CHECK(f.good(), "trace: error while writing '", tmp, "'");
-  }
-  std::filesystem::rename(tmp, path);
+  nlohmann::json info = other;
+  info["source"] = "measured";
+  info["step"] = step;
+  schedule::write_trace_file(path, schedule::trace_event_json(trace, info));
 }
 
 }  // namespace omnibal::train

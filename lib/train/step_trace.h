@@ -1,6 +1,6 @@
-// Measured pipeline timelines as Chrome trace-event JSON (issue 16; the format PyTorch's
-// profiler exports and Perfetto / chrome://tracing open; `omnibal-plan simulate --trace` writes
-// the same for a simulated step). For the steps in runtime.trace_steps every rank hands its
+// Measured pipeline timelines as Chrome trace-event JSON (the format PyTorch's profiler exports
+// and Perfetto / chrome://tracing open; one writer, schedule/step_trace.h, also writes
+// `omnibal-plan simulate --trace`'s simulated step). For the steps in runtime.trace_steps every rank hands its
 // executor spans (pipeline/stage_executor.h: forward, backward, backward_input, backward_weight,
 // recv, send, send_wait, dp_reduce) plus the trainer's optimizer span to rank 0, which writes
 // <run_dir>/trace/step-N.json:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The simulated paper-scale ablation (docs/results.md) with the pipeline schedules of issue 14 on
+# The simulated paper-scale ablation (docs/results.md) with the pipeline schedules on
 # top of the full OmniBal row: interleaved 1F1B (v 2, 3) and ZB-H1, each with the memory-aware
 # BMP over its P x v chunks and adaptive recomputation under its own in-flight counts
 # (lib/memory/README.md), plus the (schedule, split) pairs ranked by simulated step time.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline schedules on this machine (issue 14; docs/results.md): the tiny preset, PP 2 x DP 1,
+# Pipeline schedules on this machine (docs/results.md): the tiny preset, PP 2 x DP 1,
 # m 4, ISF packs at fixed budgets, samples/s of 1f1b vs zb-h1 vs interleaved (v 2) at equal
 # samples, with the simulator's prediction beside each.
 #   bash scripts/bench/schedule_bench.sh [--steps 24] [--warmup 6] [--reps 5] [--out runs/bench-sched]

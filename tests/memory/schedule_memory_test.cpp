@@ -1,4 +1,4 @@
-// The memory-balance side of the pipeline schedules (issue 14): in-flight counts per schedule,
+// The memory-balance side of the pipeline schedules: in-flight counts per schedule,
 // per-rank memory over chunks, the knapsack under them, StagePlan's schedule fields and `auto`.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// The model-balance side of the pipeline schedules (issue 14): the split backward in cost tables,
+// The model-balance side of the pipeline schedules: the split backward in cost tables,
 // the simulator under 1F1B, interleaved 1F1B and ZB-H1, and BMP over P x v chunks.
 #include <catch2/catch.hpp>
 

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "core/error.h"
 #include "partition/analytic_cost_model.h"
 #include "schedule/one_f_one_b.h"
@@ -232,4 +234,45 @@ TEST_CASE("TP with padding, DP and analytic costs: components still add up",
   CHECK(rep.breakdown.tp_comm_s > 0);
   CHECK(rep.breakdown.padding_s > 0);
   CHECK(rep.breakdown.total() == Approx(rep.step_s));
+}
+
+TEST_CASE("trace: per-track compute equals the stage report, reduce and optimizer end the step",
+          "[partition][simulator][trace]") {
+  const LinearModel model;
+  const auto kind = GENERATE(omnibal::PipelineSchedule::k1F1B, omnibal::PipelineSchedule::kZbH1);
+  auto s = setup_for(model, 2);
+  s.schedule = kind;
+  s.device.hbm_bandwidth = 1e12;                // some optimizer time
+  s.device.intra_node_bandwidth = 1e5;          // some transfer and all-reduce time
+  s.device.inter_node_bandwidth = 1e5;
+  StepLoads loads(2);
+  for (int i = 0; i < 4; ++i) {
+    loads[0].push_back(MicroBatchLoad::packed({1, 2}, {100 + 30 * i, 50}));
+    loads[1].push_back(MicroBatchLoad::packed({3}, {90 + 10 * i}));
+  }
+  omnibal::schedule::StepTrace trace;
+  const auto rep = simulate_step(s, loads, &trace);
+  const auto plain = simulate_step(s, loads);
+  CHECK(rep.step_s == plain.step_s);
+  std::map<std::pair<int, int>, double> compute, optimizer_end;
+  for (const auto& sp : trace.spans) {
+    if (sp.name == "forward" || sp.name == "backward" || sp.name == "backward_input" ||
+        sp.name == "backward_weight")
+      compute[{sp.dp, sp.stage}] += (sp.end_us - sp.start_us) * 1e-6;
+    if (sp.name == "optimizer") optimizer_end[{sp.dp, sp.stage}] = sp.end_us * 1e-6;
+    CHECK(sp.end_us >= sp.start_us);
+  }
+  REQUIRE(compute.size() == 4);
+  for (int st = 0; st < 2; ++st) {
+    // The report averages the stage over DP ranks.
+    const double avg = (compute[{0, st}] + compute[{1, st}]) / 2;
+    CHECK(avg == Approx(rep.stages[st].forward_s + rep.stages[st].backward_s).epsilon(1e-12));
+  }
+  double last = 0;
+  for (const auto& [k, t] : optimizer_end) last = std::max(last, t);
+  CHECK(last == Approx(rep.step_s).epsilon(1e-12));
+  REQUIRE(trace.loads.size() == 8);
+  CHECK(trace.loads.at({0, 3}).tokens == 100 + 90 + 50);
+  CHECK(trace.loads.at({0, 3}).tiles == 3);
+  CHECK(trace.loads.at({1, 0}).samples == 1);
 }
