@@ -147,14 +147,11 @@ memory::RecomputePlan recompute_plan(const Context& c, const Partition& p,
                   : memory::plan_full_recompute(table, p, ro);
 }
 
-}  // namespace
-
+/// True when `row_name` is what `wanted` names (the exact name, or without its leading "+ ").
 bool row_matches(const std::string& row_name, const std::string& wanted) {
   if (wanted.empty()) return false;
   return row_name == wanted || (row_name.rfind("+ ", 0) == 0 && row_name.substr(2) == wanted);
 }
-
-namespace {
 
 AblationRow simulate_row(const Context& c, const std::string& name, const std::string& data,
                          const std::string& split, const Partition& p,

@@ -120,9 +120,6 @@ struct AblationResult {
   std::vector<std::string> schedule_errors;  ///< schedules that could not be planned, and why
 };
 
-/// True when `row_name` is what `wanted` names (the exact name, or without its leading "+ ").
-bool row_matches(const std::string& row_name, const std::string& wanted);
-
 /// Runs everything. Throws omnibal::Error on bad options (e.g. a global batch not divisible by
 /// dp * m; a trace_step past the traced row's steps) or when a baseline does not fit even with
 /// full recomputation.
