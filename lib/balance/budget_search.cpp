@@ -37,14 +37,17 @@ std::vector<uint32_t> scoring_ids(const std::vector<uint32_t>& ids, const Search
   return pool;
 }
 
-SearchCandidate score(const SampleTable& table, const std::vector<uint32_t>& ids,
-                      const IsfBudgets& b, const SearchOptions& o) {
+PackResult pack_candidate(const SampleTable& table, const std::vector<uint32_t>& ids,
+                          const IsfBudgets& b, const SearchOptions& o) {
   IsfOptions io;
   io.budgets = b;
   io.iterations = o.iterations;
   io.seed = o.seed;
   io.on_bad_sample = OnBadSample::kSkip;  // the grid never cuts a sample; see search_grid
-  const PackResult r = IsfPacker(io).pack(table, ids);
+  return IsfPacker(io).pack(table, ids);
+}
+
+SearchCandidate score(const PackResult& r, const IsfBudgets& b, const SearchOptions& o) {
   SearchCandidate c;
   c.budgets = b;
   c.packs = static_cast<int64_t>(r.packs.size());
@@ -67,24 +70,43 @@ int available_cpus() {
 }
 
 // Scores every grid point; candidate i lands at index i whichever thread scored it, and the
-// error of the lowest failing index is rethrown, so threads change nothing but the time.
+// error of the lowest failing index is rethrown, so threads change nothing but the time. The
+// grid lists each Q_v's token budgets in ascending order; a thread takes one Q_v at a time and
+// walks its token budgets in that order, reusing the packs of the previous budget when its
+// token budget decided nothing (PackResult::tokens_decided): ISF then packs exactly the same.
 std::vector<SearchCandidate> score_all(const SampleTable& table, const std::vector<uint32_t>& ids,
                                        const std::vector<IsfBudgets>& grid,
                                        const SearchOptions& o) {
+  std::vector<size_t> group_start;  // first grid index of each Q_v
+  for (size_t i = 0; i < grid.size(); ++i)
+    if (i == 0 || grid[i].q_vit != grid[i - 1].q_vit) group_start.push_back(i);
+  group_start.push_back(grid.size());
+  const size_t groups = group_start.size() - 1;
   std::vector<SearchCandidate> out(grid.size());
   std::vector<std::exception_ptr> errors(grid.size());
   std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < grid.size(); i = next++) {
+  auto score_group = [&](size_t g) {
+    PackResult prev;
+    bool have_prev = false;
+    for (size_t i = group_start[g]; i < group_start[g + 1]; ++i) {
       try {
-        out[i] = score(table, ids, grid[i], o);
+        const bool reuse = have_prev && !prev.tokens_decided &&
+                           grid[i].q_tok >= grid[i - 1].q_tok &&
+                           grid[i].q_tok_thresh >= grid[i - 1].q_tok_thresh;
+        if (!reuse) prev = pack_candidate(table, ids, grid[i], o);
+        have_prev = true;
+        out[i] = score(prev, grid[i], o);
       } catch (...) {
         errors[i] = std::current_exception();
+        have_prev = false;
       }
     }
   };
+  auto work = [&] {
+    for (size_t g = next++; g < groups; g = next++) score_group(g);
+  };
   const int threads =
-      std::min<int>(o.threads > 0 ? o.threads : available_cpus(), static_cast<int>(grid.size()));
+      std::min<int>(o.threads > 0 ? o.threads : available_cpus(), static_cast<int>(groups));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();

@@ -20,7 +20,8 @@ using Caps = std::array<int64_t, kLoadDims>;
 
 // Builds the pool, applying the over-budget policy.
 std::vector<Item> make_pool(const SampleTable& table, const std::vector<uint32_t>* ids,
-                            const IsfOptions& o, std::vector<uint32_t>& skipped) {
+                            const IsfOptions& o, std::vector<uint32_t>& skipped,
+                            bool& tokens_decided) {
   const Caps caps = o.budgets.caps();
   const size_t n = ids ? ids->size() : table.size();
   std::vector<Item> pool;
@@ -36,6 +37,7 @@ std::vector<Item> make_pool(const SampleTable& table, const std::vector<uint32_t
                     " tiles, Q_t = ", caps[kTokens],
                     " tokens); raise the budget or set data.on_bad_sample: skip");
       skipped.push_back(id);
+      tokens_decided |= l.tiles() <= caps[kTiles];
       continue;
     }
     pool.push_back(Item{id, l.v});
@@ -45,14 +47,16 @@ std::vector<Item> make_pool(const SampleTable& table, const std::vector<uint32_t
 
 // One ISF round: shuffle, greedy next-fit walk, and filter. Accepted packs (all packs when
 // `keep_all`) go to `out`; members of the rest go to `rest`. Returns the packs kept unaccepted.
+// Sets `tokens_decided` when a pack closes or passes for its tokens alone (PackResult).
 int64_t group_round(std::vector<Item>& pool, uint64_t seed, const Caps& caps, const Caps& thresh,
-                    bool keep_all, PackList& out, std::vector<Item>& rest) {
+                    bool keep_all, PackList& out, std::vector<Item>& rest, bool& tokens_decided) {
   Rng rng(seed);
   rng.shuffle(pool);
   int64_t unaccepted = 0;
   auto emit = [&](size_t b, size_t e, const PackLoad& load) {
     bool accept = false;
     for (int d = 0; d < kLoadDims; ++d) accept |= load.sum[d] >= thresh[d];
+    tokens_decided |= accept && load.sum[kTiles] < thresh[kTiles];
     if (accept || keep_all) {
       for (size_t i = b; i < e; ++i) out.add_member(pool[i].id);
       out.close_pack(load);
@@ -69,6 +73,7 @@ int64_t group_round(std::vector<Item>& pool, uint64_t seed, const Caps& caps, co
     bool overflow = false;
     for (int d = 0; d < kLoadDims; ++d) overflow |= open.sum[d] + v[d] > caps[d];
     if (overflow) {
+      tokens_decided |= open.sum[kTiles] + v[kTiles] <= caps[kTiles];
       emit(start, i, open);
       open = PackLoad{};
       start = i;
@@ -84,7 +89,8 @@ int64_t group_round(std::vector<Item>& pool, uint64_t seed, const Caps& caps, co
 PackResult run_isf(const SampleTable& table, const std::vector<uint32_t>* ids,
                    const IsfOptions& o) {
   PackResult result;
-  std::vector<Item> pool = make_pool(table, ids, o, result.skipped);
+  result.tokens_decided = false;
+  std::vector<Item> pool = make_pool(table, ids, o, result.skipped, result.tokens_decided);
   result.packs.reserve(pool.size() / 2 + 1, pool.size());
   const Caps caps = o.budgets.caps(), thresh = o.budgets.thresholds();
   std::vector<Item> rest;
@@ -93,7 +99,7 @@ PackResult run_isf(const SampleTable& table, const std::vector<uint32_t>* ids,
     const bool last = r + 1 == o.iterations;
     rest.clear();
     result.unaccepted_packs = group_round(pool, o.seed + static_cast<uint64_t>(r), caps, thresh,
-                                          last, result.packs, rest);
+                                          last, result.packs, rest, result.tokens_decided);
     result.rounds = r + 1;
     pool.swap(rest);
   }

@@ -95,6 +95,11 @@ struct PackResult {
   std::vector<uint32_t> skipped;  ///< samples over a budget under OnBadSample::kSkip
   int rounds = 0;                 ///< ISF grouping rounds run (0 for one-pass packers)
   int64_t unaccepted_packs = 0;   ///< ISF packs emitted by the last round without passing
+  /// ISF only: whether the token budget decided anything — a sample skipped, a pack closed or
+  /// accepted for its tokens where its tiles alone would not have. When false, ISF with the same
+  /// Q_v, seed and rounds and larger token budgets (Q_t and Q'_t both no smaller) packs exactly
+  /// the same (the budget search reuses the run).
+  bool tokens_decided = true;
 };
 
 }  // namespace omnibal::balance

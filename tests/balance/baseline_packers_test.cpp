@@ -6,6 +6,7 @@
 #include "test_tables.h"
 
 using namespace omnibal::balance;
+using omnibal::balance::testing::require_partition;
 using omnibal::balance::testing::synthetic_table;
 
 namespace {
@@ -18,13 +19,6 @@ SampleTable tokens_table(const std::vector<int32_t>& tokens) {
 }
 
 std::vector<uint32_t> members(const PackList& p, size_t k) { return {p.begin(k), p.end(k)}; }
-
-void require_partition(const PackResult& r, size_t n) {
-  std::vector<int> seen(n, 0);
-  for (uint32_t id : r.packs.members()) ++seen.at(id);
-  for (uint32_t id : r.skipped) ++seen.at(id);
-  for (size_t i = 0; i < n; ++i) REQUIRE(seen[i] == 1);
-}
 
 }  // namespace
 

@@ -4,6 +4,8 @@
 
 #include <numeric>
 
+#include "balance/balance_metrics.h"
+#include "balance/step_plan.h"
 #include "core/error.h"
 #include "test_tables.h"
 
@@ -51,6 +53,39 @@ TEST_CASE("search picks an in-range candidate with the lowest Dist Ratio sum",
   CHECK(table.find('*') != std::string::npos);
   // Same options, same answer.
   CHECK(search_budgets(t, o).budgets().q_tok == r.budgets().q_tok);
+}
+
+TEST_CASE("search scores every candidate as its own ISF run would", "[balance][search]") {
+  // The search reuses a run for the next token budget when the token budget decided nothing;
+  // every row must still equal an independent ISF run + placement of that candidate.
+  const SampleTable t = synthetic_table(6000, GENERATE(21u, 22u));
+  SearchOptions o;
+  o.dp = 4;
+  o.samples_per_pack = 4;
+  o.iterations = 20;
+  o.threads = GENERATE(1, 3);
+  const SearchResult r = search_budgets(t, o);
+  std::vector<uint32_t> ids(t.size());
+  std::iota(ids.begin(), ids.end(), 0u);
+  REQUIRE(r.candidates.size() == search_grid(t, ids, 4).size());
+  int in_range = 0;
+  for (const auto& c : r.candidates) {
+    IsfOptions io;
+    io.budgets = c.budgets;
+    io.iterations = o.iterations;
+    io.seed = o.seed;
+    io.on_bad_sample = OnBadSample::kSkip;
+    const PackResult p = IsfPacker(io).pack(t, ids);
+    CHECK(c.packs == static_cast<int64_t>(p.packs.size()));
+    if (!c.in_range) continue;
+    ++in_range;
+    const StepPlan plan = place_load_grouped(p.packs, o.dp, o.micro_batches, o.seed);
+    const BalanceMetrics m = compute_metrics(p.packs, plan, {c.budgets.q_vit, c.budgets.q_tok}, 0);
+    CHECK(c.dist_ratio_vit == m.dist_ratio_vit);
+    CHECK(c.dist_ratio_llm == m.dist_ratio_llm);
+    CHECK(c.token_fill == m.token_fill);
+  }
+  CHECK(in_range > 0);
 }
 
 TEST_CASE("search scores large inputs on a subsample", "[balance][search]") {

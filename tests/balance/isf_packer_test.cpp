@@ -9,20 +9,7 @@ using namespace omnibal::balance;
 using Catch::Contains;
 using omnibal::balance::testing::synthetic_table;
 
-namespace {
-
-// Every sample id in exactly one pack or in skipped, nothing else.
-void require_partition(const PackResult& r, size_t samples) {
-  std::vector<int> seen(samples, 0);
-  for (size_t p = 0; p < r.packs.size(); ++p) {
-    REQUIRE(r.packs.end(p) - r.packs.begin(p) >= 1);  // no empty pack
-    for (const uint32_t* it = r.packs.begin(p); it != r.packs.end(p); ++it) ++seen.at(*it);
-  }
-  for (uint32_t id : r.skipped) ++seen.at(id);
-  for (size_t i = 0; i < samples; ++i) REQUIRE(seen[i] == 1);
-}
-
-}  // namespace
+using omnibal::balance::testing::require_partition;
 
 TEST_CASE("ISF: every sample in one pack, budgets kept, loads consistent", "[balance][isf]") {
   const uint64_t seed = GENERATE(1, 2, 3, 4);
@@ -114,4 +101,57 @@ TEST_CASE("ISF: packing a subset uses only those ids", "[balance][isf]") {
   std::vector<uint32_t> got = r.packs.members();
   std::sort(got.begin(), got.end());
   CHECK(got == ids);
+}
+
+// Packs as comparable values: each pack's member ids, then the skipped ids.
+static std::vector<std::vector<uint32_t>> pack_members(const PackResult& r) {
+  std::vector<std::vector<uint32_t>> out;
+  for (size_t p = 0; p < r.packs.size(); ++p) out.emplace_back(r.packs.begin(p), r.packs.end(p));
+  out.push_back(r.skipped);
+  return out;
+}
+
+TEST_CASE("ISF: a run whose token budget decided nothing packs the same under larger ones",
+          "[balance][isf]") {
+  const SampleTable t = synthetic_table(4000, GENERATE(5u, 6u));
+  const int64_t q_vit = GENERATE(16, 20, 23);
+  int undecided = 0, decided = 0;
+  for (int64_t q_tok = 2048; q_tok <= 12288; q_tok += 512) {
+    IsfOptions o;
+    o.budgets = {q_vit, q_tok, q_tok - 128};
+    o.iterations = 20;
+    o.on_bad_sample = OnBadSample::kSkip;
+    const PackResult small = IsfPacker(o).pack(t);
+    o.budgets = {q_vit, q_tok + 4096, q_tok + 4096 - 128};
+    const PackResult large = IsfPacker(o).pack(t);
+    if (!small.tokens_decided) {
+      ++undecided;
+      CHECK(pack_members(small) == pack_members(large));
+      CHECK(small.rounds == large.rounds);
+      CHECK(small.unaccepted_packs == large.unaccepted_packs);
+    } else {
+      ++decided;
+    }
+  }
+  // Tight token budgets decide (and the packs differ); loose ones do not: both branches ran.
+  CHECK(decided > 0);
+  CHECK(undecided > 0);
+}
+
+TEST_CASE("ISF: a sample skipped for its tokens counts as a token decision", "[balance][isf]") {
+  SampleTable t;
+  t.add_dataset({"ds", "synthetic", 0, 0, 1.0});
+  t.add(0, 0, Load{{2, 100}}, 2);
+  t.add(0, 1, Load{{2, 900}}, 2);  // over Q_t = 512 by tokens only
+  t.datasets[0].records = 2;
+  IsfOptions o;
+  o.budgets = {8, 512, 384};
+  o.on_bad_sample = OnBadSample::kSkip;
+  const PackResult r = IsfPacker(o).pack(t);
+  REQUIRE(r.skipped == std::vector<uint32_t>{1});
+  CHECK(r.tokens_decided);
+  o.budgets = {8, 1024, 896};  // nothing over it, one pack of 4 tiles / 1000 tokens passes Q'_t
+  CHECK(IsfPacker(o).pack(t).tokens_decided);
+  o.budgets = {4, 4096, 3968};  // the same pack passes on tiles (4 = Q_v)
+  CHECK_FALSE(IsfPacker(o).pack(t).tokens_decided);
 }

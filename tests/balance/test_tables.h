@@ -1,6 +1,9 @@
 // Shared helpers of the balance tests: synthetic length tables shaped like the InternVL-1.2
-// records (tiles 1/3/4/5, about 256 tokens per tile plus text), temporary files, Spearman.
+// records (tiles 1/3/4/5, about 256 tokens per tile plus text), temporary files, Spearman, and
+// the check that a packing is a partition of its samples.
 #pragma once
+
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -12,10 +15,22 @@
 #include <string>
 #include <vector>
 
+#include "balance/pack_list.h"
 #include "balance/sample_table.h"
 #include "core/rng.h"
 
 namespace omnibal::balance::testing {
+
+/// Every sample id in [0, samples) is in exactly one pack or in r.skipped, no pack is empty.
+inline void require_partition(const PackResult& r, size_t samples) {
+  std::vector<int> seen(samples, 0);
+  for (size_t p = 0; p < r.packs.size(); ++p) {
+    REQUIRE(r.packs.end(p) - r.packs.begin(p) >= 1);
+    for (const uint32_t* it = r.packs.begin(p); it != r.packs.end(p); ++it) ++seen.at(*it);
+  }
+  for (uint32_t id : r.skipped) ++seen.at(id);
+  for (size_t i = 0; i < samples; ++i) REQUIRE(seen[i] == 1);
+}
 
 /// `n` samples in `datasets` datasets; tiles from {1, 3, 4, 5}, tokens 256 * tiles + [20, 20 +
 /// text_max). Deterministic for `seed`.
