@@ -8,7 +8,7 @@ namespace omnibal::schedule {
 namespace {
 
 /// A posted send: what the receiver must name to match it.
-struct Message {
+struct PostedSend {
   Op op;  ///< SendActivation or SendGrad
   int micro_batch;
   int chunk;         ///< the sender's chunk
@@ -67,7 +67,7 @@ class Walker {
 
  private:
   int V() const { return static_cast<int>(P_) * v_; }
-  std::deque<Message>& channel(size_t src, size_t dst) { return channels_[src * P_ + dst]; }
+  std::deque<PostedSend>& channel(size_t src, size_t dst) { return channels_[src * P_ + dst]; }
 
   /// 1: executed, 0: blocked on a receive, -1: violation (message_ set).
   int step(size_t s) {
@@ -161,7 +161,7 @@ class Walker {
     const size_t src = static_cast<size_t>(from) % P_;
     auto& q = channel(src, s);
     if (q.empty()) return 0;
-    const Message& head = q.front();
+    const PostedSend& head = q.front();
     if (head.op != kind || head.micro_batch != ins.micro_batch ||
         head.chunk != from / static_cast<int>(P_)) {
       std::ostringstream os;
@@ -215,7 +215,7 @@ class Walker {
     for (size_t src = 0; src < P_; ++src)
       for (size_t dst = 0; dst < P_; ++dst)
         if (const auto& q = channel(src, dst); !q.empty()) {
-          const Message& h = q.front();
+          const PostedSend& h = q.front();
           report_.message = "stage " + std::to_string(src) + " sent a message nobody received (" +
                             to_string({h.op, h.micro_batch, h.chunk}) + " to stage " +
                             std::to_string(dst) + ")";
@@ -245,7 +245,7 @@ class Walker {
   size_t P_;
   int m_, v_;
   std::vector<StageState> states_;
-  std::vector<std::deque<Message>> channels_;  ///< [src * P + dst]: sends in posting order
+  std::vector<std::deque<PostedSend>> channels_;  ///< [src * P + dst]: sends in posting order
   ScheduleCheckReport report_;
   std::string message_;
 };

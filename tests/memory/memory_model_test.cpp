@@ -11,7 +11,7 @@ using partition::UnitKind;
 
 namespace {
 /// vit_embed (frozen), two ViT blocks, one LLM block; bytes chosen for easy arithmetic.
-partition::UnitCostTable table() {
+partition::UnitCostTable four_unit_table() {
   partition::UnitCostTable t;
   t.units = {{"vit_embed", UnitKind::VitEmbed, 0.1, 0.0, 100, 1000, false, 10},
              {"vit_block.0", UnitKind::VitBlock, 1.0, 2.0, 200, 2000, true, 20},
@@ -22,7 +22,7 @@ partition::UnitCostTable table() {
 }  // namespace
 
 TEST_CASE("memory model: hand-computed stage memory", "[memory]") {
-  const auto t = table();
+  const auto t = four_unit_table();
   const partition::Partition p{{2, 2}};
   memory::MemoryOptions o;
   o.dp = 4;

@@ -17,7 +17,7 @@ const std::vector<std::string> kNames = {"vit_embed",   "vit_block_0", "vit_bloc
                                          "llm_block_3", "llm_head"};
 
 /// The tiny chain with ViT blocks 10x as slow as everything else (balanced: [2, 8]).
-partition::UnitCostTable table() {
+partition::UnitCostTable tiny_table() {
   partition::UnitCostTable t;
   t.model = "tiny";
   t.source = "test";
@@ -48,7 +48,7 @@ memory::StagePlanRequest request(const std::string& partition, const std::string
 
 memory::PlanningInputs inputs() {
   memory::PlanningInputs in;
-  in.table = table();
+  in.table = tiny_table();
   in.options.stages = 2;
   in.options.micro_batches = 4;
   in.options.unit_names = kNames;

@@ -6,12 +6,13 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "mib.h"
 
+using omnibal::memory::testing::kMiB;
 using namespace omnibal;
 using partition::UnitKind;
 
 namespace {
-constexpr double kMiB = 1 << 20;
 
 /// A random chain: embed, ViT blocks, projector, LLM blocks, head; sizes in whole MiB.
 partition::UnitCostTable random_table(Rng& rng, int vit, int llm) {

@@ -6,7 +6,9 @@
 #include "memory/memory_model.h"
 #include "memory/recompute_planner.h"
 #include "memory/stage_plan.h"
+#include "mib.h"
 
+using omnibal::memory::testing::kMiB;
 using namespace omnibal;
 using memory::InFlightState;
 using memory::ScheduleLayout;
@@ -51,7 +53,6 @@ memory::MemoryOptions plain() {
   return o;
 }
 
-constexpr double kMiB = 1 << 20;
 
 memory::StagePlannerOptions planner(int P, int m, PipelineSchedule kind, int v = 1) {
   memory::StagePlannerOptions o;

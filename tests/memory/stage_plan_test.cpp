@@ -6,14 +6,15 @@
 #include "partition/analytic_cost_model.h"
 
 #include "core/error.h"
+#include "mib.h"
 #include <functional>
 
+using omnibal::memory::testing::kMiB;
 using namespace omnibal;
 using partition::Partition;
 using partition::UnitKind;
 
 namespace {
-constexpr double kMiB = 1 << 20;
 
 /// The tiny preset's chain (10 units) with ViT blocks 10x as slow as everything else: forward
 /// 1 s per unit except 10 s per ViT block, backward = 2 x forward. Stage sums (forward) of the
