@@ -152,6 +152,96 @@ void balance_rows(const PackList& packs, const std::vector<double>& seconds, int
   }
 }
 
+// Tiles, tokens and predicted seconds of one pack, the three dimensions placement by time
+// balances.
+using PackValues = std::array<double, 3>;
+
+// Sum and largest value per dimension of one step of m = 1 (one pack per rank), and its Dist
+// Ratio per dimension as balance_metrics.cpp computes it (counts: largest floored at 1).
+struct StepStats {
+  PackValues sum{}, max{}, dist{};
+  double n = 0;
+  void finish() {
+    for (int d = 0; d < 3; ++d) {
+      const double top = d < 2 ? std::max(max[d], 1.0) : max[d];
+      dist[d] = top > 0 ? (max[d] * n - sum[d]) / (top * n) : 0.0;
+    }
+  }
+};
+
+StepStats step_stats(const std::vector<uint32_t>& step, const std::vector<PackValues>& value) {
+  StepStats st;
+  st.n = static_cast<double>(step.size());
+  for (uint32_t p : step)
+    for (int d = 0; d < 3; ++d) {
+      st.sum[d] += value[p][d];
+      st.max[d] = std::max(st.max[d], value[p][d]);
+    }
+  st.finish();
+  return st;
+}
+
+// The stats of `step` with pack `out` replaced by `in` (O(1) unless `out` was a largest value).
+StepStats replaced(const StepStats& st, const std::vector<uint32_t>& step, uint32_t out,
+                   uint32_t in, const std::vector<PackValues>& value) {
+  StepStats r = st;
+  for (int d = 0; d < 3; ++d) {
+    r.sum[d] += value[in][d] - value[out][d];
+    if (value[in][d] >= st.max[d]) {
+      r.max[d] = value[in][d];
+    } else if (value[out][d] == st.max[d]) {  // the largest left: rescan the others
+      r.max[d] = value[in][d];
+      for (uint32_t p : step)
+        if (p != out) r.max[d] = std::max(r.max[d], value[p][d]);
+    }
+  }
+  r.finish();
+  return r;
+}
+
+// m = 1: swaps a pack of step s with one of step s + 1 (steps [begin, end) in cut order) when
+// that lowers the two steps' summed time Dist while the summed tile and token Dist Ratios of
+// all steps stay at or below where they started (a swap that raises one spends what earlier
+// swaps saved). First improvement, at most 16 passes. Moves between neighbours only, so steps
+// stay narrow in tokens; they gain packs of matching attention cost.
+void exchange_neighbours(const std::vector<PackValues>& value,
+                         std::vector<std::vector<uint32_t>>& steps, size_t begin, size_t end) {
+  if (end - begin < 2) return;
+  std::vector<StepStats> st(end - begin);
+  PackValues total{};
+  for (size_t s = begin; s < end; ++s) {
+    st[s - begin] = step_stats(steps[s], value);
+    for (int d = 0; d < 3; ++d) total[d] += st[s - begin].dist[d];
+  }
+  const PackValues start = total;
+  auto within = [&](int d, double change) {
+    return change <= 0 || total[d] + change <= start[d] * (1 - 1e-9);
+  };
+  for (int pass = 0; pass < 16; ++pass) {
+    bool improved = false;
+    for (size_t s = begin; s + 1 < end; ++s) {
+      auto& a = steps[s];
+      auto& b = steps[s + 1];
+      for (size_t i = 0; i < a.size(); ++i) {
+        for (size_t j = 0; j < b.size(); ++j) {
+          const StepStats na = replaced(st[s - begin], a, a[i], b[j], value);
+          const StepStats nb = replaced(st[s + 1 - begin], b, b[j], a[i], value);
+          PackValues change;
+          for (int d = 0; d < 3; ++d)
+            change[d] = na.dist[d] + nb.dist[d] - st[s - begin].dist[d] - st[s + 1 - begin].dist[d];
+          if (change[2] >= -1e-12 || !within(0, change[0]) || !within(1, change[1])) continue;
+          std::swap(a[i], b[j]);
+          st[s - begin] = na;
+          st[s + 1 - begin] = nb;
+          for (int d = 0; d < 3; ++d) total[d] += change[d];
+          improved = true;
+        }
+      }
+    }
+    if (!improved) break;
+  }
+}
+
 // How a candidate of placement by time cuts its steps.
 enum class Cut {
   kCount,      // sort_by_cost: placement by count itself
@@ -159,20 +249,33 @@ enum class Cut {
   kTime,       // (tiles, time, tokens)
 };
 
+// What a candidate of placement by time does after cutting: nothing, balance every step's rows
+// (m > 1), or exchange packs between neighbouring steps (m = 1).
+enum class Refine { kNone, kRows, kNeighbours };
+
 // One candidate of placement by time: each source's packs sorted for `cut` and cut into steps,
-// optionally with rows balanced, then the step order shuffled as by count (same Rng draws).
+// refined, then the step order shuffled as by count (same Rng draws).
 StepPlan time_candidate(const PackList& packs, std::vector<std::vector<uint32_t>> by_source, int dp,
                         int m, uint64_t seed, const std::vector<double>& seconds, Cut cut,
-                        bool rows) {
+                        Refine refine) {
   Rng rng(seed ^ kPlacementSeed);
   std::vector<std::vector<uint32_t>> steps;
   std::vector<uint32_t> carried;
+  std::vector<PackValues> value;
+  if (refine == Refine::kNeighbours) {
+    value.resize(packs.size());
+    for (size_t p = 0; p < packs.size(); ++p)
+      value[p] = {static_cast<double>(packs.cost(p, kTiles)),
+                  static_cast<double>(packs.cost(p, kTokens)), seconds[p]};
+  }
   for (auto& ids : by_source) {
     if (cut == Cut::kCount) sort_by_cost(packs, ids);
     else sort_for_time(packs, seconds, cut == Cut::kTime, ids);
+    const size_t first = steps.size();
     cut_steps(ids, dp, m, rng, steps, carried);
+    if (refine == Refine::kNeighbours) exchange_neighbours(value, steps, first, steps.size());
   }
-  if (rows)
+  if (refine == Refine::kRows)
     for (auto& step : steps) balance_rows(packs, seconds, dp, m, step);
   return finish(steps, std::move(carried), dp, m, rng);
 }
@@ -190,15 +293,20 @@ StepPlan place_by_time(const PackList& packs, const std::vector<std::vector<uint
     const char* name;
   };
   std::vector<Candidate> c;
-  auto add = [&](Cut cut, bool rows, const char* name) {
-    StepPlan plan = time_candidate(packs, by_source, dp, m, seed, seconds, cut, rows);
+  auto add = [&](Cut cut, Refine refine, const char* name) {
+    StepPlan plan = time_candidate(packs, by_source, dp, m, seed, seconds, cut, refine);
     const BalanceMetrics metrics = compute_metrics(packs, plan, {0, 0}, 0, &time);
     c.push_back({std::move(plan), metrics, name});
   };
-  add(Cut::kCount, false, "steps as by count");
-  add(Cut::kCountTime, false, "count-cut steps, ties by time");
-  if (m > 1) add(Cut::kCountTime, true, "count-cut steps, rows balanced");
-  add(Cut::kTime, m > 1, m > 1 ? "time-cut steps, rows balanced" : "time-cut steps");
+  add(Cut::kCount, Refine::kNone, "steps as by count");
+  add(Cut::kCountTime, Refine::kNone, "count-cut steps, ties by time");
+  if (m > 1) {
+    add(Cut::kCountTime, Refine::kRows, "count-cut steps, rows balanced");
+    add(Cut::kTime, Refine::kRows, "time-cut steps, rows balanced");
+  } else {
+    add(Cut::kCountTime, Refine::kNeighbours, "count-cut steps, neighbours exchanged");
+    add(Cut::kTime, Refine::kNone, "time-cut steps");
+  }
   auto worst = [](const BalanceMetrics& x) {
     return std::max(x.cost_dist_ratio_dp, x.cost_dist_ratio_mb);
   };

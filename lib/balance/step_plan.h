@@ -15,13 +15,15 @@
 // Placement by time (balance.place_by: time, a pack time model, pack_time_model.h) keeps the
 // packs and changes which step, rank and micro-batch each one gets. Count Dist Ratios must not
 // get worse, and on the shared files sorting by time alone does make them worse (it mixes token
-// counts that the sort by tokens kept apart: LLM Dist 0.0045 instead of 0.0001 at DP 8), so it
+// counts that the sort by tokens kept apart: LLM Dist 0.0045 instead of 0.00012 at DP 8), so it
 // chooses among candidates, all with tiles as the first sort key (every step holds the same
 // tile counts as by count):
 //   0  placement by count itself;
 //   A  steps cut in (tiles, tokens) order with ties broken by predicted time (the same count
 //      Dist Ratios as 0);
-//   B  A with each step's rows balanced (m > 1): packs swapped between ranks within a row (the
+//   B  m = 1: A with packs exchanged between neighbouring steps while that lowers the time Dist
+//      of the two steps and the summed tile and token Dist Ratios stay at or below A's;
+//      m > 1: A with each step's rows balanced: packs swapped between ranks within a row (the
 //      dp packs that are micro-batch k of the ranks) while that lowers the spread of the rank
 //      sums of tiles, tokens and predicted seconds;
 //   C  steps cut in (tiles, predicted time) order, rows balanced as in B when m > 1.
