@@ -36,13 +36,14 @@ PackTimeModel internvl_6b_20b_a100() {
 
 TEST_CASE("real data: placement by time, Cost Dist <= 0.002 and count Dist no worse",
           "[balance][real-data]") {
-  // Measured (searched budgets 20/5888/5760 at every grid point), by count -> by time:
-  //              Cost Dist ranks     Cost Dist micro-batches   LLM Dist
-  //   DP 8 m 1   0.00139 -> 0.00129  0 -> 0                    0.00012 -> 0.00012
-  //   DP 8 m 8   0.00075 -> 0.00069  0.00179 -> 0.00176        0.00006 -> 0.00006
-  //   DP 32 m 1  0.00168 -> 0.00164  0 -> 0                    0.00078 -> 0.00078
-  //   DP 32 m 8  0.00102 -> 0.00011  0.00251 -> 0.00151        0.00037 -> 0.00023
-  // ViT Dist is unchanged at every point (tiles stay the first sort key).
+  // Measured, budgets searched at each point, by count -> by time:
+  //              budgets  Cost Dist ranks     Cost Dist micro-batches  LLM Dist
+  //   DP 8 m 1   20/5888  0.00139 -> 0.00095  0 -> 0                   0.00012 -> 0.00012
+  //   DP 8 m 8   20/5888  0.00075 -> 0.00069  0.00179 -> 0.00176       0.00006 -> 0.00006
+  //   DP 32 m 1  20/7680  0.00209 -> 0.00198  0 -> 0                   0.00091 -> 0.00091
+  //   DP 32 m 8  20/6912  0.00111 -> 0.00005  0.00296 -> 0.00189       0.00007 -> 0.00005
+  // ViT Dist is unchanged at every point (tiles stay the first sort key). DP 32 m 1 passes by
+  // 1 %: a change to the search or the packer may need the placement to do better there.
   const int dp = GENERATE(8, 32);
   const int m = GENERATE(1, 8);
   const SampleTable t = shared_table();
