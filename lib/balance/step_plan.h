@@ -29,7 +29,8 @@
 //   C  steps cut in (tiles, predicted time) order, rows balanced as in B when m > 1.
 // It keeps the candidate with the smallest larger Cost Dist Ratio (across ranks, across a rank's
 // micro-batches; balance_metrics.h) among those whose ViT and LLM Dist Ratios are no worse than
-// those of 0, so it is never worse than placement by count on any of the four ratios. Every
+// those of 0, so it is never worse than placement by count on the count Dist Ratios nor on the
+// larger Cost Dist Ratio (the smaller one may rise). Every
 // candidate deals a step's rows so that micro-batch k of every rank comes from the same row
 // (DP ranks run matched sequences of micro-batches, not only equal sums), and the step order is
 // shuffled as by count (no length curriculum).
