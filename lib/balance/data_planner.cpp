@@ -196,7 +196,7 @@ MethodResult plan_method(const SampleTable& table, Method method, const PlannerO
   OMNIBAL_CHECK(o.place_by == PlaceBy::kCount || o.time_model,
                 "balance.place_by: time needs a pack time model (omnibal-plan data: --cost-preset ",
                 "or --cost-table-in; the trainer does not build one yet, use count)");
-  if (o.time_model) o.time_model->validate("pack time model");
+  if (o.time_model) o.time_model->validate("plan_method");
   MethodResult out;
   out.method = method;
   const auto t0 = std::chrono::steady_clock::now();

@@ -235,5 +235,5 @@ TEST_CASE("placement by time needs a time model", "[balance][placement]") {
                     Catch::Contains("balance.place_by: time needs a pack time model"));
   o.time_model = PackTimeModel{};  // all zero: cannot rank packs
   CHECK_THROWS_WITH(plan_method(synthetic_table(500, 2), Method::kIsf, o),
-                    Catch::Contains("pack time model: pack time model has no positive load"));
+                    Catch::Contains("plan_method: the pack time model has no positive load"));
 }
