@@ -1,6 +1,7 @@
 #include "balance/balance_metrics.h"
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -19,7 +20,42 @@ double dist_ratio(const int64_t* loads, size_t n) {
          (top * static_cast<double>(n));
 }
 
+double time_dist_ratio(const double* seconds, size_t n) {
+  if (n == 0) return 0.0;
+  double mx = seconds[0], sum = 0;
+  for (size_t j = 0; j < n; ++j) {
+    mx = std::max(mx, seconds[j]);
+    sum += seconds[j];
+  }
+  if (mx <= 0) return 0.0;
+  return (mx * static_cast<double>(n) - sum) / (mx * static_cast<double>(n));
+}
+
 namespace {
+
+// The Cost Dist Ratios and the mean slowest-rank seconds of the plan's full steps.
+void time_dist(const PackList& packs, const StepPlan& plan, const PackTimeModel& time,
+               BalanceMetrics& out) {
+  const std::vector<double> t = pack_seconds(time, packs);
+  const size_t steps = plan.steps();
+  const int m = plan.micro_batches;
+  std::vector<double> rank_s(plan.dp), micro_s(m);
+  double dp_sum = 0, mb_sum = 0, step_sum = 0;
+  for (size_t s = 0; s < steps; ++s) {
+    for (int r = 0; r < plan.dp; ++r) {
+      for (int k = 0; k < m; ++k) micro_s[k] = t[plan.pack(s, r, k)];
+      rank_s[r] = std::accumulate(micro_s.begin(), micro_s.end(), 0.0);
+      mb_sum += time_dist_ratio(micro_s.data(), micro_s.size());
+    }
+    dp_sum += time_dist_ratio(rank_s.data(), rank_s.size());
+    step_sum += *std::max_element(rank_s.begin(), rank_s.end());
+  }
+  out.has_time = true;
+  if (steps == 0) return;
+  out.cost_dist_ratio_dp = dp_sum / static_cast<double>(steps);
+  out.cost_dist_ratio_mb = mb_sum / (static_cast<double>(steps) * plan.dp);
+  out.step_seconds = step_sum / static_cast<double>(steps);
+}
 
 // Mean Dist Ratio over the plan's full steps, per dimension.
 std::array<double, kLoadDims> mean_dist(const PackList& packs, const StepPlan& plan) {
@@ -43,7 +79,8 @@ std::array<double, kLoadDims> mean_dist(const PackList& packs, const StepPlan& p
 }  // namespace
 
 BalanceMetrics compute_metrics(const PackList& packs, const StepPlan& plan,
-                               const std::array<int64_t, kLoadDims>& budget, int64_t skipped) {
+                               const std::array<int64_t, kLoadDims>& budget, int64_t skipped,
+                               const PackTimeModel* time) {
   OMNIBAL_CHECK(plan.slots.size() + plan.carried.size() == packs.size(), "compute_metrics: plan ",
                 "places ", plan.slots.size() + plan.carried.size(), " packs, the list has ",
                 packs.size());
@@ -63,6 +100,7 @@ BalanceMetrics compute_metrics(const PackList& packs, const StepPlan& plan,
     m.max_tiles = std::max(m.max_tiles, packs.cost(p, kTiles));
     m.max_tokens = std::max(m.max_tokens, packs.cost(p, kTokens));
   }
+  m.has_time = time != nullptr;
   if (packs.size() == 0) return m;
   m.samples_per_pack = static_cast<double>(m.samples) / static_cast<double>(m.packs);
   m.pad_ratio = padded_total > 0 ? pad / padded_total : 0.0;
@@ -77,6 +115,7 @@ BalanceMetrics compute_metrics(const PackList& packs, const StepPlan& plan,
   }
   m.tile_fill = fill[kTiles];
   m.token_fill = fill[kTokens];
+  if (time) time_dist(packs, plan, *time, m);
   return m;
 }
 

@@ -9,6 +9,12 @@
 //  - tile fill / token fill: mean pack load (real tiles, real tokens) over the pack budget; a
 //    method without a budget in a dimension uses its largest pack cost as the budget (what a
 //    device must be provisioned for).
+//  - Cost Dist Ratio (only with a pack time model, pack_time_model.h): the Dist Ratio of
+//    predicted seconds instead of counts, at two levels. Across DP ranks: at each full step,
+//    rank j's time is the sum of its m packs' predicted seconds, Dist over the dp ranks,
+//    averaged over steps (what DP ranks wait for at the gradient reduction). Across
+//    micro-batches: Dist over the m pack times of one rank, averaged over ranks and steps (what
+//    makes pipeline stages wait for each other inside a step); 0 when m = 1.
 // Carried packs count in packs, samples and Pad Ratio but not in Dist Ratio (they fill no step).
 #pragma once
 
@@ -16,6 +22,7 @@
 #include <cstdint>
 
 #include "balance/pack_list.h"
+#include "balance/pack_time_model.h"
 #include "balance/step_plan.h"
 
 namespace omnibal::balance {
@@ -36,14 +43,25 @@ struct BalanceMetrics {
   int64_t steps = 0;            ///< full steps of dp * m packs
   int64_t carried_packs = 0;    ///< epoch tail carried into the next epoch
   int64_t carried_samples = 0;
+  bool has_time = false;          ///< true when computed with a pack time model (below are set)
+  double cost_dist_ratio_dp = 0;  ///< Dist Ratio of predicted rank seconds per step, over ranks
+  double cost_dist_ratio_mb = 0;  ///< Dist Ratio of predicted pack seconds over a rank's m packs
+  double step_seconds = 0;        ///< predicted seconds of a step's slowest rank (sum of its m
+                                  ///< packs, no pipeline), mean over full steps
 };
 
 /// Computes the metrics of `plan` over `packs`. `budget` holds the per-dimension pack budget
-/// (0 = none: use the largest pack cost); `skipped` is added to the skip count as is.
+/// (0 = none: use the largest pack cost); `skipped` is added to the skip count as is. With
+/// `time` (not null) the Cost Dist Ratios and step_seconds are computed too (has_time = true).
+/// Throws omnibal::Error when the plan does not place exactly the packs of the list.
 BalanceMetrics compute_metrics(const PackList& packs, const StepPlan& plan,
-                               const std::array<int64_t, kLoadDims>& budget, int64_t skipped);
+                               const std::array<int64_t, kLoadDims>& budget, int64_t skipped,
+                               const PackTimeModel* time = nullptr);
 
 /// Dist Ratio of one set of per-rank loads: sum_j (max - T_j) / (max(max, 1) * n); 0 if empty.
 double dist_ratio(const int64_t* loads, size_t n);
+/// Dist Ratio of predicted seconds: sum_j (max - t_j) / (max * n); 0 if empty or when the
+/// largest time is not positive.
+double time_dist_ratio(const double* seconds, size_t n);
 
 }  // namespace omnibal::balance

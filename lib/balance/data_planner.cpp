@@ -113,10 +113,12 @@ void merge_carry_in(const SampleTable& table, const PackList& carry_in, MethodRe
 void place(Method method, const PlannerOptions& o, const std::vector<uint32_t>& pack_source,
            MethodResult& out) {
   const PackList& packs = out.packing.packs;
+  const PackTimeModel* time = o.place_by == PlaceBy::kTime ? &*o.time_model : nullptr;
   if (method == Method::kIsf) {
-    out.plan = place_load_grouped(packs, o.dp, o.micro_batches, o.seed);
+    out.plan = place_load_grouped(packs, o.dp, o.micro_batches, o.seed, time, &out.placement);
   } else if (method == Method::kMultiSource) {
-    out.plan = place_by_source(packs, pack_source, o.dp, o.micro_batches, o.seed);
+    out.plan =
+        place_by_source(packs, pack_source, o.dp, o.micro_batches, o.seed, time, &out.placement);
   } else if (method == Method::kIsfRandomPlacement) {  // the reference: random order, cut
     std::vector<uint32_t> order(packs.size());
     std::iota(order.begin(), order.end(), 0u);
@@ -160,6 +162,7 @@ PlannerOptions planner_options(const ParallelConfig& parallel, const BalanceConf
   o.iterations = balance.iterations;
   o.seed = balance.seed;
   o.on_bad_sample = data.on_bad_sample;
+  o.place_by = balance.place_by;
   return o;
 }
 
@@ -190,6 +193,10 @@ MethodResult plan_method(const SampleTable& table, Method method, const PlannerO
   OMNIBAL_CHECK(table.size() > 0, "plan_method: no samples to plan (all records failed or empty)");
   if (!budgets_unset(o.budgets)) o.budgets.validate();
   check_token_cap(o);
+  OMNIBAL_CHECK(o.place_by == PlaceBy::kCount || o.time_model,
+                "balance.place_by: time needs a pack time model (omnibal-plan data: --cost-preset ",
+                "or --cost-table-in; the trainer does not build one yet, use count)");
+  if (o.time_model) o.time_model->validate("plan_method");
   MethodResult out;
   out.method = method;
   const auto t0 = std::chrono::steady_clock::now();
@@ -202,7 +209,8 @@ MethodResult plan_method(const SampleTable& table, Method method, const PlannerO
   const int64_t skipped = static_cast<int64_t>(out.packing.skipped.size()) + table.failed_stats();
   std::array<int64_t, kLoadDims> budget{out.budgets.q_vit, out.budgets.q_tok};
   if (method == Method::kMultiSource) budget = {0, 0};  // per-source budgets: fill vs largest
-  out.metrics = compute_metrics(out.packing.packs, out.plan, budget, skipped);
+  out.metrics = compute_metrics(out.packing.packs, out.plan, budget, skipped,
+                                o.time_model ? &*o.time_model : nullptr);
   out.place_seconds = seconds_since(t1);
   out.seconds = out.pack_seconds + out.place_seconds;
   return out;

@@ -16,6 +16,10 @@
 // runs every pack as one sequence, so no method may build a pack over it. The search clamps
 // Q_t to it, an explicit Q_t over it is refused, best-fit's budget is clamped to it and the
 // random / length-grouped packers close a pack before it would exceed it.
+// Placement by time (PlannerOptions::place_by = kTime, balance.place_by: time): isf and
+// multi-source sort packs by the predicted seconds of PlannerOptions::time_model instead of by
+// tokens (step_plan.h); the other methods keep their own order. Whenever a time model is given,
+// the metrics carry the Cost Dist Ratios (balance_metrics.h).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,7 @@
 #include "balance/budget_search.h"
 #include "balance/isf_packer.h"
 #include "balance/pack_list.h"
+#include "balance/pack_time_model.h"
 #include "balance/step_plan.h"
 #include "core/config.h"
 
@@ -55,6 +60,11 @@ struct PlannerOptions {
   OnBadSample on_bad_sample = OnBadSample::kError;
   int64_t max_seq_len = 0;         ///< tokens: cap of every pack (llm.max_seq_len); 0 = no cap
   std::string max_seq_len_origin;  ///< where the cap came from, for messages ("preset tiny")
+  /// balance.place_by: what isf and multi-source placement balance; kTime needs time_model.
+  PlaceBy place_by = PlaceBy::kCount;
+  /// Predicted seconds per pack (pack_time_model.h): the key of placement by time, and the
+  /// Cost Dist Ratios of the metrics. Not in the config: callers that have a cost model set it.
+  std::optional<PackTimeModel> time_model;
 };
 
 /// Throws omnibal::Error when explicit budgets exceed the token cap:
@@ -73,11 +83,12 @@ struct MethodResult {
   double pack_seconds = 0;    ///< packing alone
   double place_seconds = 0;   ///< placement + metrics
   double search_seconds = 0;  ///< budget search run inside plan_method, if any
+  std::string placement;      ///< isf / multi-source: what placement kept (step_plan.h's note)
   std::optional<SearchResult> search;
 };
 
 /// Planner options from the run configuration (parallel.dp, parallel.micro_batches,
-/// balance.*, data.on_bad_sample); Q'_t defaults to Q_t - 128 when only Q_t is set. The token
+/// balance.* including place_by, data.on_bad_sample); Q'_t defaults to Q_t - 128 when only Q_t is set. The token
 /// cap is not in the config: callers that know the model set max_seq_len.
 PlannerOptions planner_options(const ParallelConfig& parallel, const BalanceConfig& balance,
                                const DataConfig& data);
@@ -93,8 +104,9 @@ bool budgets_unset(const IsfBudgets& b);
 /// `carry_in` (optional) holds the previous epoch's tail (carried_packs of its result, same
 /// table and method): those packs are placed with this epoch's packs (first, for the
 /// in-order baselines), so over epochs nothing is dropped. Use seed + epoch per epoch.
-/// Throws omnibal::Error on invalid options, budgets over the token cap (check_token_cap) or
-/// (on_bad_sample = error) a sample over a budget or the cap.
+/// Throws omnibal::Error on invalid options, budgets over the token cap (check_token_cap),
+/// place_by = kTime without a time model, or (on_bad_sample = error) a sample over a budget or
+/// the cap.
 MethodResult plan_method(const SampleTable& table, Method method, const PlannerOptions& options,
                          const PackList* carry_in = nullptr);
 

@@ -14,6 +14,12 @@ EpochPlanner::EpochPlanner(const SampleTable& table, Method method, const Planne
   OMNIBAL_CHECK(dp_ >= 1 && micro_batches_ >= 1, "EpochPlanner: dp and m must be >= 1, got dp ",
                 dp_, " and m ", micro_batches_);
   check_token_cap(options);  // refuse at start-up, before any epoch is planned
+  // Placement by time chooses its candidate on the Dist Ratios of the real dp x m grid; planned
+  // here as one rank of dp * m packs it would choose on the wrong grid.
+  OMNIBAL_CHECK(options.place_by == PlaceBy::kCount,
+                "balance.place_by: time is not supported by the trainer yet (it builds no pack ",
+                "time model, and its epoch planner plans a step as one rank of dp * m packs); use ",
+                "count, or omnibal-plan data --place-by time");
   options_.dp = 1;
   options_.micro_batches = dp_ * micro_batches_;
 }

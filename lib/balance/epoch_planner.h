@@ -25,7 +25,8 @@ struct DataPosition {
 class EpochPlanner {
  public:
   /// `table` must outlive the planner. `options.dp` and `options.micro_batches` are the run's
-  /// DP size and m. Throws omnibal::Error when dp or m < 1.
+  /// DP size and m. Throws omnibal::Error when dp or m < 1, explicit budgets exceed the token
+  /// cap, or options.place_by is kTime (not supported here yet).
   EpochPlanner(const SampleTable& table, Method method, const PlannerOptions& options);
 
   /// (epoch, step in epoch) of 0-based global step `step`; plans epochs as needed. Throws

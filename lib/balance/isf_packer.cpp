@@ -79,6 +79,7 @@ int64_t group_round(std::vector<Item>& pool, uint64_t seed, const Caps& caps, co
       start = i;
     }
     for (int d = 0; d < kLoadDims; ++d) open.sum[d] += v[d];
+    open.sum_sq_tokens += static_cast<int64_t>(v[kTokens]) * v[kTokens];
     open.max_tokens = std::max(open.max_tokens, v[kTokens]);
     ++open.count;
   }

@@ -22,9 +22,10 @@ namespace omnibal::balance {
 /// How a pack's members are laid out on the device (decides the LLM cost and the padding).
 enum class PackLayout { kConcatenated, kPadded };
 
-/// Summed load of one pack, plus what padding needs.
+/// Summed load of one pack, plus what padding and attention cost need.
 struct PackLoad {
   std::array<int64_t, kLoadDims> sum{};  ///< sum of member loads (tiles, tokens)
+  int64_t sum_sq_tokens = 0;             ///< sum of squared member token lengths (tokens^2)
   int32_t max_tokens = 0;                ///< longest member in tokens
   int32_t count = 0;                     ///< members
 };
@@ -51,6 +52,15 @@ class PackList {
     if (d == kTokens && layout_ == PackLayout::kPadded)
       return static_cast<int64_t>(l.max_tokens) * l.count;
     return l.sum[d];
+  }
+  /// Sum over the sequences of pack p of their squared length (tokens^2), what causal
+  /// attention costs: each member's own length when concatenated (variable-length attention),
+  /// the padded length max_tokens for every member when padded.
+  int64_t token_sq_cost(size_t p) const {
+    const PackLoad& l = load_[p];
+    if (layout_ == PackLayout::kPadded)
+      return static_cast<int64_t>(l.max_tokens) * l.max_tokens * l.count;
+    return l.sum_sq_tokens;
   }
   /// Padding tokens of pack p (0 when concatenated).
   int64_t pad_tokens(size_t p) const { return cost(p, kTokens) - load_[p].sum[kTokens]; }

@@ -66,20 +66,26 @@ const Json& key(const Json& doc, const char* k, const std::string& path) {
 }  // namespace
 
 nlohmann::json metrics_json(const BalanceMetrics& m) {
-  return {{"pad_ratio", m.pad_ratio},
-          {"dist_ratio_vit", m.dist_ratio_vit},
-          {"dist_ratio_llm", m.dist_ratio_llm},
-          {"tile_fill", m.tile_fill},
-          {"token_fill", m.token_fill},
-          {"packs", m.packs},
-          {"samples", m.samples},
-          {"samples_per_pack", m.samples_per_pack},
-          {"max_tiles", m.max_tiles},
-          {"max_tokens", m.max_tokens},
-          {"skipped", m.skipped},
-          {"steps", m.steps},
-          {"carried_packs", m.carried_packs},
-          {"carried_samples", m.carried_samples}};
+  Json j = {{"pad_ratio", m.pad_ratio},
+            {"dist_ratio_vit", m.dist_ratio_vit},
+            {"dist_ratio_llm", m.dist_ratio_llm},
+            {"tile_fill", m.tile_fill},
+            {"token_fill", m.token_fill},
+            {"packs", m.packs},
+            {"samples", m.samples},
+            {"samples_per_pack", m.samples_per_pack},
+            {"max_tiles", m.max_tiles},
+            {"max_tokens", m.max_tokens},
+            {"skipped", m.skipped},
+            {"steps", m.steps},
+            {"carried_packs", m.carried_packs},
+            {"carried_samples", m.carried_samples}};
+  if (m.has_time) {
+    j["cost_dist_ratio_dp"] = m.cost_dist_ratio_dp;
+    j["cost_dist_ratio_mb"] = m.cost_dist_ratio_mb;
+    j["step_seconds"] = m.step_seconds;
+  }
+  return j;
 }
 
 uint64_t plan_hash(const SampleTable& table, const PackList& packs, const StepPlan& plan) {

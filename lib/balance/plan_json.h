@@ -35,7 +35,8 @@ struct SampleRef {
 };
 
 /// The metrics of a plan as the JSON object of its file's "metrics" and of `omnibal-plan data
-/// --json` (keys as BalanceMetrics' fields).
+/// --json` (keys as BalanceMetrics' fields; cost_dist_ratio_dp, cost_dist_ratio_mb and
+/// step_seconds only when the metrics were computed with a pack time model).
 nlohmann::json metrics_json(const BalanceMetrics& m);
 
 /// A data plan as read back from its file.

@@ -39,6 +39,11 @@ enum class BalanceMethod {
   kBestFit
 };
 
+/// `balance.place_by`: what placement balances when it deals packs into steps, DP ranks and
+/// micro-batches (lib/balance/step_plan.h). kCount: tiles, then tokens; kTime: predicted seconds
+/// of a pack time model (lib/balance/pack_time_model.h), tiles first.
+enum class PlaceBy { kCount, kTime };
+
 /// `data.on_bad_sample`: a sample that cannot be read, tokenized or packed stops the run (kError)
 /// or is left out and counted (kSkip).
 enum class OnBadSample { kError, kSkip };
@@ -100,6 +105,11 @@ template <> struct Choices<BalanceMethod> {
        {BalanceMethod::kMultiSource, "multi-source"},
        {BalanceMethod::kIsfRandomPlacement, "isf-random-placement"}}};
   static constexpr std::size_t parsed = 5;  ///< isf-random-placement: omnibal-plan data only
+};
+template <> struct Choices<PlaceBy> {
+  static constexpr std::array<std::pair<PlaceBy, std::string_view>, 2> names{
+      {{PlaceBy::kCount, "count"}, {PlaceBy::kTime, "time"}}};
+  static constexpr std::size_t parsed = 2;
 };
 template <> struct Choices<OnBadSample> {
   static constexpr std::array<std::pair<OnBadSample, std::string_view>, 2> names{

@@ -73,6 +73,9 @@ struct BalanceConfig {
   int64_t q_tok_thresh = 0;  ///< Q'_t: token acceptance threshold (0 = search / Q_t - 128)
   int iterations = 50;       ///< T: ISF sampling-and-filtering rounds
   uint64_t seed = 1024;
+  /// count | time: what placement balances (time needs a pack time model; the trainer does not
+  /// read this key yet and places by count).
+  PlaceBy place_by = PlaceBy::kCount;
   template <class V> void visit_fields(V& v) {
     v("method", method);
     v("samples_per_pack", samples_per_pack);
@@ -81,6 +84,7 @@ struct BalanceConfig {
     v("q_tok_thresh", q_tok_thresh);
     v("iterations", iterations);
     v("seed", seed);
+    v("place_by", place_by);
   }
   void validate(const std::string& where) const;
 };

@@ -214,7 +214,7 @@ UnitCostTable AnalyticCostModel::costs(const MicroBatchLoad& load) const {
   t.model = preset_.name;
   t.source = "analytic:" + device_.name;
   t.tp = tp_;
-  t.load = {load.tiles(), load.computed_tokens(), load.samples()};
+  t.load = {load.tiles(), load.computed_tokens(), load.samples(), load.attention_square_sum()};
   t.units.reserve(num_units());
   for (int u = 0; u < num_units(); ++u) t.units.push_back(unit_cost(u, load));
   return t;

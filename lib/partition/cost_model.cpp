@@ -28,7 +28,7 @@ UnitCostTable ScaledTableCostModel::costs(const MicroBatchLoad& load) const {
     u.tp_all_reduce.forward_bytes *= f;  // every TP buffer is [tokens, ...]; calls stay
     u.tp_all_reduce.backward_bytes *= f;
   }
-  t.load = {load.tiles(), load.computed_tokens(), load.samples()};
+  t.load = {load.tiles(), load.computed_tokens(), load.samples(), load.attention_square_sum()};
   return t;
 }
 

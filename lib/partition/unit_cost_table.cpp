@@ -72,6 +72,7 @@ std::string unit_cost_table_json(const UnitCostTable& table) {
   j["load"] = {{"tiles", table.load.tiles},
                {"tokens", table.load.tokens},
                {"samples", table.load.samples}};
+  if (table.load.token_sq_sum > 0) j["load"]["token_sq_sum"] = table.load.token_sq_sum;
   j["units"] = nlohmann::json::array();
   for (const auto& u : table.units) {
     nlohmann::json unit = {{"name", u.name},
@@ -113,6 +114,8 @@ UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& 
   t.load.tiles = field<int64_t>(load, "tiles", origin + ": load");
   t.load.tokens = field<int64_t>(load, "tokens", origin + ": load");
   t.load.samples = field<int64_t>(load, "samples", origin + ": load");
+  if (load.contains("token_sq_sum"))
+    t.load.token_sq_sum = non_negative(load, "token_sq_sum", origin + ": load");
   const auto units = field<nlohmann::json>(j, "units", origin);
   OMNIBAL_CHECK(units.is_array() && !units.empty(), origin, ": 'units' must be a non-empty array");
   for (size_t i = 0; i < units.size(); ++i) {

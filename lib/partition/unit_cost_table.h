@@ -5,7 +5,7 @@
 // it from measurements, analytic_cost_model.h writes it from FLOPs and bytes, and the partition
 // and memory planners read it. JSON format (all numbers per micro-batch of `load`):
 //   {"format": "omnibal.unit_costs.v1", "model": "<preset>", "source": "analytic:a100-80g",
-//    "tp": 2, "load": {"tiles": 20, "tokens": 6656, "samples": 5},
+//    "tp": 2, "load": {"tiles": 20, "tokens": 6656, "samples": 5, "token_sq_sum": 9.1e6},
 //    "units": [{"name": "vit_block.0", "kind": "vit_block", "forward_s": 0.05,
 //               "backward_s": 0.1, "activation_bytes": 1.3e9, "parameter_bytes": 2.5e8,
 //               "trainable": true, "output_bytes": 1.3e8,
@@ -17,7 +17,8 @@
 // forward_s / backward_s are compute only, without the TP all-reduces: those are the
 // `tp_all_reduce` volumes, which the simulator and the partition search turn into seconds on
 // the TP link (so a measured link can replace the analytic one). "tp" and "tp_all_reduce" are
-// optional on read (tp 1, no all-reduces: tables written before TP).
+// optional on read (tp 1, no all-reduces: tables written before TP); so is "token_sq_sum" (the
+// load's sum of squared sequence lengths, 0 when absent).
 // The split backward of ZB-H1 (schedule/schedules.h): "backward_weight_s" is W's share of
 // backward_s (the weight-gradient GEMMs; recomputation excluded), "weight_grad_bytes" what a
 // deferred W keeps per micro-batch from its B to its W (each linear's input and the gradient of
@@ -95,6 +96,10 @@ struct TableLoad {
   int64_t tiles = 0;
   int64_t tokens = 0;
   int64_t samples = 0;
+  /// Sum over the load's attention sequences of their squared length (tokens^2), what causal
+  /// attention costs; 0 = not recorded (optional "token_sq_sum" in JSON; the analytic model
+  /// writes it, profiled tables so far do not). The pack time fit needs it for its attention term.
+  double token_sq_sum = 0;
 };
 
 /// The cost table of the whole chain for one micro-batch load.

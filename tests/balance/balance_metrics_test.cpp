@@ -86,3 +86,46 @@ TEST_CASE("metrics reject a plan of another pack list", "[balance][metrics]") {
   Fixture f(PackLayout::kConcatenated);
   CHECK_THROWS(compute_metrics(f.packs, place_in_order(4, 2, 1), {0, 0}, 0));
 }
+
+TEST_CASE("time_dist_ratio follows sum_j (max - t_j) / (max * N)", "[balance][metrics]") {
+  const double a[] = {1.0, 0.8, 0.6};
+  CHECK(time_dist_ratio(a, 3) == Approx(0.6 / 3.0));
+  const double zeros[] = {0.0, 0.0};
+  CHECK(time_dist_ratio(zeros, 2) == 0.0);
+  CHECK(time_dist_ratio(nullptr, 0) == 0.0);
+}
+
+TEST_CASE("Cost Dist Ratios of concatenated packs, hand computed", "[balance][metrics]") {
+  Fixture f(PackLayout::kConcatenated);
+  // t = 1 s + 0.01 s/token: A 2.6, B 1.5, C 2.6, D 1.6, E 1.7 (tokens 160, 50, 160, 60, 70).
+  PackTimeModel time;
+  time.fixed_s = 1.0;
+  time.per_token_s = 0.01;
+  const BalanceMetrics none = compute_metrics(f.packs, place_in_order(5, 2, 1), {0, 0}, 0);
+  CHECK_FALSE(none.has_time);
+  // m = 1, steps {A, B} {C, D}: only the DP level; the micro-batch level is 0.
+  const BalanceMetrics m1 = compute_metrics(f.packs, place_in_order(5, 2, 1), {0, 0}, 0, &time);
+  CHECK(m1.has_time);
+  CHECK(m1.cost_dist_ratio_dp == Approx((1.1 / 5.2 + 1.0 / 5.2) / 2));
+  CHECK(m1.cost_dist_ratio_mb == 0.0);
+  CHECK(m1.step_seconds == Approx(2.6));
+  // dp 1, m 2: one step, rank 0 runs {A, B} (A + B = 4.1 s): Dist over its two packs.
+  const BalanceMetrics m2 = compute_metrics(f.packs, place_in_order(5, 1, 2), {0, 0}, 0, &time);
+  CHECK(m2.steps == 2);
+  CHECK(m2.cost_dist_ratio_dp == 0.0);
+  CHECK(m2.cost_dist_ratio_mb == Approx((1.1 / 5.2 + 1.0 / 5.2) / 2));
+  CHECK(m2.step_seconds == Approx((4.1 + 4.2) / 2));
+}
+
+TEST_CASE("Cost Dist Ratios use the attention term of each layout", "[balance][metrics]") {
+  // Only the squared-length term: A holds members of 100 and 60 tokens, B one of 50.
+  PackTimeModel time;
+  time.per_token_sq_s = 1e-4;
+  Fixture cat(PackLayout::kConcatenated), pad(PackLayout::kPadded);
+  CHECK(time.pack_seconds(cat.packs, 0) == Approx(1.36));  // (100^2 + 60^2) * 1e-4
+  CHECK(time.pack_seconds(pad.packs, 0) == Approx(2.0));   // 2 rows of 100 tokens
+  CHECK(time.pack_seconds(cat.packs, 1) == Approx(0.25));
+  // Steps {A, B} {C, D}: C = 2 * 80^2 -> 1.28 s, D = 30^2 + 10^2 + 20^2 -> 0.14 s.
+  const BalanceMetrics m = compute_metrics(cat.packs, place_in_order(5, 2, 1), {0, 0}, 0, &time);
+  CHECK(m.cost_dist_ratio_dp == Approx(((1.36 - 0.25) / 2.72 + (1.28 - 0.14) / 2.56) / 2));
+}

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "test_tables.h"
 
@@ -32,6 +34,44 @@ TEST_CASE("every method places every sample exactly once", "[balance][planner]")
   CHECK(r.plan.carried.size() <
         static_cast<size_t>(dp * m) * (method == Method::kMultiSource ? 3 : 1));
   if (method == Method::kMultiSource) CHECK(r.source_budgets.size() == 3);
+}
+
+TEST_CASE("every packer fills each pack's load from its members", "[balance][planner]") {
+  // PackLoad (sums, longest member, count, sum of squared token lengths) must equal what the
+  // members give: placement and the time model read only the loads.
+  const Method method = GENERATE(Method::kIsf, Method::kMultiSource, Method::kRandom,
+                                 Method::kLengthGroup, Method::kBestFit);
+  const SampleTable t = synthetic_table(3000, 5, 3);
+  PlannerOptions o;
+  o.dp = 4;
+  o.micro_batches = 2;
+  const MethodResult first = plan_method(t, method, o);
+  const PackList carry = carried_packs(first);
+  o.seed += 1;
+  const MethodResult r = plan_method(t, method, o, &carry);  // carried packs keep their loads
+  INFO(method_name(method));
+  for (const PackList* packs : {&r.packing.packs, &carry}) {
+    for (size_t p = 0; p < packs->size(); ++p) {
+      int64_t tiles = 0, tokens = 0, sq = 0;
+      int32_t longest = 0;
+      for (const uint32_t* it = packs->begin(p); it != packs->end(p); ++it) {
+        const Load& l = t.load[*it];
+        tiles += l.tiles();
+        tokens += l.tokens();
+        sq += static_cast<int64_t>(l.tokens()) * l.tokens();
+        longest = std::max(longest, l.tokens());
+      }
+      const PackLoad& load = packs->load(p);
+      REQUIRE(load.sum[kTiles] == tiles);
+      REQUIRE(load.sum[kTokens] == tokens);
+      REQUIRE(load.sum_sq_tokens == sq);
+      REQUIRE(load.max_tokens == longest);
+      REQUIRE(load.count == packs->end(p) - packs->begin(p));
+      const int64_t n = load.count;
+      REQUIRE(packs->token_sq_cost(p) ==
+              (packs->layout() == PackLayout::kPadded ? n * longest * longest : sq));
+    }
+  }
 }
 
 TEST_CASE("methods parse by name and reject others", "[balance][planner]") {

@@ -116,3 +116,12 @@ TEST_CASE("EpochPlanner refuses budgets over the token cap before planning",
   CHECK_THROWS_WITH(EpochPlanner(t, Method::kIsf, o),
                     Catch::Contains("balance.q_tok 2048 is over the model's llm.max_seq_len 1024"));
 }
+
+TEST_CASE("EpochPlanner refuses placement by time, naming the key", "[balance][epoch_planner]") {
+  const SampleTable t = synthetic_table(100, 1);
+  PlannerOptions o = options(2, 2);
+  o.place_by = omnibal::PlaceBy::kTime;
+  o.time_model = PackTimeModel{0, 0.1, 1e-4, 0, "test"};
+  CHECK_THROWS_WITH(EpochPlanner(t, Method::kIsf, o),
+                    Catch::Contains("balance.place_by: time is not supported by the trainer yet"));
+}

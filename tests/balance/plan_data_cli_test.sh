@@ -53,6 +53,67 @@ for r in res:  # max_tokens of padded methods is max * count; the cap is on the 
 PY
 if "$BIN" data --lengths "${FILES[0]}" --q-vit 20 --q-tok 6656 --max-seq-len 4096 2> "$OUT/err"; then exit 1; fi
 grep -q -- "--q-tok 6656 is over the model's llm.max_seq_len 4096 (--max-seq-len)" "$OUT/err"
+# Pack time model: the analytic 6B+20B table adds the Cost Dist Ratios to the table and --json;
+# --place-by time keeps the ISF packs and places them by predicted seconds.
+"$BIN" data --lengths "${FILES[@]}" --dp 8 --samples-per-pack 4 --method isf --q-vit 20 \
+  --q-tok 5888 --cost-preset internvl-1.5-6b-20b --place-by time --json "$OUT/time.json" \
+  > "$OUT/time.stdout"
+grep -q "pack time (analytic:internvl-1.5-6b-20b:a100-80g)" "$OUT/time.stdout"
+grep -q "cdist_dp cdist_mb" "$OUT/time.stdout"
+grep -q "^  placement by time: " "$OUT/time.stdout"
+python3 - "$OUT/time.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+r = doc["results"][0]
+assert r["place_by"] == "time" and r["placement"].startswith("time: "), r
+assert r["cost_dist_ratio_dp"] <= 0.002 and r["cost_dist_ratio_mb"] == 0, r
+assert r["step_seconds"] > 0, r
+tm = doc["time_model"]
+assert tm["source"] == "analytic:internvl-1.5-6b-20b:a100-80g" and tm["per_tile_s"] > 0, tm
+assert tm["fit"]["loads"] == 64 and tm["fit"]["max_rel_residual"] < 1e-9, tm
+PY
+# Profiled tables: one table gives the scaled model; several are fitted (no attention term
+# without load.token_sq_sum); loads with one tile count cannot identify the per-tile term.
+python3 - "$OUT" <<'PY'
+import json, sys
+def table(path, tiles, tokens):
+    unit = lambda name, kind, f, b: {"name": name, "kind": kind, "forward_s": f, "backward_s": b,
+        "activation_bytes": 0, "parameter_bytes": 0, "trainable": True, "output_bytes": 0}
+    # 0.03 s per tile, 3e-5 s per token, 0.003 s per pack (in the head)
+    units = [unit("vit_block.0", "vit_block", 0.01 * tiles, 0.02 * tiles),
+             unit("llm_block.0", "llm_block", 1e-5 * tokens, 2e-5 * tokens),
+             unit("head", "head", 0.001, 0.002)]
+    json.dump({"format": "omnibal.unit_costs.v1", "model": "m", "source": "profiled:cpu",
+               "load": {"tiles": tiles, "tokens": tokens, "samples": 4}, "units": units},
+              open(path, "w"))
+d = sys.argv[1]
+for name, tiles, tokens in [("a", 10, 3000), ("b", 20, 3000), ("c", 20, 6000), ("d", 15, 4000)]:
+    table(f"{d}/{name}.json", tiles, tokens)
+PY
+"$BIN" data --lengths "${FILES[0]}" --cost-table-in "$OUT/a.json" > "$OUT/one.stdout"
+grep -q "one table at one load identifies no fixed or attention term: scaled model" "$OUT/one.stdout"
+"$BIN" data --lengths "${FILES[0]}" --cost-table-in "$OUT/a.json" "$OUT/b.json" "$OUT/c.json" \
+  "$OUT/d.json" --place-by time --json "$OUT/fit.json" > "$OUT/fit.stdout"
+grep -q "least squares over 4 loads.*(no attention term: the tables lack load.token_sq_sum)" \
+  "$OUT/fit.stdout"
+python3 - "$OUT/fit.json" <<'PY'
+import json, sys
+tm = json.load(open(sys.argv[1]))["time_model"]
+assert abs(tm["per_tile_s"] - 0.03) < 1e-9 and abs(tm["per_token_s"] - 3e-5) < 1e-12, tm
+assert abs(tm["fixed_s"] - 0.003) < 1e-9 and tm["per_token_sq_s"] == 0, tm
+PY
+if "$BIN" data --lengths "${FILES[0]}" --cost-table-in "$OUT/b.json" "$OUT/c.json" \
+  "$OUT/c.json" 2> "$OUT/err"; then exit 1; fi
+grep -q "the loads do not identify the per-tile term (every load has 20 tiles)" "$OUT/err"
+if "$BIN" data --lengths "${FILES[0]}" --place-by time 2> "$OUT/err"; then exit 1; fi
+grep -q -- "--place-by time needs a pack time model: give --cost-preset NAME or --cost-table-in" \
+  "$OUT/err"
+if "$BIN" data --lengths "${FILES[0]}" --place-by size 2> "$OUT/err"; then exit 1; fi
+grep -q -- "--place-by: expected count | time, got 'size'" "$OUT/err"
+if "$BIN" data --lengths "${FILES[0]}" --cost-preset tiny --cost-device a200 2> "$OUT/err"; then
+  exit 1
+fi
+grep -q -- "--cost-device: a200 not in {a100-80g,h100,h200}" "$OUT/err"
 # Argument errors name the flag.
 if "$BIN" data --lengths "${FILES[0]}" --search --q-vit 9 --q-tok 4096 2> "$OUT/err"; then exit 1; fi
 grep -q -- "--search searches the budgets" "$OUT/err"

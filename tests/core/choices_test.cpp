@@ -35,6 +35,7 @@ TEST_CASE("choices: one name per value, parse and print are inverses", "[core][c
   check_table<RecomputeMode>(4);
   check_table<BalanceMethod>(6);
   check_table<OnBadSample>(2);
+  check_table<PlaceBy>(2);
   check_table<HfStyle>(4);
   check_table<LossReduction>(3);
   check_table<ChatTemplateName>(1);
@@ -76,6 +77,11 @@ TEST_CASE("choices: the config reads, writes and refuses them by name", "[core][
   CHECK_THROWS_WITH(
       parse_config("model:\n  hf_style: qwen\n", "c.yaml"),
       Catch::Contains("c.yaml:2: model.hf_style: expected auto | internlm2 | llama | llama-fused"));
+  CHECK(parse_config("balance: {place_by: time}\n", "c.yaml").balance.place_by == PlaceBy::kTime);
+  CHECK(parse_config("balance: {}\n", "c.yaml").balance.place_by == PlaceBy::kCount);
+  CHECK_THROWS_WITH(parse_config("balance:\n  place_by: size\n", "c.yaml"),
+                    Catch::Contains(
+                        "c.yaml:2: balance.place_by: expected count | time, got 'size'"));
   // The ablation-only method is a name of the table but not a training method.
   CHECK_THROWS_WITH(parse_config("balance: {method: isf-random-placement}\n", "c.yaml"),
                     Catch::Contains("balance.method: expected isf | random"));
