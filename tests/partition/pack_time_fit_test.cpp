@@ -16,7 +16,7 @@ using namespace omnibal::partition;
 
 namespace {
 
-AnalyticCostModel internvl(bool freeze_vit = false, const char* device = "a100-80g") {
+AnalyticCostModel internvl_model(bool freeze_vit = false, const char* device = "a100-80g") {
   return AnalyticCostModel(omnibal::load_model_preset("internvl-1.5-6b-20b"), device_spec(device),
                            1, freeze_vit);
 }
@@ -69,7 +69,7 @@ TEST_CASE("pack time: the fit reproduces the analytic model at held-out loads",
   // or frozen, packed or padded); the bound leaves an order of magnitude for other compilers.
   const char* device = GENERATE("a100-80g", "h100", "h200");
   const bool frozen = GENERATE(false, true);
-  const auto model = internvl(frozen, device);
+  const auto model = internvl_model(frozen, device);
   const auto fit = fit_pack_time(model, pack_time_design(24, 8192), {}, "analytic");
   CHECK(fit.observations == 64);
   CHECK(fit.max_rel_residual < 1e-12);
@@ -83,8 +83,8 @@ TEST_CASE("pack time: the fit reproduces the analytic model at held-out loads",
 }
 
 TEST_CASE("pack time: a frozen ViT costs its forward only", "[partition][pack_time]") {
-  const auto trained = fit_pack_time(internvl(false), pack_time_design(24, 8192), {}, "a");
-  const auto frozen = fit_pack_time(internvl(true), pack_time_design(24, 8192), {}, "a");
+  const auto trained = fit_pack_time(internvl_model(false), pack_time_design(24, 8192), {}, "a");
+  const auto frozen = fit_pack_time(internvl_model(true), pack_time_design(24, 8192), {}, "a");
   // Forward-only ViT units: a third of forward + backward (measured 0.33 on a100-80g; the
   // backward is 2x the forward, attention more); the projector still trains.
   CHECK(frozen.model.per_tile_s < 0.4 * trained.model.per_tile_s);
@@ -95,7 +95,7 @@ TEST_CASE("pack time: a frozen ViT costs its forward only", "[partition][pack_ti
 TEST_CASE("pack time: the squared-length term matters on these packs", "[partition][pack_time]") {
   // Without it the fit leaves percent-level errors (measured: max 7.8 %, RMS 2.7 % over the
   // design): placement by tokens cannot see attention.
-  const auto model = internvl();
+  const auto model = internvl_model();
   PackTimeTerms linear;
   linear.token_sq = false;
   const auto fit = fit_pack_time(model, pack_time_design(24, 8192), linear, "analytic");
@@ -104,7 +104,7 @@ TEST_CASE("pack time: the squared-length term matters on these packs", "[partiti
 
 TEST_CASE("pack time: designs that do not identify a term are refused, naming it",
           "[partition][pack_time]") {
-  const auto model = internvl();
+  const auto model = internvl_model();
   std::vector<MicroBatchLoad> same_tiles;
   for (int32_t tokens : {5000, 5600, 6000, 6400, 6600})
     same_tiles.push_back(MicroBatchLoad::packed({10, 10}, {tokens / 2, tokens - tokens / 2 - 300}));
@@ -128,7 +128,7 @@ TEST_CASE("pack time: designs that do not identify a term are refused, naming it
 
 TEST_CASE("pack time: profiled tables at several loads", "[partition][pack_time]") {
   // Tables at the loads of the design, written and read back as JSON, fit as the model does.
-  const auto model = internvl();
+  const auto model = internvl_model();
   std::vector<UnitCostTable> tables;
   std::vector<std::string> names;
   for (const auto& l : pack_time_design(24, 8192)) {
@@ -158,7 +158,7 @@ TEST_CASE("pack time: profiled tables at several loads", "[partition][pack_time]
 TEST_CASE("pack time: the scaled model of one table is ScaledTableCostModel's",
           "[partition][pack_time]") {
   const auto table =
-      internvl().costs(MicroBatchLoad::packed({5, 5, 5, 5}, {1500, 1400, 1700, 1300}));
+      internvl_model().costs(MicroBatchLoad::packed({5, 5, 5, 5}, {1500, 1400, 1700, 1300}));
   const auto scaled = scaled_pack_time(table, "one.json");
   CHECK(scaled.fixed_s == 0.0);
   CHECK(scaled.per_token_sq_s == 0.0);
