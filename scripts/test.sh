@@ -9,9 +9,7 @@ t0=$(date +%s)
 bash scripts/build.sh
 t1=$(date +%s)
 status=0
-# One job more than cores: the multi-rank tests reserve two processors (PROCESSORS 2) and mostly
-# wait (fault and SIGTERM checks), so on 2 cores they would otherwise run alone.
-ctest --test-dir "${OMNIBAL_BUILD_DIR:-build}" --output-on-failure -j "$(( $(nproc) + 1 ))" || status=$?
+ctest --test-dir "${OMNIBAL_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" || status=$?
 t2=$(date +%s)
 echo "build: $((t1 - t0)) s, tests: $((t2 - t1)) s"
 exit $status
