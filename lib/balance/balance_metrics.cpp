@@ -31,6 +31,21 @@ double time_dist_ratio(const double* seconds, size_t n) {
   return (mx * static_cast<double>(n) - sum) / (mx * static_cast<double>(n));
 }
 
+StepTime step_time(const double* pack_s, int dp, int m) {
+  OMNIBAL_CHECK(dp >= 1 && m >= 1, "step_time: dp and m must be >= 1, got dp ", dp, " and m ", m);
+  StepTime out;
+  out.rank_s.resize(dp);
+  double mb_sum = 0;
+  for (int r = 0; r < dp; ++r) {
+    const double* row = pack_s + static_cast<size_t>(r) * m;
+    out.rank_s[r] = std::accumulate(row, row + m, 0.0);
+    mb_sum += time_dist_ratio(row, static_cast<size_t>(m));
+  }
+  out.dist_dp = time_dist_ratio(out.rank_s.data(), out.rank_s.size());
+  out.dist_mb = mb_sum / dp;
+  return out;
+}
+
 namespace {
 
 // The Cost Dist Ratios and the mean slowest-rank seconds of the plan's full steps.
@@ -39,21 +54,21 @@ void time_dist(const PackList& packs, const StepPlan& plan, const PackTimeModel&
   const std::vector<double> t = pack_seconds(time, packs);
   const size_t steps = plan.steps();
   const int m = plan.micro_batches;
-  std::vector<double> rank_s(plan.dp), micro_s(m);
+  std::vector<double> step_pack_s(plan.packs_per_step());
   double dp_sum = 0, mb_sum = 0, step_sum = 0;
   for (size_t s = 0; s < steps; ++s) {
-    for (int r = 0; r < plan.dp; ++r) {
-      for (int k = 0; k < m; ++k) micro_s[k] = t[plan.pack(s, r, k)];
-      rank_s[r] = std::accumulate(micro_s.begin(), micro_s.end(), 0.0);
-      mb_sum += time_dist_ratio(micro_s.data(), micro_s.size());
-    }
-    dp_sum += time_dist_ratio(rank_s.data(), rank_s.size());
-    step_sum += *std::max_element(rank_s.begin(), rank_s.end());
+    for (int r = 0; r < plan.dp; ++r)
+      for (int k = 0; k < m; ++k)
+        step_pack_s[static_cast<size_t>(r) * m + k] = t[plan.pack(s, r, k)];
+    const StepTime st = step_time(step_pack_s.data(), plan.dp, m);
+    dp_sum += st.dist_dp;
+    mb_sum += st.dist_mb;
+    step_sum += *std::max_element(st.rank_s.begin(), st.rank_s.end());
   }
   out.has_time = true;
   if (steps == 0) return;
   out.cost_dist_ratio_dp = dp_sum / static_cast<double>(steps);
-  out.cost_dist_ratio_mb = mb_sum / (static_cast<double>(steps) * plan.dp);
+  out.cost_dist_ratio_mb = mb_sum / static_cast<double>(steps);
   out.step_seconds = step_sum / static_cast<double>(steps);
 }
 

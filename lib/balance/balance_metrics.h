@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "balance/pack_list.h"
 #include "balance/pack_time_model.h"
@@ -63,5 +64,17 @@ double dist_ratio(const int64_t* loads, size_t n);
 /// Dist Ratio of predicted seconds: sum_j (max - t_j) / (max * n); 0 if empty or when the
 /// largest time is not positive.
 double time_dist_ratio(const double* seconds, size_t n);
+
+/// Predicted seconds of one step and its two Cost Dist Ratios (the per-step terms that
+/// compute_metrics averages over steps).
+struct StepTime {
+  std::vector<double> rank_s;  ///< by DP rank: the sum of its m packs' predicted seconds
+  double dist_dp = 0;          ///< time_dist_ratio over rank_s
+  double dist_mb = 0;          ///< mean over ranks of time_dist_ratio over its m pack seconds
+};
+
+/// The StepTime of one step from its packs' predicted seconds, `pack_s[r * m + k]` = rank r's
+/// micro-batch k (dp * m values). Throws omnibal::Error unless dp, m >= 1.
+StepTime step_time(const double* pack_s, int dp, int m);
 
 }  // namespace omnibal::balance

@@ -1,5 +1,8 @@
 #include "balance/epoch_planner.h"
 
+#include <array>
+#include <vector>
+
 #include "balance/plan_json.h"
 #include "core/error.h"
 
@@ -15,11 +18,14 @@ EpochPlanner::EpochPlanner(const SampleTable& table, Method method, const Planne
                 dp_, " and m ", micro_batches_);
   check_token_cap(options);  // refuse at start-up, before any epoch is planned
   // Placement by time chooses its candidate on the Dist Ratios of the real dp x m grid; planned
-  // here as one rank of dp * m packs it would choose on the wrong grid.
+  // here as one rank of dp * m packs it would choose on the wrong grid. And the trainer's pack
+  // time model (train/pack_time_source.h) scales the start-up cost table, which is profiled
+  // under the largest pack of this plan.
   OMNIBAL_CHECK(options.place_by == PlaceBy::kCount,
-                "balance.place_by: time is not supported by the trainer yet (it builds no pack ",
-                "time model, and its epoch planner plans a step as one rank of dp * m packs); use ",
-                "count, or omnibal-plan data --place-by time");
+                "balance.place_by: time is not supported by the trainer yet (its pack time model ",
+                "comes from the start-up cost table, made after the data plan, and its epoch ",
+                "planner plans a step as one rank of dp * m packs); use count, or omnibal-plan ",
+                "data --place-by time");
   options_.dp = 1;
   options_.micro_batches = dp_ * micro_batches_;
 }
@@ -77,6 +83,40 @@ const MethodResult& EpochPlanner::epoch_plan(int epoch) {
 uint64_t EpochPlanner::plan_hash() {
   const auto& r = epoch_plan(0);
   return balance::plan_hash(table_, r.packing.packs, r.plan);
+}
+
+StepPlan EpochPlanner::dealt_plan(int epoch) {
+  const auto& r = epoch_plan(epoch);
+  StepPlan out;
+  out.dp = dp_;
+  out.micro_batches = micro_batches_;
+  out.slots.reserve(r.plan.slots.size());
+  for (size_t s = 0; s < r.plan.steps(); ++s)
+    for (int rank = 0; rank < dp_; ++rank)
+      for (int k = 0; k < micro_batches_; ++k)
+        out.slots.push_back(r.plan.pack(s, 0, slot(rank, k)));
+  out.carried = r.plan.carried;
+  return out;
+}
+
+BalanceMetrics EpochPlanner::dealt_metrics(int epoch, const PackTimeModel* time) {
+  const StepPlan dealt = dealt_plan(epoch);
+  const auto& r = epochs_[epoch];
+  std::array<int64_t, kLoadDims> budget{r.budgets.q_vit, r.budgets.q_tok};
+  if (method_ == Method::kMultiSource) budget = {0, 0};  // as plan_method: per-source budgets
+  return compute_metrics(r.packing.packs, dealt, budget, r.metrics.skipped, time);
+}
+
+StepTime EpochPlanner::predicted_step(int64_t step, const PackTimeModel& time) {
+  const DataPosition pos = position(step);
+  const auto& r = epochs_[pos.epoch];
+  std::vector<double> pack_s(static_cast<size_t>(dp_) * micro_batches_);
+  for (int rank = 0; rank < dp_; ++rank)
+    for (int k = 0; k < micro_batches_; ++k)
+      pack_s[static_cast<size_t>(rank) * micro_batches_ + k] =
+          time.pack_seconds(r.packing.packs,
+                            r.plan.pack(static_cast<size_t>(pos.step_in_epoch), 0, slot(rank, k)));
+  return step_time(pack_s.data(), dp_, micro_batches_);
 }
 
 }  // namespace omnibal::balance

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "balance/balance_metrics.h"
 #include "balance/data_planner.h"
+#include "balance/pack_time_model.h"
 #include "balance/sample_table.h"
 
 namespace omnibal::balance {
@@ -47,6 +49,16 @@ class EpochPlanner {
   const MethodResult& epoch_plan(int epoch);
   /// Hash of epoch 0's placed plan (plan_json.h's plan_hash); ranks compare it at start-up.
   uint64_t plan_hash();
+  /// The plan of epoch e as the run deals it: dp ranks x m micro-batches per step, pack ids of
+  /// epoch_plan(e).packing.packs (whose own plan is one planning rank of dp * m packs), the
+  /// carried tail as planned.
+  StepPlan dealt_plan(int epoch);
+  /// Metrics of epoch e on the dealt plan (the Dist Ratios across the run's DP ranks; with
+  /// `time`, the Cost Dist Ratios across ranks and across each rank's m micro-batches).
+  BalanceMetrics dealt_metrics(int epoch, const PackTimeModel* time = nullptr);
+  /// Predicted seconds of global step `step`: each DP rank's m packs under `time`, and the
+  /// step's Cost Dist Ratios. The same on every rank (it reads only the plan).
+  StepTime predicted_step(int64_t step, const PackTimeModel& time);
 
   int dp() const { return dp_; }
   int micro_batches() const { return micro_batches_; }

@@ -310,10 +310,12 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   const memory::StagePlanRequest request =
       stage_plan_request(*c.config, *c.preset, c.stored ? &*c.stored : nullptr, root);
   // Asked for only when the split is searched or the recompute flags planned (collective).
-  const auto inputs = [&c] {
+  std::optional<partition::UnitCostTable> table_used;
+  const auto inputs = [&c, &table_used] {
     memory::PlanningInputs in;
     const partition::TableLoad load = largest_pack_load(*c.data);
     in.table = obtain_cost_table(c, load);
+    table_used = in.table;
     in.options = planner_options(c, &in.table);
     in.judge = trial_judge(c, in.table, load, in.options);
     return in;
@@ -321,7 +323,11 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   const memory::StagePlan plan = memory::resolve_stage_plan(request, inputs);
   check_agreement(*c.comms, plan);
   StartupPlan out{plan,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  std::move(table_used),
+                  c.config->parallel.cost_table.empty()
+                      ? std::string("start-up profile")
+                      : "parallel.cost_table " + c.config->parallel.cost_table};
   if (root) {
     log_info("stage plan ({:.2f} s): {}", out.seconds, plan.describe());
     log_info("stage plan: partition from {}", plan.partition_source);

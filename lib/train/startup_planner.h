@@ -65,6 +65,10 @@ struct StartupPlanContext {
 struct StartupPlan {
   memory::StagePlan plan;
   double seconds = 0;
+  /// The cost table the split search or the recompute planner read (the same on every rank),
+  /// when one was needed; the trainer's pack time model scales it (pack_time_source.h).
+  std::optional<partition::UnitCostTable> table;
+  std::string table_origin;  ///< "start-up profile" or "parallel.cost_table <path>"
 };
 
 /// The start-up decision's inputs of this run (memory/plan_sources.h): the preset's units and

@@ -15,7 +15,7 @@ StepMetrics::StepMetrics(int stages_, int dp) {
 }
 
 int64_t StepMetrics::packed_size() const {
-  return 3 + 4 * static_cast<int64_t>(stages.size()) + 2 * static_cast<int64_t>(dp_ranks.size()) +
+  return 3 + 4 * static_cast<int64_t>(stages.size()) + 3 * static_cast<int64_t>(dp_ranks.size()) +
          2;
 }
 
@@ -35,6 +35,7 @@ torch::Tensor StepMetrics::pack() const {
   for (const DpRankLoad& d : dp_ranks) {
     a[i++] = d.tiles;
     a[i++] = d.tokens;
+    a[i++] = d.busy_s;
   }
   a[i++] = micro_batch_mean_loss_sum;
   a[i++] = micro_batches;
@@ -64,6 +65,7 @@ StepMetrics StepMetrics::unpack(const torch::Tensor& packed, int stages, int dp)
   for (DpRankLoad& d : m.dp_ranks) {
     d.tiles = a[i++];
     d.tokens = a[i++];
+    d.busy_s = a[i++];
   }
   m.micro_batch_mean_loss_sum = a[i++];
   m.micro_batches = a[i++];
@@ -80,27 +82,34 @@ nlohmann::json metrics_record(const StepMetrics& m, const StepScalars& s) {
     reduce = std::max(reduce, t.reduce_s);
   }
   for (const DpRankLoad& d : m.dp_ranks)
-    dp_ranks.push_back(
-        {{"tiles", static_cast<int64_t>(d.tiles)}, {"tokens", static_cast<int64_t>(d.tokens)}});
+    dp_ranks.push_back({{"tiles", static_cast<int64_t>(d.tiles)},
+                        {"tokens", static_cast<int64_t>(d.tokens)},
+                        {"busy_s", d.busy_s}});
   const double n_stages = static_cast<double>(m.stages.size());
-  return {{"step", s.step},
-          {"loss", m.loss(s.normaliser)},
-          {"lr", s.lr},
-          {"grad_norm", s.grad_norm},
-          {"samples", static_cast<int64_t>(m.samples)},
-          {"tokens", static_cast<int64_t>(m.tokens)},
-          {"label_tokens", s.label_tokens},
-          {"loss_normaliser", s.normaliser},
-          {"tokens_per_s", m.tokens / s.seconds},
-          {"samples_per_s", m.samples / s.seconds},
-          {"step_seconds", s.seconds},
-          {"dp_wait_s", reduce},
-          {"bubble_fraction", idle / n_stages / s.seconds},
-          {"epoch", s.epoch},
-          {"micro_batch_mean_loss",
-           m.micro_batches ? m.micro_batch_mean_loss_sum / m.micro_batches : 0.0},
-          {"stages", stages},
-          {"dp_ranks", dp_ranks}};
+  nlohmann::json out = {{"step", s.step},
+                        {"loss", m.loss(s.normaliser)},
+                        {"lr", s.lr},
+                        {"grad_norm", s.grad_norm},
+                        {"samples", static_cast<int64_t>(m.samples)},
+                        {"tokens", static_cast<int64_t>(m.tokens)},
+                        {"label_tokens", s.label_tokens},
+                        {"loss_normaliser", s.normaliser},
+                        {"tokens_per_s", m.tokens / s.seconds},
+                        {"samples_per_s", m.samples / s.seconds},
+                        {"step_seconds", s.seconds},
+                        {"dp_wait_s", reduce},
+                        {"bubble_fraction", idle / n_stages / s.seconds},
+                        {"epoch", s.epoch},
+                        {"micro_batch_mean_loss",
+                         m.micro_batches ? m.micro_batch_mean_loss_sum / m.micro_batches : 0.0},
+                        {"stages", stages},
+                        {"dp_ranks", dp_ranks}};
+  if (!s.predicted.rank_s.empty()) {
+    out["predicted_rank_s"] = s.predicted.rank_s;
+    out["cost_dist_dp"] = s.predicted.dist_dp;
+    out["cost_dist_mb"] = s.predicted.dist_mb;
+  }
+  return out;
 }
 
 }  // namespace omnibal::train

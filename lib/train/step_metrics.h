@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "balance/balance_metrics.h"
+
 namespace omnibal::train {
 
 /// Seconds one pipeline stage spent in the step (pipeline::StageTimes of its DP rank 0).
@@ -24,10 +26,15 @@ struct StageSeconds {
   double reduce_s = 0;    ///< the DP all-reduce of gradients (ReduceGrads)
 };
 
-/// What one DP rank's m packs held (filled by its first stage).
+/// What one DP rank's m packs held (filled by its first stage), and how long its pipeline
+/// computed on them.
 struct DpRankLoad {
   double tiles = 0;   ///< ViT tiles
   double tokens = 0;  ///< LLM tokens
+  /// Measured forward + backward seconds of the rank's m packs, summed over its pipeline stages
+  /// (each stage adds its own; no idle or gradient-reduction time): the measured counterpart of
+  /// the predicted seconds of the rank's packs.
+  double busy_s = 0;
 };
 
 /// One step's metrics of the whole job, summed over ranks (see the file comment).
@@ -45,10 +52,10 @@ struct StepMetrics {
   /// All fields zero, with `stages` pipeline stages and `dp` DP ranks (both >= 1).
   StepMetrics(int stages, int dp);
 
-  /// Elements of pack(): 3 + 4 * stages + 2 * dp + 2.
+  /// Elements of pack(): 3 + 4 * stages + 3 * dp + 2.
   int64_t packed_size() const;
   /// [packed_size()] float64, CPU: loss_term_sum, samples, tokens, then (forward_s, backward_s,
-  /// idle_s, reduce_s) per stage, (tiles, tokens) per DP rank, micro_batch_mean_loss_sum,
+  /// idle_s, reduce_s) per stage, (tiles, tokens, busy_s) per DP rank, micro_batch_mean_loss_sum,
   /// micro_batches.
   torch::Tensor pack() const;
   /// The fields of a pack()ed tensor of `stages` stages and `dp` DP ranks (summed or not).
@@ -68,12 +75,18 @@ struct StepScalars {
   double normaliser = 0;     ///< N of the global batch
   double seconds = 0;        ///< wall time of the step
   int epoch = 0;             ///< data epoch of the step
+  /// Predicted seconds of each DP rank's m packs and the step's Cost Dist Ratios, from the
+  /// shared data plan and the trainer's pack time model (pack_time_source.h); empty rank_s:
+  /// not recorded.
+  balance::StepTime predicted;
 };
 
 /// The metrics.jsonl object of a step: step, loss, lr, grad_norm, samples, tokens, label_tokens,
 /// loss_normaliser, tokens_per_s, samples_per_s, step_seconds, dp_wait_s (the slowest stage's
 /// gradient all-reduce), bubble_fraction (mean idle share of the stages), epoch,
-/// micro_batch_mean_loss, stages: [{forward_s, backward_s, idle_s}], dp_ranks: [{tiles, tokens}].
+/// micro_batch_mean_loss, stages: [{forward_s, backward_s, idle_s}], dp_ranks: [{tiles, tokens,
+/// busy_s}], and with scalars.predicted: predicted_rank_s (by DP rank), cost_dist_dp,
+/// cost_dist_mb.
 nlohmann::json metrics_record(const StepMetrics& metrics, const StepScalars& scalars);
 
 }  // namespace omnibal::train

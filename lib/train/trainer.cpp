@@ -19,6 +19,7 @@
 #include "train/init_weights.h"
 #include "train/loss_normaliser.h"
 #include "train/lr_schedule.h"
+#include "train/pack_time_source.h"
 #include "train/run_log.h"
 #include "train/startup_planner.h"
 #include "train/step_metrics.h"
@@ -141,6 +142,7 @@ struct Trainer::State {
   std::unique_ptr<comm::TensorMessenger> pipe;
   std::unique_ptr<pipeline::StageExecutor> stage;
   std::unique_ptr<TrainingData> data;  ///< the data plan and this rank's loader
+  TrainerTimeModel time;  ///< predicted pack seconds (pack_time_source.h), built after the plan
   std::unique_ptr<Evaluator> evaluator;
   std::unique_ptr<TrainCheckpoint> checkpoints;
   std::unique_ptr<RunLog> log;
@@ -306,8 +308,9 @@ pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
 }
 
 /// Collective: this rank's part of the step's metrics (the last stage the loss, the first stage
-/// the samples, tokens and tiles of its packs, DP rank 0 of each stage its times), summed over
-/// the world in one all-reduce.
+/// the samples, tokens and tiles of its packs, DP rank 0 of each stage its times, every stage
+/// its forward + backward seconds into its DP rank's busy_s), summed over the world in one
+/// all-reduce.
 StepMetrics Trainer::State::gather_metrics(const pipeline::StageStepResult& r,
                                            const std::vector<models::PackBatch>& packs) {
   StepMetrics mine(stages, dp);
@@ -328,8 +331,10 @@ StepMetrics Trainer::State::gather_metrics(const pipeline::StageStepResult& r,
     }
     mine.samples = static_cast<double>(samples);
     mine.tokens = static_cast<double>(tokens);
-    mine.dp_ranks[dp_rank] = {static_cast<double>(tiles), static_cast<double>(tokens)};
+    mine.dp_ranks[dp_rank].tiles = static_cast<double>(tiles);
+    mine.dp_ranks[dp_rank].tokens = static_cast<double>(tokens);
   }
+  if (counts) mine.dp_ranks[dp_rank].busy_s = r.times.forward_s + r.times.backward_s;
   if (counts && dp_rank == 0)
     mine.stages[stage_index] = {r.times.forward_s, r.times.backward_s, r.times.idle_s,
                                 r.times.reduce_s};
@@ -469,6 +474,11 @@ void Trainer::State::log_start() const {
                : std::string(),
       choice_name(cfg.balance.method), epoch0.packing.packs.size(), epoch0.plan.steps(), dp, m,
       epoch0.budgets.q_vit, epoch0.budgets.q_tok, counters.plan_hash);
+  const balance::BalanceMetrics dealt = data->dealt_metrics(0, &time.model);
+  log_info("data: epoch 0 dealt to dp {} x m {}: Dist ViT {:.4f}, LLM {:.4f} (counts)", dp, m,
+           dealt.dist_ratio_vit, dealt.dist_ratio_llm);
+  log_info("data: cost Dist (predicted, {}): ranks {:.4f}, micro-batches {:.4f}", time.description,
+           dealt.cost_dist_ratio_dp, dealt.cost_dist_ratio_mb);
   if (data->set().bad_samples > 0)
     log_info("data: on_bad_sample skip: the start-up scan left out {} samples (not in the plan)",
              data->set().bad_samples);
@@ -515,7 +525,13 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   planning.img_context_id = s.tokenizer->special().img_context;
   if (resume.resuming())
     planning.stored = stored_plan(s.checkpoints->rank_state(resume.dir), resume.dir);
-  s.plan = plan_stages_at_startup(planning).plan;
+  StartupPlan startup = plan_stages_at_startup(planning);
+  s.plan = std::move(startup.plan);
+  {
+    const auto& epoch0 = s.data->epoch_plan(0).metrics;
+    s.time = trainer_time_model(config, s.preset, startup.table ? &*startup.table : nullptr,
+                                startup.table_origin, epoch0.max_tiles, epoch0.max_tokens);
+  }
   s.counters.stage_plan = memory::stage_plan_json(s.plan);
   s.build_stage();
   if (!config.data.eval_meta.empty())
@@ -611,6 +627,7 @@ double Trainer::train_step(int64_t step) {
   scalars.normaliser = n.normaliser;
   scalars.seconds = seconds;
   scalars.epoch = s.data->position(step).epoch;
+  scalars.predicted = s.data->predicted_step(step, s.time.model);
   s.log->step(metrics_record(metrics, scalars));
   // After the step's metrics, so writing the trace does not count in its step_seconds.
   if (hooks.trace) {

@@ -110,6 +110,16 @@ class TrainingData {
   uint64_t plan_hash();
   /// The plan of epoch e (metrics, budgets).
   const balance::MethodResult& epoch_plan(int epoch);
+  /// Metrics of epoch e as dealt to the run's dp ranks x m micro-batches, with the Cost Dist
+  /// Ratios under `time` when not null (balance::EpochPlanner::dealt_metrics).
+  balance::BalanceMetrics dealt_metrics(int epoch, const balance::PackTimeModel* time) {
+    return planner_->dealt_metrics(epoch, time);
+  }
+  /// Predicted seconds of each DP rank's packs of global step `step` under `time`, and the
+  /// step's Cost Dist Ratios; the same on every rank.
+  balance::StepTime predicted_step(int64_t step, const balance::PackTimeModel& time) {
+    return planner_->predicted_step(step, time);
+  }
 
   const LoadedSet& set() const { return set_; }
   data::PackBuilder& builder() { return *set_.builder; }

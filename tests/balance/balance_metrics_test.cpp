@@ -129,3 +129,21 @@ TEST_CASE("Cost Dist Ratios use the attention term of each layout", "[balance][m
   const BalanceMetrics m = compute_metrics(cat.packs, place_in_order(5, 2, 1), {0, 0}, 0, &time);
   CHECK(m.cost_dist_ratio_dp == Approx(((1.36 - 0.25) / 2.72 + (1.28 - 0.14) / 2.56) / 2));
 }
+
+TEST_CASE("step_time of one step, hand computed", "[balance][metrics]") {
+  // dp 2 x m 2: rank 0 runs 1 s and 3 s, rank 1 runs 2 s and 1 s.
+  const double pack_s[] = {1.0, 3.0, 2.0, 1.0};
+  const StepTime t = step_time(pack_s, 2, 2);
+  REQUIRE(t.rank_s.size() == 2);
+  CHECK(t.rank_s[0] == 4.0);
+  CHECK(t.rank_s[1] == 3.0);
+  CHECK(t.dist_dp == Approx(1.0 / 8.0));  // (4 - 3) / (4 * 2)
+  // rank 0: (3 - 1) / (3 * 2) = 1/3; rank 1: (2 - 1) / (2 * 2) = 1/4; mean 7/24.
+  CHECK(t.dist_mb == Approx(7.0 / 24.0));
+  // m 1: no micro-batch level.
+  const StepTime one = step_time(pack_s, 4, 1);
+  CHECK(one.rank_s == std::vector<double>{1.0, 3.0, 2.0, 1.0});
+  CHECK(one.dist_dp == Approx(5.0 / 12.0));  // (4 * 3 - 7) / (3 * 4)
+  CHECK(one.dist_mb == 0.0);
+  CHECK_THROWS_WITH(step_time(pack_s, 0, 2), Catch::Contains("dp and m must be >= 1"));
+}

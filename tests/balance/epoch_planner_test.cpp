@@ -125,3 +125,50 @@ TEST_CASE("EpochPlanner refuses placement by time, naming the key", "[balance][e
   CHECK_THROWS_WITH(EpochPlanner(t, Method::kIsf, o),
                     Catch::Contains("balance.place_by: time is not supported by the trainer yet"));
 }
+
+TEST_CASE("the dealt plan and the predicted step times follow the run's dp x m grid",
+          "[balance][epoch_planner]") {
+  const SampleTable t = synthetic_table(900, 5);
+  EpochPlanner p(t, Method::kIsf, options(2, 3));
+  PackTimeModel time;
+  time.per_tile_s = 0.5;
+  time.per_token_s = 0.001;
+  // Concatenated ISF packs, no attention term: a pack's seconds are its members' summed loads.
+  auto seconds = [&](const std::vector<uint32_t>& rows) {
+    double s = 0;
+    for (uint32_t row : rows) s += 0.5 * t.load[row].tiles() + 0.001 * t.load[row].tokens();
+    return s;
+  };
+  const StepPlan dealt = p.dealt_plan(0);
+  const MethodResult& r = p.epoch_plan(0);
+  CHECK(dealt.dp == 2);
+  CHECK(dealt.micro_batches == 3);
+  CHECK(dealt.steps() == r.plan.steps());
+  CHECK(dealt.carried == r.plan.carried);
+  double dp_sum = 0, mb_sum = 0;
+  for (size_t step = 0; step < dealt.steps(); ++step) {
+    const StepTime st = p.predicted_step(static_cast<int64_t>(step), time);
+    REQUIRE(st.rank_s.size() == 2);
+    for (int rank = 0; rank < 2; ++rank) {
+      double want = 0;
+      for (int k = 0; k < 3; ++k) {
+        const auto rows = p.pack(static_cast<int64_t>(step), rank, k);
+        const uint32_t id = dealt.pack(step, rank, k);
+        CHECK(rows == std::vector<uint32_t>(r.packing.packs.begin(id), r.packing.packs.end(id)));
+        want += seconds(rows);
+      }
+      CHECK(st.rank_s[rank] == Approx(want).epsilon(1e-12));
+    }
+    dp_sum += st.dist_dp;
+    mb_sum += st.dist_mb;
+  }
+  // The epoch's Cost Dist Ratios are the mean of the per-step ones.
+  const BalanceMetrics m = p.dealt_metrics(0, &time);
+  const double steps = static_cast<double>(dealt.steps());
+  CHECK(m.cost_dist_ratio_dp == Approx(dp_sum / steps).epsilon(1e-12));
+  CHECK(m.cost_dist_ratio_mb == Approx(mb_sum / steps).epsilon(1e-12));
+  CHECK(m.cost_dist_ratio_dp > 0);
+  // Count Dist Ratios on the dealt grid; the planning plan (one rank of dp * m) has none.
+  CHECK(r.metrics.dist_ratio_llm == 0.0);
+  CHECK(m.dist_ratio_llm > 0);
+}

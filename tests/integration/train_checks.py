@@ -142,6 +142,31 @@ def log_value(text, prefix):
     fail(f"no log line with '{prefix}'")
 
 
+def dist(xs):
+    """Dist Ratio of seconds: sum_j (max - t_j) / (max * n) (balance_metrics.h)."""
+    top = max(xs)
+    return sum(top - x for x in xs) / (top * len(xs)) if top > 0 else 0.0
+
+
+def check_predicted(ms, dp, what):
+    """Every step of metrics.jsonl carries the predicted seconds of each of the dp ranks' packs
+    (> 0) and the step's Cost Dist Ratios; cost_dist_dp is the Dist Ratio of predicted_rank_s."""
+    for m in ms:
+        for key in ("predicted_rank_s", "cost_dist_dp", "cost_dist_mb"):
+            if key not in m:
+                fail(f"{what} step {m['step']}: metrics.jsonl has no {key}")
+        ps = m["predicted_rank_s"]
+        if len(ps) != dp or not all(x > 0 for x in ps):
+            fail(f"{what} step {m['step']}: predicted_rank_s {ps}, expected {dp} values > 0")
+        if abs(dist(ps) - m["cost_dist_dp"]) > 1e-9:
+            fail(f"{what} step {m['step']}: cost_dist_dp {m['cost_dist_dp']} but the Dist Ratio "
+                 f"of predicted_rank_s {ps} is {dist(ps)}")
+        if not 0 <= m["cost_dist_mb"] < 1:
+            fail(f"{what} step {m['step']}: cost_dist_mb {m['cost_dist_mb']} outside [0, 1)")
+        if len(m["dp_ranks"]) != dp or not all(d["busy_s"] > 0 for d in m["dp_ranks"]):
+            fail(f"{what} step {m['step']}: dp_ranks {m['dp_ranks']}, expected {dp} with busy_s > 0")
+
+
 def check_equivalence(r):
     _, ref_dir = r.run(1, "eq-ref", 1, 1, 4)
     ref = metrics(ref_dir)
@@ -152,10 +177,19 @@ def check_equivalence(r):
     if spread <= 1e-3:
         fail("micro-batches have (nearly) equal label counts; the test would not detect "
              "per-micro-batch averaging")
+    check_predicted(ref, 1, "eq-ref")
     for name, np, dp, pp, m in [("eq-pp2", 2, 1, 2, 4), ("eq-dp2", 2, 2, 1, 2),
                                 ("eq-pp2dp2", 4, 2, 2, 2)]:
-        _, d = r.run(np, name, dp, pp, m)
+        p, d = r.run(np, name, dp, pp, m)
         got = metrics(d)
+        check_predicted(got, dp, name)
+        for a, b in zip(got, ref):  # the same global batch, so the same predicted seconds
+            if rel(sum(a["predicted_rank_s"]), sum(b["predicted_rank_s"])) > 1e-9:
+                fail(f"{name} step {a['step']}: predicted seconds of the global batch "
+                     f"{sum(a['predicted_rank_s'])} vs one process {b['predicted_rank_s']}")
+        if "data: cost Dist (predicted, analytic tiny on a100-80g" not in p.stdout + p.stderr:
+            print((p.stdout + p.stderr)[-3000:])
+            fail(f"{name}: no start-up line 'data: cost Dist (predicted, analytic tiny ...'")
         for a, b in zip(got, ref):
             for key in ("loss", "grad_norm"):
                 if rel(a[key], b[key]) > 1e-4:
@@ -163,7 +197,9 @@ def check_equivalence(r):
             if a["samples"] != b["samples"] or a["label_tokens"] != b["label_tokens"]:
                 fail(f"{name} step {a['step']}: global batch differs")
         worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got, ref))
-        print(f"{name}: 5 steps equal one process (max relative loss difference {worst:.1e})")
+        print(f"{name}: 5 steps equal one process (max relative loss difference {worst:.1e}); "
+              f"predicted seconds per DP rank at step 0 {got[0]['predicted_rank_s']} "
+              f"(cost Dist {got[0]['cost_dist_dp']:.4f} / {got[0]['cost_dist_mb']:.4f})")
 
 
 def resume_pair(r, extra_resume=(), resume_name="rs-resumed"):
@@ -487,6 +523,12 @@ def check_plan_balanced(r):
         fail(f"profiled plan {pe['partition']} is not the search's pick ({pe['partition_source']})")
     line = next((l for l in (proc.stdout + proc.stderr).splitlines() if "stage plan (" in l), "")
     print(f"start-up profiling: {line.strip()[:200]}")
+    # The pack time model comes from the planner's profiled table, and says so.
+    line = log_value(proc.stdout + proc.stderr, "data: cost Dist (predicted, ")
+    if not line.startswith("start-up profile, scaled"):
+        fail(f"profiled run: cost Dist line '{line}' does not name the start-up profile")
+    check_predicted(metrics(e), 1, "pb-profiled")
+    print(f"cost Dist (predicted, {line}")
 
 
 def check_plan_adaptive(r):
@@ -1437,14 +1479,23 @@ def check_trace(r):
                         if abs(busy - want_s) > 0.01 * want_s:
                             fail(f"{path}: stage {stage} busy {busy:.5f} s in the trace vs "
                                  f"{want_s:.5f} s in metrics.jsonl")
+            for dp in (0, 1):  # busy_s: the DP rank's forward + backward over both stages
+                busy = sum(e["dur"] for e in xs if e["pid"] == dp and e["name"] in compute) / 1e6
+                got_s = ms[step]["dp_ranks"][dp]["busy_s"]
+                if abs(busy - got_s) > 0.01 * got_s:
+                    fail(f"{path}: DP rank {dp} busy {busy:.5f} s in the trace vs busy_s "
+                         f"{got_s:.5f} s in metrics.jsonl")
             samples = sum(e["args"]["samples"] for e in xs
                           if e["name"] == "forward" and e["tid"] == 0)
             if samples != ms[step]["samples"]:
                 fail(f"{path}: {samples} samples in the forwards of stage 0, metrics say "
                      f"{ms[step]['samples']}")
+        check_predicted(list(ms.values()), 2, name)
         print(f"{name}: trace/step-2.json and step-3.json: 2 DP ranks x 2 stages, forward before "
-              f"backward per micro-batch, busy time within 1 % of metrics.jsonl, {len(xs)} events; "
-              f"progress lines at steps {shown}")
+              f"backward per micro-batch, busy time within 1 % of metrics.jsonl (per stage and "
+              f"per DP rank), {len(xs)} events; progress lines at steps {shown}; step 2 predicted "
+              f"{ms[2]['predicted_rank_s']} s vs busy "
+              f"{[round(d['busy_s'], 4) for d in ms[2]['dp_ranks']]} s")
 
 
 def main():
