@@ -10,20 +10,14 @@
 #include "balance/length_reader.h"
 #include "core/model_preset.h"
 #include "core/paths.h"
+#include "test_tables.h"
 #include "partition/analytic_cost_model.h"
 #include "partition/pack_time_fit.h"
 
 using namespace omnibal::balance;
+using omnibal::balance::testing::shared_table;
 
 namespace {
-
-SampleTable shared_table() {
-  const std::string dir = "internvl-chat-1.2-lengths/";
-  return read_length_files(
-      {omnibal::require_shared_file(dir + "ai2d_train_12k_wh_token_lengths.json"),
-       omnibal::require_shared_file(dir + "chartqa_train_18k_wh_token_lengths.json"),
-       omnibal::require_shared_file(dir + "docvqa_train_10k_wh_token_lengths.json")});
-}
 
 PackTimeModel internvl_6b_20b_a100() {
   using namespace omnibal::partition;

@@ -5,20 +5,10 @@
 #include "balance/data_planner.h"
 #include "balance/length_reader.h"
 #include "core/paths.h"
+#include "test_tables.h"
 
 using namespace omnibal::balance;
-
-namespace {
-
-SampleTable shared_table() {
-  const std::string dir = "internvl-chat-1.2-lengths/";
-  return read_length_files(
-      {omnibal::require_shared_file(dir + "ai2d_train_12k_wh_token_lengths.json"),
-       omnibal::require_shared_file(dir + "chartqa_train_18k_wh_token_lengths.json"),
-       omnibal::require_shared_file(dir + "docvqa_train_10k_wh_token_lengths.json")});
-}
-
-}  // namespace
+using omnibal::balance::testing::shared_table;
 
 TEST_CASE("real data: searched ISF at DP 8 balances ViT and LLM", "[balance][real-data]") {
   const SampleTable t = shared_table();

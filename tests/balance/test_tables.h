@@ -15,11 +15,22 @@
 #include <string>
 #include <vector>
 
+#include "balance/length_reader.h"
 #include "balance/pack_list.h"
 #include "balance/sample_table.h"
+#include "core/paths.h"
 #include "core/rng.h"
 
 namespace omnibal::balance::testing {
+
+/// The three shared InternVL-1.2 length files (40,941 samples) under $OMNIBAL_SHARED_DATA;
+/// throws (the test fails, never skips) when they are missing.
+inline SampleTable shared_table() {
+  const std::string dir = "internvl-chat-1.2-lengths/";
+  return read_length_files({require_shared_file(dir + "ai2d_train_12k_wh_token_lengths.json"),
+                            require_shared_file(dir + "chartqa_train_18k_wh_token_lengths.json"),
+                            require_shared_file(dir + "docvqa_train_10k_wh_token_lengths.json")});
+}
 
 /// Every sample id in [0, samples) is in exactly one pack or in r.skipped, no pack is empty.
 inline void require_partition(const PackResult& r, size_t samples) {
