@@ -50,6 +50,15 @@ ProfilingPackLayout profiling_pack_layout(const ModelPreset& preset,
   return layout;
 }
 
+double profiling_pack_token_sq_sum(const ModelPreset& preset, const ProfilingPackLayout& layout) {
+  double sum = 0;
+  for (size_t s = 0; s < layout.tiles.size(); ++s) {
+    const double len = layout.text[s] + static_cast<double>(layout.tiles[s]) * preset.tokens_per_tile();
+    sum += len * len;
+  }
+  return sum;
+}
+
 models::PackBatch make_profiling_pack(const ModelPreset& preset, const ProfilingPackOptions& o) {
   const ProfilingPackLayout layout = profiling_pack_layout(preset, o);
   const int64_t img = profiling_img_context_id(preset, o);

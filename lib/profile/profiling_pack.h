@@ -36,6 +36,11 @@ struct ProfilingPackLayout {
 ProfilingPackLayout profiling_pack_layout(const ModelPreset& preset,
                                           const ProfilingPackOptions& options);
 
+/// Sum over the layout's samples of the squared LLM sequence length (text + tiles x
+/// tokens_per_tile tokens each, as make_profiling_pack() lays them out): the load of the
+/// per-sample (varlen) attention, recorded as a cost table's load.token_sq_sum.
+double profiling_pack_token_sq_sum(const ModelPreset& preset, const ProfilingPackLayout& layout);
+
 /// The pack of profiling_pack_layout(): pixels [q_vit, 3, tile, tile], q_tok tokens.
 models::PackBatch make_profiling_pack(const ModelPreset& preset,
                                       const ProfilingPackOptions& options);

@@ -216,6 +216,7 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
   t.model = preset.name;
   t.source = "profiled:" + o.device.str();
   t.load = {o.pack.q_vit, o.pack.q_tok, o.pack.samples};
+  t.load.token_sq_sum = profiling_pack_token_sq_sum(preset, profiling_pack_layout(preset, o.pack));
   const auto dtype = vo.dtype.value_or(models::compat::default_dtype(o.device));
   const double param_size = static_cast<double>(torch::elementSize(dtype));
   for (size_t i = 0; i < n; ++i) {

@@ -88,7 +88,7 @@ void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<U
 std::string table_unit_name(const std::string& model_unit_name);
 
 /// Profiles every unit of `preset` (see the file comment). source = "profiled:<device>";
-/// load = the pack's tiles, tokens and samples. Throws omnibal::Error on bad options (pack
+/// load = the pack's tiles, tokens, samples and squared sample lengths (token_sq_sum). Throws omnibal::Error on bad options (pack
 /// options as profiling_pack_layout(), repeats < 1, warmup < 0).
 ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& options);
 

@@ -47,10 +47,17 @@ TEST_CASE("profiling pack: exact tiles and tokens, unequal samples, image tokens
   CHECK((pack.labels != -100).sum().item<int64_t>() >= o.samples);
   CHECK((pack.labels.masked_select(pack.labels != -100) == img).sum().item<int64_t>() == 0);
   const auto layout = profiling_pack_layout(preset, o);
+  const auto cu = pack.cu_seqlens;
+  double sq = 0;
   for (size_t s = 0; s < layout.tiles.size(); ++s) {
     CHECK(layout.tiles[s] >= 1);
     CHECK(layout.text[s] >= 4);
+    const auto len = static_cast<double>(cu[s + 1].item<int64_t>() - cu[s].item<int64_t>());
+    sq += len * len;
   }
+  // The attention load the table records is the pack's own squared sample lengths.
+  CHECK(profiling_pack_token_sq_sum(preset, layout) == sq);
+  if (o.samples > 1) CHECK(sq < static_cast<double>(o.q_tok) * o.q_tok);
   o.q_tok = o.q_vit * preset.tokens_per_tile();  // no room for text
   CHECK_THROWS_WITH(make_profiling_pack(preset, o), Catch::Contains("q_tok"));
 }
@@ -89,11 +96,15 @@ TEST_CASE("unit profiler: tiny table has the analytic names, exact parameter and
   CHECK(t.units.back().output_bytes == 0);
   CHECK(t.load.tiles == 16);
   CHECK(t.load.tokens == 112);
+  CHECK(t.load.token_sq_sum ==
+        profiling_pack_token_sq_sum(preset, profiling_pack_layout(preset, o.pack)));
+  CHECK(t.load.token_sq_sum > 112.0 * 112 / 4);  // 4 samples: at least the equal split's
   CHECK(t.source == "profiled:cpu");
   // The table survives the planners' JSON format.
   const auto back = partition::parse_unit_cost_table(partition::unit_cost_table_json(t), "test");
   REQUIRE(back.units.size() == t.units.size());
   CHECK(back.units[3].activation_bytes == t.units[3].activation_bytes);
+  CHECK(back.load.token_sq_sum == Approx(t.load.token_sq_sum).epsilon(1e-12));
 }
 
 TEST_CASE("unit profiler: activation bytes do not depend on the repeat and scale with the load",
