@@ -168,6 +168,7 @@ void ParallelConfig::validate(const std::string& w) const {
   }
   OMNIBAL_CHECK(partition_trials >= -1, w, "partition_trials: expected -1 (top K) or >= 0, got ",
                 partition_trials);
+  check_positive(w + "partition_trial_steps", partition_trial_steps);
   OMNIBAL_CHECK(partition_radius >= 0, w, "partition_radius: expected >= 0, got ",
                 partition_radius);
   check_positive(w + "partition_top_k", partition_top_k);

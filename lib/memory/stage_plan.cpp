@@ -119,6 +119,12 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
       o.radius, o.top_k, rounds,
       rounds > 1 ? "s" : "", search.exact_anchor.to_string(), search.greedy_anchor.to_string(),
       search.refined_anchor.to_string());
+  if (!o.host_micro_batch_s.empty()) {
+    std::string ms;
+    for (double h : o.host_micro_batch_s)
+      ms += fmt::format("{}{:.1f}", ms.empty() ? "" : ", ", 1e3 * h);
+    plan.partition_source += "; host ms per micro-batch by rank [" + ms + "]";
+  }
   if (plan.chosen != 0)
     plan.partition_source +=
         fmt::format("; {} chose candidate {}",
@@ -237,6 +243,7 @@ partition::PartitionSearchInput search_input(const UnitCostTable& table,
   in.radius = o.radius;
   in.top_k = o.top_k;
   in.micro_batches = o.micro_batches;
+  in.rank_micro_batch_s = o.host_micro_batch_s;
   return in;
 }
 

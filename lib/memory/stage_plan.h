@@ -126,6 +126,10 @@ struct StagePlannerOptions {
   /// on a host). Stage times add each unit's TP all-reduces on it when the table's tp > 1; no
   /// bandwidth: they are left out of the search (only when nothing better is known).
   partition::TpLink tp_link;
+  /// Per pipeline rank (empty, or `stages` entries): host seconds per micro-batch outside the
+  /// cost table, added to the rank's Forward in pipeline_s (partition_search.h
+  /// rank_micro_batch_s); the trainer measures its loader's pack building on CPU ranks.
+  std::vector<double> host_micro_batch_s;
   MemoryOptions memory;     ///< bytes per parameter, dp, tp, ZeRO-1, workspace
   double budget_bytes = 0;  ///< per device; 0 = no limit (adaptive then recomputes nothing)
   std::vector<std::string> unit_names;  ///< model unit names, chain order (size = table units)
@@ -160,7 +164,8 @@ void plan_recompute_for(const partition::UnitCostTable& table, const RecomputeSp
 /// Search inputs at the table's load: per unit forward + backward seconds plus the forward
 /// again when `recompute[u]` (for trainable blocks), each with its TP all-reduces on
 /// options.tp_link (when it has a bandwidth), W seconds (UnitCost::weight_backward_s), output
-/// bytes, m, r, K, bandwidth, the schedule and v of options (not kAuto); no memory filter
+/// bytes, m, r, K, bandwidth, the host costs per micro-batch, the schedule and v of options
+/// (not kAuto); no memory filter
 /// (plan_stages adds it). Throws omnibal::Error when the flags do not cover the
 /// table's units.
 partition::PartitionSearchInput search_input(const partition::UnitCostTable& table,

@@ -1,5 +1,8 @@
 #include "partition/cost_model.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "core/error.h"
 
 namespace omnibal::partition {
@@ -30,6 +33,15 @@ UnitCostTable ScaledTableCostModel::costs(const MicroBatchLoad& load) const {
   }
   t.load = {load.tiles(), load.computed_tokens(), load.samples(), load.attention_square_sum()};
   return t;
+}
+
+UnitCostTable table_at_load(const UnitCostTable& table, const TableLoad& load) {
+  if (table.load.tiles == load.tiles && table.load.tokens == load.tokens) return table;
+  const auto k = static_cast<size_t>(std::max<int64_t>(1, load.samples));
+  std::vector<int32_t> tiles(k, 0), tokens(k, 0);
+  tiles[0] = static_cast<int32_t>(load.tiles);  // only the sums matter to the scaled model
+  tokens[0] = static_cast<int32_t>(load.tokens);
+  return ScaledTableCostModel(table).costs(MicroBatchLoad::packed(tiles, tokens));
 }
 
 }  // namespace omnibal::partition

@@ -32,4 +32,9 @@ class ScaledTableCostModel : public CostModel {
   UnitCostTable reference_;
 };
 
+/// `table` scaled by ScaledTableCostModel to `load.tiles` tiles and `load.tokens` computed
+/// tokens over max(1, load.samples) samples; `table` itself when its load already has those
+/// tiles and tokens. Throws omnibal::Error when `table`'s load has no tiles or no tokens.
+UnitCostTable table_at_load(const UnitCostTable& table, const TableLoad& load);
+
 }  // namespace omnibal::partition

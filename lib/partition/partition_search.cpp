@@ -67,6 +67,13 @@ double pipeline_seconds(const Partition& partition, const PartitionSearchInput& 
   OMNIBAL_CHECK(V == input.chunks(), "partition search: a split of ", V, " parts, expected ",
                 input.chunks(), " chunks (", input.stages, " ranks x ",
                 input.chunks() / input.stages, " under ", choice_name(input.schedule), ")");
+  const auto& host = input.rank_micro_batch_s;
+  OMNIBAL_CHECK(host.empty() || static_cast<int>(host.size()) == input.stages,
+                "partition search: ", host.size(), " host costs per micro-batch for ", input.stages,
+                " pipeline ranks");
+  for (double h : host)
+    OMNIBAL_CHECK(h >= 0, "partition search: negative host cost per micro-batch ", h, " s");
+  const int per_rank = V / std::max(1, input.stages);
   auto costs = schedule::PipelineStepCosts::zeros(V, m);
   const bool split = !input.unit_forward_s.empty();
   const bool zb = input.schedule == PipelineSchedule::kZbH1;
@@ -79,10 +86,12 @@ double pipeline_seconds(const Partition& partition, const PartitionSearchInput& 
       w += input.unit_weight_s.empty() ? kWeightShareEstimate * (input.unit_seconds[u] - fu)
                                        : input.unit_weight_s[u];
     }
+    // A host cost of the micro-batch on its rank, shared by the rank's chunks.
+    const double h = host.empty() ? 0.0 : host[k % input.stages] / per_rank;
     const double out = input.output_bytes[partition.end(k) - 1] / input.link_bandwidth;
     const double in = k > 0 ? input.output_bytes[partition.begin(k) - 1] / input.link_bandwidth : 0;
     for (int i = 0; i < m; ++i) {
-      costs.forward_s[k][i] = f;
+      costs.forward_s[k][i] = f + h;
       costs.backward_s[k][i] = total - f;
       costs.backward_weight_s[k][i] = zb ? w : 0.0;
       costs.backward_input_s[k][i] = total - f - costs.backward_weight_s[k][i];
@@ -91,8 +100,9 @@ double pipeline_seconds(const Partition& partition, const PartitionSearchInput& 
     }
   }
   double end = 0;
-  const auto lists = schedule::build_schedule(
-      input.schedule, input.stages, m, schedule::chunks_per_rank(input.schedule, input.virtual_stages));
+  const auto lists =
+      schedule::build_schedule(input.schedule, input.stages, m,
+                               schedule::chunks_per_rank(input.schedule, input.virtual_stages));
   for (const auto& t : schedule::run_pipeline_timeline(lists, costs))
     end = std::max(end, t.ready_for_reduce_s);
   return end;
@@ -175,7 +185,8 @@ PartitionSearchResult search_partitions(const PartitionSearchInput& input) {
   const int V = input.chunks();
   OMNIBAL_CHECK(V <= n, "partition search: ", choice_name(input.schedule), " with ", input.stages,
                 " pipeline ranks x ", V / input.stages, " chunks needs ", V,
-                " pipeline units, the model has ", n, "; use fewer parallel.virtual_stages or "
+                " pipeline units, the model has ", n,
+                "; use fewer parallel.virtual_stages or "
                 "parallel.pp");
   PartitionSearchResult r;
   r.exact_anchor = min_max_partition(input.unit_seconds, V);

@@ -10,7 +10,8 @@
 //                (a stage slower than the mean stretches every 1F1B slot; each cut adds its
 //                activation and gradient transfer to fill and drain);
 //   pipeline_s = the 1F1B step time of m identical profile micro-batches, walked on the same
-//                instruction lists as the simulator with those stage times and transfers.
+//                instruction lists as the simulator with those stage times and transfers,
+//                plus any host cost per micro-batch and rank (rank_micro_batch_s).
 // Candidates are ranked by pipeline_s (the default, RankBy::kPipelineTime), ties by score;
 // RankBy::kVarianceTraffic ranks by score alone. pipeline_s also sees what the variance cannot:
 // under 1F1B a heavy stage costs less early in the pipeline than late (the first stage runs its
@@ -47,6 +48,11 @@ struct PartitionSearchInput {
   int radius = 1;         ///< r
   int top_k = 3;          ///< K
   int micro_batches = 1;  ///< m, for pipeline_s
+  /// Per pipeline rank (empty, or `stages` entries): host seconds per micro-batch outside the
+  /// unit costs (e.g. a CPU rank's loader building packs on the rank's core), added to the
+  /// rank's Forward of every micro-batch in pipeline_s (split evenly over its chunks, like the
+  /// simulator's StageOverheads::per_micro_batch_s). Not in score or the min-max anchors.
+  std::vector<double> rank_micro_batch_s;
   /// Forward share of unit_seconds per unit (the rest is backward); empty = one third.
   std::vector<double> unit_forward_s;
   /// ZB-H1's W share of unit_seconds per unit (weight gradients); empty = kWeightShareEstimate
@@ -94,7 +100,8 @@ std::vector<std::vector<int>> neighbourhood_cuts(const Partition& anchor, int ra
 
 /// Step time of m identical micro-batches under input.schedule with the chunk times and
 /// transfers of `partition` (input.chunks() parts; pipeline_s above), seconds. Throws
-/// omnibal::Error when the split has another number of parts or build_schedule refuses.
+/// omnibal::Error when the split has another number of parts, rank_micro_batch_s is neither
+/// empty nor one entry per rank (or holds a negative entry), or build_schedule refuses.
 double pipeline_seconds(const Partition& partition, const PartitionSearchInput& input);
 
 /// Scores one partition with the formulas above.

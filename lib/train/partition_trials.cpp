@@ -41,9 +41,10 @@ class GeneratorStateGuard {
   at::Tensor state_;
 };
 
-/// Timed steps of one candidate; returns the slowest rank's seconds per timed repeat.
-std::vector<double> time_candidate(const partition::Partition& split, const TrialSetup& setup,
-                                   comm::ParallelComms& comms, comm::TensorMessenger* pipe) {
+/// One timed repeat of one candidate: `warmup` untimed steps, then steps_per_repeat timed ones;
+/// returns the slowest rank's mean seconds per timed step.
+double time_candidate(const partition::Partition& split, const TrialSetup& setup,
+                      comm::ParallelComms& comms, comm::TensorMessenger* pipe) {
   const int stage = comms.coord().pp, stages = split.stages();
   models::VlmOptions opt;
   opt.with_img_context_id(setup.img_context_id).with_seed(setup.init_seed).with_dtype(setup.dtype);
@@ -55,20 +56,31 @@ std::vector<double> time_candidate(const partition::Partition& split, const Tria
     units[i]->set_recompute(flags.at(split.begin(stage) + i));
   pipeline::StageExecutor executor(units, stage, stages, pipe);
   const auto program = schedule::build_1f1b_schedule(stages, setup.micro_batches)[stage];
+  const bool loads = stage == 0 || stage == stages - 1;
+  std::unique_ptr<data::PackLoader> loader;
+  if (loads && setup.loader) loader = setup.loader(setup.warmup + setup.steps_per_repeat);
   std::vector<models::PackBatch> packs;
-  if (stage == 0 || stage == stages - 1) packs.assign(setup.micro_batches, setup.pack);
-  std::vector<double> out;
-  for (int r = 0; r < setup.warmup + setup.repeats; ++r) {
-    comms.world().barrier("partition trial");
-    const auto t0 = std::chrono::steady_clock::now();
+  const auto step = [&] {
+    packs.clear();
+    if (loader) {
+      for (int k = 0; k < setup.micro_batches; ++k) {
+        auto p = loader->next();
+        OMNIBAL_CHECK(p.has_value(), "partition trials: the trial loader ran out of packs");
+        packs.push_back(std::move(*p));
+      }
+    } else if (loads) {
+      packs.assign(setup.micro_batches, setup.pack);
+    }
     executor.run_step(program, packs, 1e-3);
-    const double local =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    torch::Tensor t = torch::full({1}, local, torch::kFloat64);
-    comms.world().all_reduce(t, comm::ReduceOp::kMax, "partition trial time");
-    if (r >= setup.warmup) out.push_back(t.item<double>());
-  }
-  return out;  // units, their gradients and activations die here
+  };
+  for (int r = 0; r < setup.warmup; ++r) step();
+  comms.world().barrier("partition trial");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < setup.steps_per_repeat; ++r) step();
+  const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  torch::Tensor t = torch::full({1}, local / setup.steps_per_repeat, torch::kFloat64);
+  comms.world().all_reduce(t, comm::ReduceOp::kMax, "partition trial time");
+  return t.item<double>();  // units, loader, gradients and activations die here
 }
 
 }  // namespace
@@ -94,12 +106,16 @@ TrialOutcome run_partition_trials(const std::vector<partition::Partition>& candi
                                   const TrialSetup& setup, comm::ParallelComms& comms) {
   OMNIBAL_CHECK(setup.repeats >= 3, "partition trials: at least 3 repeats per candidate, got ",
                 setup.repeats);
+  OMNIBAL_CHECK(setup.steps_per_repeat >= 1, "partition trials: at least 1 step per repeat, got ",
+                setup.steps_per_repeat);
   OMNIBAL_CHECK(setup.recompute_for != nullptr, "partition trials: no recompute_for callback");
   GeneratorStateGuard rng;
   std::unique_ptr<comm::TensorMessenger> pipe;
   if (comms.grid().shape().pp > 1) pipe = std::make_unique<comm::TensorMessenger>(comms.pipeline());
-  std::vector<std::vector<double>> seconds;
-  for (const auto& c : candidates) seconds.push_back(time_candidate(c, setup, comms, pipe.get()));
+  std::vector<std::vector<double>> seconds(candidates.size());
+  for (int r = 0; r < setup.repeats; ++r)  // interleaved: round r times every candidate once
+    for (size_t i = 0; i < candidates.size(); ++i)
+      seconds[i].push_back(time_candidate(candidates[i], setup, comms, pipe.get()));
   TrialOutcome o = decide_trials(std::move(seconds));
   summarise_trials(candidates, o);
   return o;

@@ -30,6 +30,8 @@ namespace omnibal::train {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+/// Epoch-0 packs timed per rank for the host cost per micro-batch (after one untimed).
+constexpr int kHostCostPacks = 5;
 
 /// Rank 0's `text` on every rank (length, then bytes).
 std::string broadcast_text(comm::Communicator& world, const std::string& text, bool root) {
@@ -107,13 +109,7 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
   // train.freeze decides what trains in this run, whatever the table was profiled with.
   const auto trainable = profile::trainable_units(*c.preset, cfg.train.freeze);
   for (size_t u = 0; u < names.size(); ++u) table.units[u].trainable = trainable[u];
-  if (table.load.tiles == load.tiles && table.load.tokens == load.tokens) return table;
-  const auto k = static_cast<int32_t>(std::max<int64_t>(1, load.samples));
-  std::vector<int32_t> tiles(k, 0), tokens(k, 0);
-  tiles[0] = static_cast<int32_t>(load.tiles);  // only the sums matter to the scaled model
-  tokens[0] = static_cast<int32_t>(load.tokens);
-  return partition::ScaledTableCostModel(table).costs(
-      partition::MicroBatchLoad::packed(tiles, tokens));
+  return partition::table_at_load(table, load);
 }
 
 /// Planner options of this run: m, r, K, trainer memory accounting and the budget.
@@ -197,6 +193,11 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
   setup->micro_batches = cfg.parallel.micro_batches;
   setup->dtype = precision_dtype(cfg.train.precision);
   setup->pack = profile::make_profiling_pack(*c.preset, pack_options(c, load));
+  setup->steps_per_repeat = cfg.parallel.partition_trial_steps;
+  // Real packs from a loader of their own (the trainer's options), so the trials pay the
+  // loader's work on the rank's cores as training does.
+  TrainingData* data = c.data;
+  setup->loader = [data](int64_t steps) { return data->trial_loader(steps); };
   setup->recompute_for = [&cfg, table, o](const partition::Partition& p) {
     memory::StagePlan tmp;
     tmp.partition = p;
@@ -225,9 +226,39 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
     TrialOutcome t = decide_trials(std::move(seconds));
     summarise_trials(splits, t);
     if (comms->rank() == 0)
-      log_info("partition trials (m {}, 3 repeats): {}", setup->micro_batches, t.summary);
+      log_info(
+          "partition trials (m {}, {} interleaved repeats of {} + {} steps, real epoch-0 packs): "
+          "{}",
+          setup->micro_batches, setup->repeats, setup->warmup, setup->steps_per_repeat, t.summary);
     return t.chosen;
   };
+}
+
+/// Per pipeline stage, the host seconds per micro-batch the search adds to the stage's forward:
+/// on a CPU device the loader builds packs on the rank's own cores, so every pack it builds
+/// (first stage: pixels, ids, labels; last stage: labels) takes that CPU time from the stage's
+/// compute; on an accelerator the host work overlaps the device's and nothing is added (empty).
+/// Each rank times its own packs (TrainingData::pack_build_seconds); a stage takes its slowest
+/// DP / TP rank (max over the world). Collective.
+std::vector<double> measure_host_costs(const StartupPlanContext& c) {
+  if (!c.device.is_cpu()) return {};
+  const int stages = c.config->parallel.pp;
+  const double mine = c.data->pack_build_seconds(kHostCostPacks);
+  torch::Tensor t = torch::zeros({stages}, torch::kFloat64);
+  t[c.comms->coord().pp] = mine;
+  c.comms->world().all_reduce(t, comm::ReduceOp::kMax, "host cost per micro-batch");
+  std::vector<double> out(stages);
+  for (int s = 0; s < stages; ++s) out[s] = t[s].item<double>();
+  if (c.comms->rank() == 0) {
+    std::string ms;
+    for (double v : out) ms += fmt::format("{}{:.2f}", ms.empty() ? "" : ", ", 1e3 * v);
+    log_info(
+        "stage plan: host cost per micro-batch added to each stage's forward in the search: "
+        "[{}] ms (CPU seconds of building one epoch-0 pack of the stage's parts, median of {}; "
+        "the loader shares the rank's cores on the CPU)",
+        ms, kHostCostPacks);
+  }
+  return out;
 }
 
 void check_agreement(comm::ParallelComms& comms, const memory::StagePlan& plan) {
@@ -268,6 +299,23 @@ partition::TableLoad largest_pack_load(TrainingData& data) {
   load.samples = std::max<int64_t>(1, (samples + static_cast<int64_t>(packs.size()) / 2) /
                                           static_cast<int64_t>(packs.size()));
   load.samples = std::min(load.samples, load.tiles);
+  return load;
+}
+
+partition::TableLoad mean_pack_load(TrainingData& data) {
+  const auto& packs = data.epoch_plan(0).packing.packs;
+  OMNIBAL_CHECK(packs.size() > 0, "start-up planning: epoch 0 has no packs");
+  int64_t tiles = 0, tokens = 0, samples = 0;
+  for (size_t p = 0; p < packs.size(); ++p) {
+    tiles += packs.cost(p, balance::kTiles);
+    tokens += packs.cost(p, balance::kTokens);
+    samples += packs.load(p).count;
+  }
+  const auto n = static_cast<int64_t>(packs.size());
+  partition::TableLoad load;
+  load.tiles = std::max<int64_t>(1, (tiles + n / 2) / n);
+  load.tokens = std::max<int64_t>(1, (tokens + n / 2) / n);
+  load.samples = std::min(std::max<int64_t>(1, (samples + n / 2) / n), load.tiles);
   return load;
 }
 
@@ -314,9 +362,20 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   const auto inputs = [&c, &table_used] {
     memory::PlanningInputs in;
     const partition::TableLoad load = largest_pack_load(*c.data);
-    in.table = obtain_cost_table(c, load);
-    table_used = in.table;
+    const partition::UnitCostTable largest = obtain_cost_table(c, load);
+    table_used = largest;
+    // Stage times at the mean pack (the search times m identical micro-batches: the typical
+    // one), memory at the largest (the peak).
+    const partition::TableLoad mean = mean_pack_load(*c.data);
+    in.table = partition::table_at_load(largest, mean);
     in.options = planner_options(c, &in.table);
+    in.options.memory_table = largest;
+    in.options.host_micro_batch_s = measure_host_costs(c);
+    if (c.comms->rank() == 0)
+      log_info(
+          "stage plan: stage times at the mean epoch-0 pack ({} tiles, {} tokens), memory at "
+          "the largest ({} tiles, {} tokens)",
+          mean.tiles, mean.tokens, load.tiles, load.tokens);
     in.judge = trial_judge(c, in.table, load, in.options);
     return in;
   };

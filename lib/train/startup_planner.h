@@ -19,11 +19,16 @@
 // 3. Every rank runs the same deterministic planner (memory::plan_stages: one search loop,
 //    shared with `omnibal-plan partition`) on the same table and budget (the smallest over
 //    ranks), so all agree; a hash of the plan is compared across ranks and a mismatch is an
-//    error.
+//    error. The search times stages on the table scaled to the mean epoch-0 pack (it models m
+//    identical micro-batches: the typical one) and predicts memory on the largest pack's. On a
+//    CPU device it adds each stage's host work per micro-batch to the stage's forward: the
+//    loader builds packs on the rank's own cores, so each rank times building a few of its
+//    epoch-0 packs (the parts its stage loads) and a stage takes its slowest rank's figure.
 // 4. The judge of each search round's top K: the predicted 1F1B step time, or with
 //    parallel.partition_trials > 0 (-1 = partition_top_k) timed trials of the best candidates
-//    (partition_trials.h; each split timed once); the predicted pick stands unless a trial
-//    beats it beyond the noise.
+//    (partition_trials.h: real epoch-0 packs from a loader of their own, 3 interleaved repeats
+//    of parallel.partition_trial_steps steps; each split timed once); the predicted pick stands
+//    unless a trial beats it beyond the noise.
 // Memory options follow the trainer: weights, gradients and AdamW moments in the table's bytes
 // per parameter (fp32 on the CPU), no ZeRO-1 sharding, no workspace on the CPU.
 #pragma once
@@ -93,6 +98,10 @@ std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const st
 /// The largest pack of epoch 0 as a profiling load: most tiles, most (computed) tokens, and the
 /// mean samples per pack (rounded, >= 1).
 partition::TableLoad largest_pack_load(TrainingData& data);
+
+/// The mean pack of epoch 0 as the search's timing load: mean tiles, mean (computed) tokens and
+/// mean samples per pack (each rounded, >= 1). Throws omnibal::Error when epoch 0 has no packs.
+partition::TableLoad mean_pack_load(TrainingData& data);
 
 /// Default per-rank memory budget in bytes: CPU 75% of physical memory divided by the ranks on
 /// this node (OMPI_COMM_WORLD_LOCAL_SIZE, 1 when unset); CUDA the device's memory minus 8%

@@ -1,5 +1,7 @@
 #include "train/training_data.h"
 
+#include <time.h>
+
 #include <algorithm>
 
 #include "balance/repeat_time.h"
@@ -123,14 +125,51 @@ void TrainingData::start_loader(int64_t step, const DataPosition& pos) {
   const int64_t first = step - pos.step_in_epoch;
   for (int64_t s = pos.step_in_epoch; s < steps; ++s)
     for (int k = 0; k < micro_batches_; ++k) packs.push_back(pack(first + s, rank_.dp_rank, k));
+  report_loader_skips();
+  loader_.reset();
+  loader_ = std::make_unique<data::PackLoader>(builder(), std::move(packs), loader_options());
+  loader_epoch_ = pos.epoch;
+}
+
+data::LoaderOptions TrainingData::loader_options() const {
   data::LoaderOptions lo;
   lo.workers = workers_;
   lo.prefetch = std::max(4, 2 * micro_batches_);
   lo.parts = data::PackParts::for_stage(rank_.stage, rank_.stages);
-  report_loader_skips();
-  loader_.reset();
-  loader_ = std::make_unique<data::PackLoader>(builder(), std::move(packs), lo);
-  loader_epoch_ = pos.epoch;
+  return lo;
+}
+
+double TrainingData::pack_build_seconds(int packs) {
+  OMNIBAL_CHECK(packs >= 1, "pack_build_seconds: expected >= 1 packs, got ", packs);
+  if (!loads_packs()) return 0.0;
+  const data::PackParts parts = data::PackParts::for_stage(rank_.stage, rank_.stages);
+  const int64_t steps = steps_in_epoch(0);
+  const auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  std::vector<double> seconds;
+  for (int i = 0; i <= packs; ++i) {  // pack 0 untimed
+    const int64_t step = (i / micro_batches_) % steps;
+    const std::vector<int64_t> ids = pack(step, rank_.dp_rank, i % micro_batches_);
+    data::BadSampleCounts counts;
+    const double t0 = cpu_now();
+    const models::PackBatch built = builder().build(ids, parts, &counts);
+    if (i > 0) seconds.push_back(cpu_now() - t0);
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  return n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+}
+
+std::unique_ptr<data::PackLoader> TrainingData::trial_loader(int64_t steps) {
+  if (!loads_packs()) return nullptr;
+  const int64_t in_epoch = steps_in_epoch(0);
+  std::vector<std::vector<int64_t>> packs;
+  for (int64_t s = 0; s < steps; ++s)
+    for (int k = 0; k < micro_batches_; ++k) packs.push_back(pack(s % in_epoch, rank_.dp_rank, k));
+  return std::make_unique<data::PackLoader>(builder(), std::move(packs), loader_options());
 }
 
 std::vector<models::PackBatch> TrainingData::next_packs(int64_t step) {

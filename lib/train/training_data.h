@@ -90,6 +90,17 @@ class TrainingData {
   void stop_loading();
   /// Whether this rank's stage loads packs (the first and the last stage).
   bool loads_packs() const;
+  /// CPU seconds (this thread's clock) that building one of this rank's packs takes, holding
+  /// what its stage needs: the median over the `packs` packs (>= 1) that follow the first of
+  /// epoch 0 (built untimed, to warm the file cache). This is the loader's work per micro-batch,
+  /// taken from the rank's cores when the loader shares them. 0 when the stage loads nothing.
+  /// Does not move the data position. Throws what building a pack throws.
+  double pack_build_seconds(int packs);
+  /// A loader over this rank's packs of the first `steps` steps of epoch 0 (wrapping around a
+  /// shorter epoch) with the training loader's options (data.workers, prefetch, the stage's
+  /// parts), for timed trials at start-up; independent of the training loader. Null when the
+  /// stage loads nothing.
+  std::unique_ptr<data::PackLoader> trial_loader(int64_t steps);
   /// Samples left out of the packs this rank consumed (on_bad_sample: skip), counted on the first
   /// stage only (every loading stage skips the same ones); sum over ranks for the job's count.
   int64_t skipped_in_packs() const { return skipped_in_packs_; }
@@ -127,6 +138,7 @@ class TrainingData {
  private:
   void count_packer_skips(int epoch);
   void start_loader(int64_t step, const DataPosition& pos);
+  data::LoaderOptions loader_options() const;
   void report_loader_skips() const;
 
   LoadedSet set_;

@@ -99,6 +99,28 @@ TEST_CASE("stage plan: balanced picks the min-max split, candidates ranked by pi
   CHECK(plan.partition_source.rfind("balanced", 0) == 0);
 }
 
+TEST_CASE("stage plan: a host cost per micro-batch on a stage moves the balanced split",
+          "[memory][stage_plan]") {
+  const auto table = heavy_vit_table();
+  auto o = options(2, 4);
+  o.host_micro_batch_s = {0.0, 30.0};  // 30 s of host work per micro-batch on stage 1
+  const auto plan = memory::plan_stages(table, spec("balanced"), recompute("none"), o);
+  // [2, 8] would now take stage 1 17 + 30 s forward, 34 s backward per micro-batch (357 s).
+  // [3, 7]: stage 0 21 + 42 s, stage 1 7 + 30 s and 14 s; hand-walked 1F1B (m 4): stage 0 runs
+  // F0 F1, waits for B0's gradient (72 s), then B0 F2 B1 F3 B2, and its B3 starts when stage
+  // 1's B3 ends at 249 s: 249 + 42 = 291 s ([4, 6] walks to 294 s).
+  CHECK(plan.partition == Partition{{3, 7}});
+  CHECK(plan.pipeline_s == Approx(291.0).epsilon(1e-3));
+  CHECK(plan.partition_source.find("host ms per micro-batch by rank [0.0, 30000.0]") !=
+        std::string::npos);
+  // The search input carries the costs; without them the pick is [2, 8] (the test above).
+  const auto in = memory::search_input(table, plan.recompute, o);
+  CHECK(in.rank_micro_batch_s == std::vector<double>{0.0, 30.0});
+  o.host_micro_batch_s = {};
+  CHECK(memory::plan_stages(table, spec("balanced"), recompute("none"), o).partition ==
+        Partition{{2, 8}});
+}
+
 TEST_CASE("stage plan: fixed methods and their errors", "[memory][stage_plan]") {
   const auto table = heavy_vit_table();
   CHECK(memory::plan_stages(table, spec("uniform"), recompute("none"), options(3, 2)).partition ==

@@ -75,6 +75,44 @@ TEST_CASE("pipeline time sees stage position: front-heavy beats back-heavy",
   CHECK(pipeline_seconds(Partition{{1, 1}}, in) == Approx(15));
 }
 
+TEST_CASE("pipeline time adds a host cost per micro-batch to its rank's forwards",
+          "[partition][search]") {
+  // The 13 s case above (stage 0: f 2, b 4; stage 1: f 1, b 2; m 2). 1 s of host work per
+  // micro-batch on stage 0: F0 [0, 3], F1 [3, 6]; stage 1 F0 [3, 4], B0 [4, 6]; stage 0 B0
+  // [6, 10]; stage 1 F1 [6, 7], B1 [7, 9]; stage 0 B1 [10, 14]. 2 s on stage 1 instead: its
+  // forwards take 3 s, stage 0's B1 runs [12, 16].
+  PartitionSearchInput in;
+  in.stages = 2;
+  in.micro_batches = 2;
+  in.output_bytes = {0, 0};
+  in.unit_seconds = {6, 3};
+  in.unit_forward_s = {2, 1};
+  in.rank_micro_batch_s = {1, 0};
+  CHECK(pipeline_seconds(Partition{{1, 1}}, in) == Approx(14));
+  in.rank_micro_batch_s = {0, 2};
+  CHECK(pipeline_seconds(Partition{{1, 1}}, in) == Approx(16));
+  in.rank_micro_batch_s = {0, 0, 0};
+  CHECK_THROWS_WITH(pipeline_seconds(Partition{{1, 1}}, in), Catch::Contains("3 host costs"));
+  in.rank_micro_batch_s = {-1, 0};
+  CHECK_THROWS_WITH(pipeline_seconds(Partition{{1, 1}}, in), Catch::Contains("negative host"));
+  // Ten equal units (f 1, b 2), m 4: [5, 5] is the fastest split; 6 s of host work per
+  // micro-batch on stage 0 (two units' worth) makes [4, 6] (18 s per micro-batch on each stage)
+  // the search's pick.
+  PartitionSearchInput ten;
+  ten.stages = 2;
+  ten.micro_batches = 4;
+  ten.unit_seconds.assign(10, 3.0);
+  ten.unit_forward_s.assign(10, 1.0);
+  ten.output_bytes.assign(10, 0.0);
+  CHECK(search_partitions(ten).top.at(0).partition.sizes == std::vector<int>{5, 5});
+  ten.rank_micro_batch_s = {6, 0};
+  const auto r = search_partitions(ten);
+  CHECK(r.top.at(0).partition.sizes == std::vector<int>{4, 6});
+  // Stage 1 is busy 4 x 18 s from the end of stage 0's first forward (4 + 6 s) on; stage 0's
+  // last backward (8 s) follows: 10 + 72 + 8 = 90 s.
+  CHECK(r.top.at(0).pipeline_s == Approx(90));
+}
+
 TEST_CASE("refined anchor is a local optimum of pipeline time", "[partition][search]") {
   PartitionSearchInput in;
   in.stages = 4;

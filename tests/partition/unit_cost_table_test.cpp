@@ -65,3 +65,20 @@ TEST_CASE("a profiled table scales with tiles and tokens", "[partition][cost_tab
   CHECK(padded.units[2].forward_s == Approx(0.75));  // 2 x 150 computed tokens
   CHECK(padded.units[0].forward_s == Approx(0.05));  // 2 tiles
 }
+
+TEST_CASE("table_at_load rescales a table to another pack load, or keeps it",
+          "[partition][cost_table]") {
+  const auto t = small_table();  // 4 tiles, 100 tokens
+  const auto mean = table_at_load(t, TableLoad{6, 50, 3});
+  CHECK(mean.load.tiles == 6);
+  CHECK(mean.load.tokens == 50);
+  CHECK(mean.load.samples == 3);
+  CHECK(mean.units[1].forward_s == Approx(0.75));   // ViT: x1.5 tiles
+  CHECK(mean.units[2].forward_s == Approx(0.125));  // LLM: x0.5 tokens
+  CHECK(mean.units[2].backward_s == Approx(0.25));
+  CHECK(mean.units[2].parameter_bytes == 90);  // parameters do not scale
+  // The same tiles and tokens: the table itself (its samples kept).
+  const auto same = table_at_load(t, TableLoad{4, 100, 7});
+  CHECK(same.load.samples == 2);
+  CHECK(same.units[1].forward_s == 0.5);
+}
