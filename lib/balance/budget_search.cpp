@@ -5,9 +5,10 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -71,42 +72,74 @@ int available_cpus() {
 
 // Scores every grid point; candidate i lands at index i whichever thread scored it, and the
 // error of the lowest failing index is rethrown, so threads change nothing but the time. The
-// grid lists each Q_v's token budgets in ascending order; a thread takes one Q_v at a time and
-// walks its token budgets in that order, reusing the packs of the previous budget when its
-// token budget decided nothing (PackResult::tokens_decided): ISF then packs exactly the same.
+// grid lists each Q_v's token budgets in ascending order, and a Q_v's candidates are scored in
+// that order, one at a time, reusing the packs of the previous budget when its token budget
+// decided nothing (PackResult::tokens_decided): ISF then packs exactly the same. Threads take
+// one candidate at a time from the Q_v with the most candidates left that no other thread is
+// scoring, so the Q_v's progress side by side and the threads finish close together.
 std::vector<SearchCandidate> score_all(const SampleTable& table, const std::vector<uint32_t>& ids,
                                        const std::vector<IsfBudgets>& grid,
                                        const SearchOptions& o) {
-  std::vector<size_t> group_start;  // first grid index of each Q_v
-  for (size_t i = 0; i < grid.size(); ++i)
-    if (i == 0 || grid[i].q_vit != grid[i - 1].q_vit) group_start.push_back(i);
-  group_start.push_back(grid.size());
-  const size_t groups = group_start.size() - 1;
+  struct Group {
+    size_t next = 0, end = 0;  // next grid index to score, one past the last
+    bool busy = false;         // a thread is scoring its candidate `next - 1`
+    bool have_prev = false;
+    PackResult prev;           // packs of the last candidate scored
+  };
+  std::vector<Group> groups;
+  for (size_t i = 0; i < grid.size(); ++i) {
+    if (i == 0 || grid[i].q_vit != grid[i - 1].q_vit) {
+      groups.emplace_back();
+      groups.back().next = i;
+    }
+    groups.back().end = i + 1;
+  }
   std::vector<SearchCandidate> out(grid.size());
   std::vector<std::exception_ptr> errors(grid.size());
-  std::atomic<size_t> next{0};
-  auto score_group = [&](size_t g) {
-    PackResult prev;
-    bool have_prev = false;
-    for (size_t i = group_start[g]; i < group_start[g + 1]; ++i) {
-      try {
-        const bool reuse = have_prev && !prev.tokens_decided &&
-                           grid[i].q_tok >= grid[i - 1].q_tok &&
-                           grid[i].q_tok_thresh >= grid[i - 1].q_tok_thresh;
-        if (!reuse) prev = pack_candidate(table, ids, grid[i], o);
-        have_prev = true;
-        out[i] = score(prev, grid[i], o);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        have_prev = false;
-      }
-    }
+  std::mutex mutex;
+  std::condition_variable changed;
+  // Under the lock: the idle group with the most candidates left (the first such), or none.
+  auto take = [&]() -> Group* {
+    Group* best = nullptr;
+    for (Group& g : groups)
+      if (!g.busy && g.next < g.end && (!best || g.end - g.next > best->end - best->next))
+        best = &g;
+    return best;
   };
   auto work = [&] {
-    for (size_t g = next++; g < groups; g = next++) score_group(g);
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      Group* g = take();
+      if (!g) {
+        const bool running = std::any_of(groups.begin(), groups.end(),
+                                          [](const Group& x) { return x.busy; });
+        const bool left = std::any_of(groups.begin(), groups.end(),
+                                      [](const Group& x) { return x.next < x.end; });
+        if (!left) return;
+        if (running) changed.wait(lock);
+        continue;
+      }
+      const size_t i = g->next++;
+      g->busy = true;
+      lock.unlock();
+      try {
+        const bool reuse = g->have_prev && !g->prev.tokens_decided &&
+                           grid[i].q_tok >= grid[i - 1].q_tok &&
+                           grid[i].q_tok_thresh >= grid[i - 1].q_tok_thresh;
+        if (!reuse) g->prev = pack_candidate(table, ids, grid[i], o);
+        g->have_prev = true;
+        out[i] = score(g->prev, grid[i], o);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        g->have_prev = false;
+      }
+      lock.lock();
+      g->busy = false;
+      changed.notify_all();
+    }
   };
-  const int threads =
-      std::min<int>(o.threads > 0 ? o.threads : available_cpus(), static_cast<int>(groups));
+  const int threads = std::min<int>(o.threads > 0 ? o.threads : available_cpus(),
+                                    static_cast<int>(groups.size()));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();

@@ -54,6 +54,10 @@ class IsfPacker {
   PackResult pack(const SampleTable& table) const;
   /// Same, restricted to the sample ids in `ids` (pack members are ids of `table`).
   PackResult pack(const SampleTable& table, const std::vector<uint32_t>& ids) const;
+  /// Same as pack(table, ids), always on the general path (any loads and budgets, one pack's
+  /// running load at a time) instead of the packed one pack() takes when every load is at most
+  /// 65535 and both budgets below 2^31; the results are identical (tests compare the two).
+  PackResult pack_general(const SampleTable& table, const std::vector<uint32_t>& ids) const;
 
   const IsfOptions& options() const { return options_; }
 

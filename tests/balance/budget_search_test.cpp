@@ -63,7 +63,7 @@ TEST_CASE("search scores every candidate as its own ISF run would", "[balance][s
   o.dp = 4;
   o.samples_per_pack = 4;
   o.iterations = 20;
-  o.threads = GENERATE(1, 3);
+  o.threads = GENERATE(1, 2, 3);
   const SearchResult r = search_budgets(t, o);
   std::vector<uint32_t> ids(t.size());
   std::iota(ids.begin(), ids.end(), 0u);

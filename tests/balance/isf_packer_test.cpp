@@ -155,3 +155,67 @@ TEST_CASE("ISF: a sample skipped for its tokens counts as a token decision", "[b
   o.budgets = {4, 4096, 3968};  // the same pack passes on tiles (4 = Q_v)
   CHECK_FALSE(IsfPacker(o).pack(t).tokens_decided);
 }
+
+// Every field of two ISF results, pack by pack.
+static void require_same_result(const PackResult& a, const PackResult& b) {
+  REQUIRE(pack_members(a) == pack_members(b));
+  REQUIRE(a.packs.size() == b.packs.size());
+  for (size_t p = 0; p < a.packs.size(); ++p) {
+    const PackLoad& x = a.packs.load(p);
+    const PackLoad& y = b.packs.load(p);
+    REQUIRE(x.sum == y.sum);
+    REQUIRE(x.sum_sq_tokens == y.sum_sq_tokens);
+    REQUIRE(x.max_tokens == y.max_tokens);
+    REQUIRE(x.count == y.count);
+  }
+  CHECK(a.rounds == b.rounds);
+  CHECK(a.unaccepted_packs == b.unaccepted_packs);
+  CHECK(a.tokens_decided == b.tokens_decided);
+}
+
+TEST_CASE("ISF: the packed path packs exactly as the general path", "[balance][isf]") {
+  const uint64_t seed = GENERATE(1, 2);
+  const int iterations = GENERATE(1, 2, 50);
+  const int64_t q_vit = GENERATE(1, 5, 16, 23);
+  const int64_t q_tok_per_tile = GENERATE(180, 420);
+  const int64_t slack = GENERATE(0, 128, 4000);  // Q_t - Q'_t, clamped below
+  // Shaped like the shared files, plus text-only samples (0 tiles), empty ones (0 tokens) and
+  // samples over either budget, which the skip policy counts.
+  SampleTable t = synthetic_table(3000, seed * 31 + 7);
+  omnibal::Rng rng(seed);
+  for (uint32_t i = 0; i < 300; ++i) {
+    const auto tiles = static_cast<int32_t>(rng.below(3) == 0 ? 0 : rng.below(30));
+    const auto tokens = static_cast<int32_t>(rng.below(4) == 0 ? 0 : rng.below(12000));
+    t.add(0, 3000 + i, Load{{tiles, tokens}}, tiles);
+  }
+  const int64_t q_tok = q_vit * q_tok_per_tile;
+  const IsfOptions o{{q_vit, q_tok, std::max<int64_t>(1, q_tok - slack)}, iterations, seed,
+                     OnBadSample::kSkip};
+  std::vector<uint32_t> ids(t.size());
+  std::iota(ids.begin(), ids.end(), 0u);
+  const IsfPacker packer(o);
+  const PackResult packed = packer.pack(t, ids);
+  require_same_result(packed, packer.pack_general(t, ids));
+  require_same_result(packer.pack(t), packed);
+  require_partition(packed, t.size());
+}
+
+TEST_CASE("ISF: loads at and over the packed path's 16-bit limit", "[balance][isf]") {
+  // 65,535 tokens is the largest load the packed path holds; one more sends the run to the
+  // general path. Both must pack every sample, and the same as the general path.
+  const int32_t big = GENERATE(65535, 65536, 200000);
+  SampleTable t;
+  t.add_dataset({"d", "p", 0, 0, 1.0});
+  for (int32_t i = 0; i < 40; ++i)
+    t.add(0, static_cast<uint32_t>(i), Load{{i % 3, i % 5 == 0 ? big : 1000 + 7 * i}}, 0);
+  std::vector<uint32_t> ids(t.size());
+  std::iota(ids.begin(), ids.end(), 0u);
+  for (int64_t q_tok : {int64_t{70000}, int64_t{300000}, int64_t{3} << 31}) {
+    const IsfPacker packer({{4, q_tok, q_tok - 128}, 10, 3, OnBadSample::kSkip});
+    const PackResult r = packer.pack(t, ids);
+    require_same_result(r, packer.pack_general(t, ids));
+    require_partition(r, t.size());
+    // a big sample fits whenever Q_t holds it
+    CHECK(r.skipped.size() == (big <= q_tok ? 0u : 8u));
+  }
+}
