@@ -2,7 +2,8 @@
 // configuration, fed with a profiled per-unit cost table and the packs the trainer itself runs.
 //
 //   omnibal-plan simulate --config configs/demo.yaml [--set key=value ...] --cost-table-in C.json
-//       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--step-overhead-s S | ..]
+//       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--tile-overhead-s ..]
+//       [--token-overhead-s ..] [--sample-overhead-s ..] [--step-overhead-s S | ..]
 //       [--link-gbps 4] [--tp N --tp-link-gbps G --tp-latency-us U] [--json OUT.json]
 //       [--schedule 1f1b|interleaved|zb-h1] [--virtual-stages V] [--trace OUT.json [--trace-step G]]
 //
@@ -23,6 +24,10 @@
 // auto) replay the trainer's packs under that schedule's lists (schedule/schedules.h); under
 // interleaved the split has pp x v chunks (a manual split lists pp x v counts) and the per-stage
 // overheads and reports are per pipeline rank.
+// Host overheads (partition::StageOverheads; one value for every stage or one per stage): per
+// micro-batch a fixed part plus parts per tile, real token and sample of the micro-batch, and
+// per step a cost that replaces the analytic optimizer; scripts/bench/host_overheads.py fits them
+// to calibration runs and prints these flags.
 // Trace: --trace writes global step --trace-step (default: --first-step; it must be one of the
 // simulated steps) as Chrome trace-event JSON in the trainer's format (schedule/step_trace.h), so
 // it opens in Perfetto beside the trainer's <run_dir>/trace/step-N.json of the same step.
@@ -56,7 +61,8 @@ struct SimulateArgs {
   std::vector<std::string> overrides;
   int64_t first_step = 0;
   int steps = 20;
-  std::vector<double> mb_overhead_s, step_overhead_s;
+  std::vector<double> mb_overhead_s, tile_overhead_s, token_overhead_s, sample_overhead_s,
+      step_overhead_s;
   double link_gbps = 4.0;
   int tp = 0;                // 0: parallel.tp of the config
   double tp_link_gbps = 0;   // 0: link_gbps
@@ -132,6 +138,9 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   setup.static_bytes.assign(stages, 0.0);
   setup.device = partition::host_device(a.link_gbps * 1e9);
   setup.overheads.per_micro_batch_s = per_stage(a.mb_overhead_s, stages, "--mb-overhead-s");
+  setup.overheads.per_tile_s = per_stage(a.tile_overhead_s, stages, "--tile-overhead-s");
+  setup.overheads.per_token_s = per_stage(a.token_overhead_s, stages, "--token-overhead-s");
+  setup.overheads.per_sample_s = per_stage(a.sample_overhead_s, stages, "--sample-overhead-s");
   setup.overheads.per_step_s = per_stage(a.step_overhead_s, stages, "--step-overhead-s");
   return setup;
 }
@@ -231,6 +240,9 @@ int run_simulate(const SimulateArgs& a) {
                 {"partition", split},
                 {"schedule", choice_name(setup.schedule)},
                 {"virtual_stages", setup.virtual_stages},
+                {"dp", cfg.parallel.dp},
+                {"pp", cfg.parallel.pp},
+                {"micro_batches", cfg.parallel.micro_batches},
                 {"median_step_seconds", median},
                 {"steps", steps}}
                .dump(1)
@@ -254,6 +266,15 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--steps", a->steps, "steps to simulate (default 20)");
   cmd->add_option("--mb-overhead-s", a->mb_overhead_s,
                   "seconds per micro-batch and stage outside the units (one or one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--tile-overhead-s", a->tile_overhead_s,
+                  "seconds per tile of a micro-batch and stage (one or one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--token-overhead-s", a->token_overhead_s,
+                  "seconds per real token of a micro-batch and stage (one or one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--sample-overhead-s", a->sample_overhead_s,
+                  "seconds per sample of a micro-batch and stage (one or one per stage)")
       ->delimiter(',');
   cmd->add_option("--step-overhead-s", a->step_overhead_s,
                   "seconds per step and stage after the pipeline (optimizer, grad norm; one or "

@@ -31,10 +31,11 @@
 // Not modelled: network contention between pipelines, kernel launch gaps, stragglers.
 //
 // StageOverheads carries costs outside the per-unit table that a measured host run has and the
-// analytic GPU model leaves out (both default to none): a fixed cost per micro-batch on each
-// stage (pack hand-over, message headers, the input-gradient buffer; added to every Forward)
-// and a measured per-step cost per stage that replaces the analytic optimizer time (optimizer,
-// gradient norm and clipping on the host). `omnibal-plan simulate` and
+// analytic GPU model leaves out (all default to none): per micro-batch on each stage a fixed part
+// plus parts proportional to the micro-batch's tiles, real tokens and samples (pack hand-over,
+// image and token tensors, message headers, the loader thread sharing the rank's core; added to
+// every Forward), and a measured per-step cost per stage that replaces the analytic optimizer
+// time (optimizer, gradient norm and clipping on the host). `omnibal-plan simulate` and
 // scripts/bench/sim_vs_measured.sh use them; where the figures come from is documented there.
 #pragma once
 
@@ -55,12 +56,20 @@ namespace omnibal::partition {
 /// the same count m).
 using StepLoads = std::vector<std::vector<MicroBatchLoad>>;
 
-/// Per-stage costs outside the unit table, seconds (empty vectors: none).
+/// Per-stage costs outside the unit table, seconds (empty vectors: none; otherwise one entry
+/// per pipeline rank, each >= 0). A micro-batch of t tiles, n real tokens and k samples costs
+/// per_micro_batch_s[s] + t per_tile_s[s] + n per_token_s[s] + k per_sample_s[s] on stage s,
+/// added to its Forward (split evenly over the stage's v chunks under interleaved: a cost of
+/// the micro-batch, not of the chunk).
 struct StageOverheads {
-  /// [stage]: per micro-batch on the stage, added to its Forward (split evenly over the
-  /// stage's v chunks under interleaved: a cost of the micro-batch, not of the chunk)
-  std::vector<double> per_micro_batch_s;
+  std::vector<double> per_micro_batch_s;  ///< [stage]: fixed part per micro-batch
+  std::vector<double> per_tile_s;         ///< [stage]: per tile of the micro-batch
+  std::vector<double> per_token_s;        ///< [stage]: per real LLM token of the micro-batch
+  std::vector<double> per_sample_s;       ///< [stage]: per sample of the micro-batch
   std::vector<double> per_step_s;         ///< [stage]: replaces the analytic optimizer time
+
+  /// Seconds stage s adds to micro-batch `load` (0 where a vector is empty).
+  double micro_batch_s(int stage, const MicroBatchLoad& load) const;
 };
 
 /// Everything fixed for a run.
