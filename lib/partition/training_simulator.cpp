@@ -79,7 +79,7 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
                 setup.static_bytes.size(), " ranks, expected ", P, " pipeline ranks");
   const auto& oh = setup.overheads;
   for (const auto* o : {&oh.per_micro_batch_s, &oh.per_tile_s, &oh.per_token_s,
-                        &oh.per_sample_s, &oh.per_step_s}) {
+                        &oh.per_sample_s, &oh.compute_fraction, &oh.per_step_s}) {
     OMNIBAL_CHECK(o->empty() || static_cast<int>(o->size()) == P, "simulator: overheads for ",
                   o->size(), " stages, expected ", P, " pipeline ranks (or none)");
     for (size_t s = 0; s < o->size(); ++s)
@@ -152,10 +152,21 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
   out.tp_comm_s.assign(P, 0.0);
   for (int i = 0; i < m; ++i) {
     const auto& load = loads[i];
-    const auto sc = stage_costs(setup.model->costs(load), setup, link);
+    auto sc = stage_costs(setup.model->costs(load), setup, link);
     std::vector<StageMicroBatch> unpadded;
     if (load.padded_len > 0)
       unpadded = stage_costs(setup.model->costs(load.unpadded()), setup, link);
+    const auto& frac = setup.overheads.compute_fraction;
+    if (!frac.empty())
+      for (auto* v : {&sc, &unpadded})
+        for (size_t k = 0; k < v->size(); ++k) {
+          const double f = 1.0 + frac[k % P];
+          auto& c = (*v)[k];
+          c.forward_s *= f;
+          c.backward_s *= f;
+          c.weight_s *= f;
+          c.recompute_s *= f;
+        }
     std::vector<double> host(P);
     for (int s = 0; s < P; ++s) host[s] = setup.overheads.micro_batch_s(s, load);
     for (int k = 0; k < V; ++k) {

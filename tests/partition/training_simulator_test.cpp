@@ -179,6 +179,25 @@ TEST_CASE("host overheads: a fixed part plus parts per tile, token and sample of
   CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains(">= 0"));
 }
 
+TEST_CASE("host overheads: a fraction of the table's compute scales forward, backward and "
+          "recomputation", "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  s.recompute = {true, false, false, false};
+  s.overheads.compute_fraction = {0.5, 0.0};
+  const auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  // Stage 0: F 1 x 1.5 = 1.5 s, B (2 + 0.5 recompute) x 1.5 = 3.75 s; stage 1 F 1, B 2.
+  // Stage 0: F0 [0,1.5] F1 [1.5,3]; stage 1: F0 [1.5,2.5] B0 [2.5,4.5] F1 [4.5,5.5] B1 [5.5,7.5];
+  // stage 0: B0 [4.5,8.25] B1 [8.25,12].
+  CHECK(rep.step_s == Approx(12.0));
+  CHECK(rep.stages[0].forward_s == Approx(3.0));
+  CHECK(rep.stages[0].backward_s == Approx(7.5));
+  CHECK(rep.breakdown.recompute_s == Approx(2 * 0.75 / 2));  // device average
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  s.overheads.compute_fraction = {0.5, -0.1};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains(">= 0"));
+}
+
 TEST_CASE("host overheads under interleaved 1F1B: the micro-batch's cost split over the chunks",
           "[partition][simulator]") {
   const LinearModel model;
