@@ -78,8 +78,14 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == P, "simulator: static memory for ",
                 setup.static_bytes.size(), " ranks, expected ", P, " pipeline ranks");
   const auto& oh = setup.overheads;
+  OMNIBAL_CHECK(oh.compute_fraction.empty() || static_cast<int>(oh.compute_fraction.size()) == P,
+                "simulator: compute fractions for ", oh.compute_fraction.size(), " stages, expected ",
+                P, " pipeline ranks (or none)");
+  for (size_t s = 0; s < oh.compute_fraction.size(); ++s)
+    OMNIBAL_CHECK(oh.compute_fraction[s] > -1, "simulator: compute fraction of stage ", s, " is ",
+                  oh.compute_fraction[s], ", expected > -1");
   for (const auto* o : {&oh.per_micro_batch_s, &oh.per_tile_s, &oh.per_token_s,
-                        &oh.per_sample_s, &oh.compute_fraction, &oh.per_step_s}) {
+                        &oh.per_sample_s, &oh.per_step_s}) {
     OMNIBAL_CHECK(o->empty() || static_cast<int>(o->size()) == P, "simulator: overheads for ",
                   o->size(), " stages, expected ", P, " pipeline ranks (or none)");
     for (size_t s = 0; s < o->size(); ++s)

@@ -58,12 +58,13 @@ namespace omnibal::partition {
 using StepLoads = std::vector<std::vector<MicroBatchLoad>>;
 
 /// Per-stage costs outside the unit table, seconds (empty vectors: none; otherwise one entry
-/// per pipeline rank, each >= 0). A micro-batch of t tiles, n real tokens and k samples costs
+/// per pipeline rank, each >= 0; a compute fraction > -1). A micro-batch of t tiles, n real tokens and k samples costs
 /// per_micro_batch_s[s] + t per_tile_s[s] + n per_token_s[s] + k per_sample_s[s] on stage s,
 /// added to its Forward (split evenly over the stage's v chunks under interleaved: a cost of
 /// the micro-batch, not of the chunk). compute_fraction[s] scales the unit table's compute on
 /// stage s (forward, backward, recomputation) by 1 + compute_fraction[s]: time the table's
-/// units, profiled one by one, do not show when chained on a stage.
+/// units, profiled one by one, do not show when chained on a stage, or (negative) a table
+/// profiled while the host ran slower than during the run.
 struct StageOverheads {
   std::vector<double> per_micro_batch_s;  ///< [stage]: fixed part per micro-batch
   std::vector<double> per_tile_s;         ///< [stage]: per tile of the micro-batch

@@ -22,7 +22,8 @@ real token or sample of the step's micro-batches on one DP rank, T, N, S; comput
 fraction of C, the stage's simulated table busy time of the step) by least absolute
 deviations (iteratively reweighted least squares): a minority of slow steps, or one slow run
 among several, moves the fit little. A term whose coefficient comes out negative is dropped
-and the rest refitted. Prints --mb-overhead-s / --tile-overhead-s / ... flags.
+and the rest refitted (the compute fraction may be negative, down to -0.9: the table was
+profiled while the host ran slower than during the runs). Prints --mb-overhead-s / --tile-overhead-s / ... flags.
 
 --pass step (SIM_JSON: simulated with the micro-batch flags of the first pass). The per-step
 cost per stage (optimizer, gradient norm, the label all-reduce, waiting for the loader) is the
@@ -94,17 +95,19 @@ def lad(x, y, iterations=100):
 
 
 def fit_nonnegative(x, y, names):
-    """LAD fit; drops the most negative term and refits until every coefficient is >= 0."""
+    """LAD fit; drops the most negative term and refits until every coefficient is >= 0, but for
+    the compute fraction, which may be negative (> -1: a table slower than the run)."""
     active = list(range(len(names)))
+    floor = [-0.9 if n == "compute" else 0.0 for n in names]
     while active:
         c = lad([[row[j] for j in active] for row in x], y)
-        worst = min(range(len(active)), key=lambda i: c[i])
-        if c[worst] >= 0:
+        worst = min(range(len(active)), key=lambda i: c[i] - floor[active[i]])
+        if c[worst] >= floor[active[worst]]:
             out = [0.0] * len(names)
             for j, v in zip(active, c):
                 out[j] = v
             return out
-        print(f"host_overheads: the {names[active[worst]]} term comes out negative "
+        print(f"host_overheads: the {names[active[worst]]} term comes out below its floor "
               f"({c[worst]:.3g}); dropped", file=sys.stderr)
         del active[worst]
     return [0.0] * len(names)

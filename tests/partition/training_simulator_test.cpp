@@ -194,8 +194,16 @@ TEST_CASE("host overheads: a fraction of the table's compute scales forward, bac
   CHECK(rep.stages[0].backward_s == Approx(7.5));
   CHECK(rep.breakdown.recompute_s == Approx(2 * 0.75 / 2));  // device average
   CHECK(rep.breakdown.total() == Approx(rep.step_s));
-  s.overheads.compute_fraction = {0.5, -0.1};
-  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains(">= 0"));
+  // A negative fraction: the table is slower than the run. Stage 1 at 0.5x: F 0.5, B 1.
+  s.overheads.compute_fraction = {0.0, -0.5};
+  s.recompute.assign(4, false);
+  // Stage 0: F0 [0,1] F1 [1,2]; stage 1: F0 [1,1.5] B0 [1.5,2.5] F1 [2.5,3] B1 [3,4];
+  // stage 0: B0 [2.5,4.5] B1 [4.5,6.5].
+  CHECK(simulate_step(s, uniform_loads(1, 2, 100)).step_s == Approx(6.5));
+  s.overheads.compute_fraction = {0.5, -1.0};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("> -1"));
+  s.overheads.compute_fraction = {0.5};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("expected 2"));
 }
 
 TEST_CASE("host overheads under interleaved 1F1B: the micro-batch's cost split over the chunks",
