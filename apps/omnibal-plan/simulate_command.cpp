@@ -2,8 +2,10 @@
 // configuration, fed with a profiled per-unit cost table and the packs the trainer itself runs.
 //
 //   omnibal-plan simulate --config configs/demo.yaml [--set key=value ...] --cost-table-in C.json
-//       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--step-overhead-s S | ..]
-//       [--link-gbps 4] [--tp N --tp-link-gbps G --tp-latency-us U] [--json OUT.json]
+//       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--tile-overhead-s ..]
+//       [--token-overhead-s ..] [--sample-overhead-s ..] [--compute-fraction F | ..]
+//       [--step-overhead-s S | ..]
+//       [--recompute-units vit_block_0,llm_block_2,..] [--link-gbps 4] [--tp N --tp-link-gbps G --tp-latency-us U] [--json OUT.json]
 //       [--schedule 1f1b|interleaved|zb-h1] [--virtual-stages V] [--trace OUT.json [--trace-step G]]
 //
 // Packs: data.meta must list token_lengths files (`omnibal-plan scan --out DIR` writes such a
@@ -13,7 +15,9 @@
 // packed micro-batch: the trainer never pads, also not for random micro-batches. The split and
 // the recompute flags follow the trainer's fixed rules (memory/stage_rules.h) on the table's
 // units: uniform, parameters (min-max of the table's parameter bytes), manual; none, full,
-// per-stage counts of the first blocks. Torch-free. Prints one line per step and the median.
+// per-stage counts of the first blocks; or --recompute-units, the units the trainer's start-up log
+// names as recomputed (`stage plan ...: recompute {stage 0: vit_block_0, ...}`: what adaptive
+// recomputation picked, which need not be the first blocks). Torch-free. Prints one line per step and the median.
 // TP: --tp (default: the config's parallel.tp) must equal the table's tp (a table profiled at
 // tp N is per TP rank); the units' TP all-reduce volumes follow from the preset in
 // train.precision's dtype (partition/tensor_parallel.h) and cost --tp-latency-us per call plus
@@ -23,6 +27,10 @@
 // auto) replay the trainer's packs under that schedule's lists (schedule/schedules.h); under
 // interleaved the split has pp x v chunks (a manual split lists pp x v counts) and the per-stage
 // overheads and reports are per pipeline rank.
+// Host overheads (partition::StageOverheads; one value for every stage or one per stage): per
+// micro-batch a fixed part plus parts per tile, real token and sample of the micro-batch, a
+// fraction of the table's compute on the stage, and per step a cost that replaces the analytic optimizer; scripts/bench/host_overheads.py fits them
+// to calibration runs and prints these flags.
 // Trace: --trace writes global step --trace-step (default: --first-step; it must be one of the
 // simulated steps) as Chrome trace-event JSON in the trainer's format (schedule/step_trace.h), so
 // it opens in Perfetto beside the trainer's <run_dir>/trace/step-N.json of the same step.
@@ -56,13 +64,15 @@ struct SimulateArgs {
   std::vector<std::string> overrides;
   int64_t first_step = 0;
   int steps = 20;
-  std::vector<double> mb_overhead_s, step_overhead_s;
+  std::vector<double> mb_overhead_s, tile_overhead_s, token_overhead_s, sample_overhead_s,
+      compute_fraction, step_overhead_s;
   double link_gbps = 4.0;
   int tp = 0;                // 0: parallel.tp of the config
   double tp_link_gbps = 0;   // 0: link_gbps
   double tp_latency_us = 0;  // per all-reduce call
   std::string schedule;      // "": parallel.schedule
   int virtual_stages = 0;    // 0: parallel.virtual_stages
+  std::vector<std::string> recompute_units;  // empty: memory.recompute
   std::string trace_out;     // "": no trace
   int64_t trace_step = -1;   // -1: first_step
 };
@@ -105,6 +115,18 @@ partition::StepLoads step_loads(balance::EpochPlanner& plans, const balance::Sam
   return loads;
 }
 
+/// Index of unit `name` in the table; the trainer's spelling (vit_block_0) matches the table's
+/// (vit_block.0). Throws omnibal::Error for a name the table does not hold.
+int unit_index(const partition::UnitCostTable& t, const std::string& name) {
+  auto canon = [](std::string s) {
+    std::replace(s.begin(), s.end(), '.', '_');
+    return s;
+  };
+  for (size_t u = 0; u < t.units.size(); ++u)
+    if (canon(t.units[u].name) == canon(name)) return static_cast<int>(u);
+  OMNIBAL_FAIL("--recompute-units: no unit '", name, "' in the cost table");
+}
+
 /// The simulator setup of a config: split, recompute flags, host device and host terms.
 partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
                                      const partition::UnitCostTable& table,
@@ -121,9 +143,18 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   setup.virtual_stages = v;
   setup.partition = resolve_split(cfg.parallel, table, cfg.parallel.pp * v);
   const int stages = cfg.parallel.pp;
-  setup.recompute =
-      memory::fixed_recompute(cfg.memory.recompute, setup.partition, memory::block_units(table))
-          .per_unit;
+  const auto blocks = memory::block_units(table);
+  if (a.recompute_units.empty()) {
+    setup.recompute = memory::fixed_recompute(cfg.memory.recompute, setup.partition, blocks).per_unit;
+  } else {
+    setup.recompute.assign(table.units.size(), false);
+    for (const auto& name : a.recompute_units) {
+      const int u = unit_index(table, name);
+      OMNIBAL_CHECK(blocks[u], "--recompute-units: ", name,
+                    " is not a ViT or LLM block (only blocks are recomputed)");
+      setup.recompute[u] = true;
+    }
+  }
   setup.dp = cfg.parallel.dp;
   setup.tp = table.tp;  // checked against --tp / parallel.tp by run_simulate
   setup.tp_link = partition::TpLink{(a.tp_link_gbps > 0 ? a.tp_link_gbps : a.link_gbps) * 1e9,
@@ -132,6 +163,10 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   setup.static_bytes.assign(stages, 0.0);
   setup.device = partition::host_device(a.link_gbps * 1e9);
   setup.overheads.per_micro_batch_s = per_stage(a.mb_overhead_s, stages, "--mb-overhead-s");
+  setup.overheads.per_tile_s = per_stage(a.tile_overhead_s, stages, "--tile-overhead-s");
+  setup.overheads.per_token_s = per_stage(a.token_overhead_s, stages, "--token-overhead-s");
+  setup.overheads.per_sample_s = per_stage(a.sample_overhead_s, stages, "--sample-overhead-s");
+  setup.overheads.compute_fraction = per_stage(a.compute_fraction, stages, "--compute-fraction");
   setup.overheads.per_step_s = per_stage(a.step_overhead_s, stages, "--step-overhead-s");
   return setup;
 }
@@ -231,6 +266,9 @@ int run_simulate(const SimulateArgs& a) {
                 {"partition", split},
                 {"schedule", choice_name(setup.schedule)},
                 {"virtual_stages", setup.virtual_stages},
+                {"dp", cfg.parallel.dp},
+                {"pp", cfg.parallel.pp},
+                {"micro_batches", cfg.parallel.micro_batches},
                 {"median_step_seconds", median},
                 {"steps", steps}}
                .dump(1)
@@ -255,9 +293,26 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--mb-overhead-s", a->mb_overhead_s,
                   "seconds per micro-batch and stage outside the units (one or one per stage)")
       ->delimiter(',');
+  cmd->add_option("--tile-overhead-s", a->tile_overhead_s,
+                  "seconds per tile of a micro-batch and stage (one or one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--token-overhead-s", a->token_overhead_s,
+                  "seconds per real token of a micro-batch and stage (one or one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--sample-overhead-s", a->sample_overhead_s,
+                  "seconds per sample of a micro-batch and stage (one or one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--compute-fraction", a->compute_fraction,
+                  "extra fraction of the table's forward and backward time per stage (one or one "
+                  "per stage; 0.1: 10 % slower than the table)")
+      ->delimiter(',');
   cmd->add_option("--step-overhead-s", a->step_overhead_s,
                   "seconds per step and stage after the pipeline (optimizer, grad norm; one or "
                   "one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--recompute-units", a->recompute_units,
+                  "recomputed units by name, as the trainer's start-up log lists them "
+                  "(vit_block_0,...); replaces memory.recompute")
       ->delimiter(',');
   cmd->add_option("--link-gbps", a->link_gbps,
                   "point-to-point bandwidth between stages, GB/s (default 4: MPI over shared "

@@ -77,7 +77,15 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
                 setup.partition.units());
   OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == P, "simulator: static memory for ",
                 setup.static_bytes.size(), " ranks, expected ", P, " pipeline ranks");
-  for (const auto* o : {&setup.overheads.per_micro_batch_s, &setup.overheads.per_step_s}) {
+  const auto& oh = setup.overheads;
+  OMNIBAL_CHECK(oh.compute_fraction.empty() || static_cast<int>(oh.compute_fraction.size()) == P,
+                "simulator: compute fractions for ", oh.compute_fraction.size(), " stages, expected ",
+                P, " pipeline ranks (or none)");
+  for (size_t s = 0; s < oh.compute_fraction.size(); ++s)
+    OMNIBAL_CHECK(oh.compute_fraction[s] > -1, "simulator: compute fraction of stage ", s, " is ",
+                  oh.compute_fraction[s], ", expected > -1");
+  for (const auto* o : {&oh.per_micro_batch_s, &oh.per_tile_s, &oh.per_token_s,
+                        &oh.per_sample_s, &oh.per_step_s}) {
     OMNIBAL_CHECK(o->empty() || static_cast<int>(o->size()) == P, "simulator: overheads for ",
                   o->size(), " stages, expected ", P, " pipeline ranks (or none)");
     for (size_t s = 0; s < o->size(); ++s)
@@ -87,6 +95,15 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
 }
 
 }  // namespace
+
+double StageOverheads::micro_batch_s(int stage, const MicroBatchLoad& load) const {
+  auto at = [stage](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : v.at(static_cast<size_t>(stage));
+  };
+  return at(per_micro_batch_s) + at(per_tile_s) * static_cast<double>(load.tiles()) +
+         at(per_token_s) * static_cast<double>(load.real_tokens()) +
+         at(per_sample_s) * static_cast<double>(load.samples());
+}
 
 int SimulatorSetup::ranks() const {
   return partition.stages() / schedule::chunks_per_rank(schedule, virtual_stages);
@@ -141,15 +158,26 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
   out.tp_comm_s.assign(P, 0.0);
   for (int i = 0; i < m; ++i) {
     const auto& load = loads[i];
-    const auto sc = stage_costs(setup.model->costs(load), setup, link);
+    auto sc = stage_costs(setup.model->costs(load), setup, link);
     std::vector<StageMicroBatch> unpadded;
     if (load.padded_len > 0)
       unpadded = stage_costs(setup.model->costs(load.unpadded()), setup, link);
-    const auto& per_mb = setup.overheads.per_micro_batch_s;
+    const auto& frac = setup.overheads.compute_fraction;
+    if (!frac.empty())
+      for (auto* v : {&sc, &unpadded})
+        for (size_t k = 0; k < v->size(); ++k) {
+          const double f = 1.0 + frac[k % P];
+          auto& c = (*v)[k];
+          c.forward_s *= f;
+          c.backward_s *= f;
+          c.weight_s *= f;
+          c.recompute_s *= f;
+        }
+    std::vector<double> host(P);
+    for (int s = 0; s < P; ++s) host[s] = setup.overheads.micro_batch_s(s, load);
     for (int k = 0; k < V; ++k) {
       const int s = k % P;  // the rank holding virtual stage k
-      costs.forward_s[k][i] = sc[k].forward_s + sc[k].tp_forward_s +
-                              (per_mb.empty() ? 0.0 : per_mb[s] * P / V);
+      costs.forward_s[k][i] = sc[k].forward_s + sc[k].tp_forward_s + host[s] * P / V;
       costs.backward_s[k][i] = sc[k].backward_s + sc[k].tp_backward_s;
       // ZB-H1: W is the weight-gradient compute; recomputation and the TP all-reduces stay in B.
       costs.backward_weight_s[k][i] = split ? sc[k].weight_s : 0.0;

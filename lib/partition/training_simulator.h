@@ -31,10 +31,12 @@
 // Not modelled: network contention between pipelines, kernel launch gaps, stragglers.
 //
 // StageOverheads carries costs outside the per-unit table that a measured host run has and the
-// analytic GPU model leaves out (both default to none): a fixed cost per micro-batch on each
-// stage (pack hand-over, message headers, the input-gradient buffer; added to every Forward)
-// and a measured per-step cost per stage that replaces the analytic optimizer time (optimizer,
-// gradient norm and clipping on the host). `omnibal-plan simulate` and
+// analytic GPU model leaves out (all default to none): per micro-batch on each stage a fixed part
+// plus parts proportional to the micro-batch's tiles, real tokens and samples (pack hand-over,
+// image and token tensors, message headers, the loader thread sharing the rank's core; added to
+// every Forward), a fraction of the stage's table compute (scales Forward and Backward), and a
+// measured per-step cost per stage that replaces the analytic optimizer
+// time (optimizer, gradient norm and clipping on the host). `omnibal-plan simulate` and
 // scripts/bench/sim_vs_measured.sh use them; where the figures come from is documented there.
 #pragma once
 
@@ -55,12 +57,24 @@ namespace omnibal::partition {
 /// the same count m).
 using StepLoads = std::vector<std::vector<MicroBatchLoad>>;
 
-/// Per-stage costs outside the unit table, seconds (empty vectors: none).
+/// Per-stage costs outside the unit table, seconds (empty vectors: none; otherwise one entry
+/// per pipeline rank, each >= 0; a compute fraction > -1). A micro-batch of t tiles, n real tokens and k samples costs
+/// per_micro_batch_s[s] + t per_tile_s[s] + n per_token_s[s] + k per_sample_s[s] on stage s,
+/// added to its Forward (split evenly over the stage's v chunks under interleaved: a cost of
+/// the micro-batch, not of the chunk). compute_fraction[s] scales the unit table's compute on
+/// stage s (forward, backward, recomputation) by 1 + compute_fraction[s]: time the table's
+/// units, profiled one by one, do not show when chained on a stage, or (negative) a table
+/// profiled while the host ran slower than during the run.
 struct StageOverheads {
-  /// [stage]: per micro-batch on the stage, added to its Forward (split evenly over the
-  /// stage's v chunks under interleaved: a cost of the micro-batch, not of the chunk)
-  std::vector<double> per_micro_batch_s;
+  std::vector<double> per_micro_batch_s;  ///< [stage]: fixed part per micro-batch
+  std::vector<double> per_tile_s;         ///< [stage]: per tile of the micro-batch
+  std::vector<double> per_token_s;        ///< [stage]: per real LLM token of the micro-batch
+  std::vector<double> per_sample_s;       ///< [stage]: per sample of the micro-batch
+  std::vector<double> compute_fraction;   ///< [stage]: extra fraction of the table's compute
   std::vector<double> per_step_s;         ///< [stage]: replaces the analytic optimizer time
+
+  /// Seconds stage s adds to micro-batch `load` (0 where a vector is empty).
+  double micro_batch_s(int stage, const MicroBatchLoad& load) const;
 };
 
 /// Everything fixed for a run.

@@ -1,25 +1,41 @@
 #!/usr/bin/env python3
-"""Host overheads for `omnibal-plan simulate`, measured on a calibration run.
+"""Host overheads for `omnibal-plan simulate`, fitted to held-out calibration runs.
 
-    python3 scripts/bench/host_overheads.py --warmup W RUN_DIR SIM_JSON > overheads.args
+    python3 scripts/bench/host_overheads.py --warmup W [--pass micro-batch|step|both] \\
+        [--terms mb,compute] RUN_DIR[,RUN_DIR...]:SIM_JSON [...] > flags.args
+    python3 scripts/bench/host_overheads.py --warmup W RUN_DIR SIM_JSON > flags.args
 
-RUN_DIR is a trainer run of a configuration that is *not* one of those the benchmark predicts;
-SIM_JSON is `omnibal-plan simulate --json` of that run with no overheads (the profiled unit
-table alone). Over the steps >= W, as medians:
+Each RUN_DIR is a trainer run of a calibration configuration (not one of those the benchmark
+predicts; several run directories of one configuration are rounds with the same packs); SIM_JSON
+is `omnibal-plan simulate --json` of that configuration. All configurations have the same
+layout (dp, pp). Every step >= W of every run is one observation.
 
-  per-micro-batch overhead of stage s = (measured forward_s + backward_s of stage s
-                                         - simulated forward_s + backward_s of stage s) / m
-      what a stage spends per micro-batch beyond the profiled units: the pack hand-over and
-      UnitState, activation/gradient messages (headers, copies, MPI progress), the loader
-      thread sharing the rank's core, chaining of units (one autograd graph per stage,
-      allocations of several micro-batches in flight);
-  per-step overhead = step_seconds - (forward_s + backward_s + idle_s of stage 0)
-      the trainer's work outside the 1F1B walk on rank 0 (stage 0 finishes last under 1F1B):
-      waiting for the loader, the label all-reduce, zero_grad, gradient norm and clipping,
-      AdamW; used for every stage.
+--pass micro-batch (SIM_JSON: the profiled table alone). Per stage s, the busy time the table
+does not explain,
+    y = measured forward_s + backward_s - simulated forward_s + backward_s of stage s
+(DP 1: the stage's figures; PP 1: the mean over DP ranks of their busy_s, against the simulated
+stage, which is the DP mean too), is fitted as
+    y = a_s m + b_s T + c_s N + d_s S + f_s C
+over the terms named by --terms (default mb,compute; mb alone when every observation comes
+from one configuration, whose m and packs barely vary) (mb: a_s, fixed per micro-batch; tile, token, sample: per tile,
+real token or sample of the step's micro-batches on one DP rank, T, N, S; compute: f_s, a
+fraction of C, the stage's simulated table busy time of the step) by least absolute
+deviations (iteratively reweighted least squares): a minority of slow steps, or one slow run
+among several, moves the fit little. A term whose coefficient comes out negative is dropped
+and the rest refitted (the compute fraction may be negative, down to -0.9: the table was
+profiled while the host ran slower than during the runs). Prints --mb-overhead-s / --tile-overhead-s / ... flags.
 
-Negative figures are clipped to 0. Prints the simulate flags on stdout and the figures on
-stderr. Python 3 standard library only.
+--pass step (SIM_JSON: simulated with the micro-batch flags of the first pass). The per-step
+cost per stage (optimizer, gradient norm, the label all-reduce, waiting for the loader) is the
+median over the observations of measured step_seconds - simulated step_seconds; prints
+--step-overhead-s.
+
+--pass both (the default; SIM_JSON: the table alone; the second form above is one run): the
+micro-batch pass, then the per-step cost measured directly, as the median of step_seconds -
+(forward_s + backward_s + idle_s of stage 0): the trainer's work outside the 1F1B walk on rank 0.
+
+Residuals (measured - fitted, per configuration: median in ms and relative to the measured
+median) go to stderr. Python 3 standard library only.
 """
 import argparse
 import json
@@ -28,46 +44,179 @@ import sys
 
 from sim_table import load_metrics  # same folder: one reader of metrics.jsonl
 
+TERMS = ("mb", "tile", "token", "sample", "compute")
+FLAG = {"mb": "--mb-overhead-s", "tile": "--tile-overhead-s", "token": "--token-overhead-s",
+        "sample": "--sample-overhead-s", "compute": "--compute-fraction"}
+UNIT = {"mb": ("ms", 1e3), "tile": ("us/tile", 1e6), "token": ("us/token", 1e6),
+        "sample": ("us/sample", 1e6), "compute": ("% of the table", 1e2)}
+
+
+def solve(a, b):
+    """Solves the small dense system a x = b (Gaussian elimination, partial pivoting)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-300:
+            raise ValueError("singular")
+        m[c], m[p] = m[p], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                for k in range(c, n + 1):
+                    m[r][k] -= f * m[c][k]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def weighted_lsq(x, y, w):
+    """argmin_c sum w_i (y_i - x_i . c)^2 on unit-norm columns."""
+    k = len(x[0])
+    norms = [max(1e-300, sum(r[j] ** 2 for r in x) ** 0.5) for j in range(k)]
+    xs = [[r[j] / norms[j] for j in range(k)] for r in x]
+    ata = [[sum(wi * r[i] * r[j] for r, wi in zip(xs, w)) for j in range(k)] for i in range(k)]
+    aty = [sum(wi * r[i] * yi for r, yi, wi in zip(xs, y, w)) for i in range(k)]
+    return [c / n for c, n in zip(solve(ata, aty), norms)]
+
+
+def lad(x, y, iterations=100):
+    """Least absolute deviations by iteratively reweighted least squares."""
+    scale = max(1e-9, statistics.median(abs(v) for v in y) * 1e-4)
+    w = [1.0] * len(y)
+    c = weighted_lsq(x, y, w)
+    for _ in range(iterations):
+        r = [yi - sum(ci * xi for ci, xi in zip(c, row)) for row, yi in zip(x, y)]
+        w = [1.0 / max(abs(v), scale) for v in r]
+        c_new = weighted_lsq(x, y, w)
+        done = all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(c_new, c))
+        c = c_new
+        if done:
+            break
+    return c
+
+
+def fit_nonnegative(x, y, names):
+    """LAD fit; drops the most negative term and refits until every coefficient is >= 0, but for
+    the compute fraction, which may be negative (> -1: a table slower than the run)."""
+    active = list(range(len(names)))
+    floor = [-0.9 if n == "compute" else 0.0 for n in names]
+    while active:
+        c = lad([[row[j] for j in active] for row in x], y)
+        worst = min(range(len(active)), key=lambda i: c[i] - floor[active[i]])
+        if c[worst] >= floor[active[worst]]:
+            out = [0.0] * len(names)
+            for j, v in zip(active, c):
+                out[j] = v
+            return out
+        print(f"host_overheads: the {names[active[worst]]} term comes out below its floor "
+              f"({c[worst]:.3g}); dropped", file=sys.stderr)
+        del active[worst]
+    return [0.0] * len(names)
+
+
+def observations(specs, warmup):
+    """[(config, round, step, metrics row, sim row, sim json)] over every spec."""
+    obs = []
+    for spec in specs:
+        run_dirs, sim_path = spec.rsplit(":", 1)
+        with open(sim_path) as f:
+            sim_json = json.load(f)
+        sim = {r["step"]: r for r in sim_json["steps"]}
+        name = run_dirs.split(",")[0].rstrip("/").split("/")[-1].rsplit("-r", 1)[0]
+        for k, run_dir in enumerate(run_dirs.split(",")):
+            for step, row in sorted(load_metrics(run_dir).items()):
+                if step >= warmup and step in sim:
+                    obs.append((name, k, step, row, sim[step], sim_json))
+    if not obs:
+        sys.exit(f"host_overheads: no common steps >= {warmup}")
+    layouts = {(o[5]["dp"], o[5]["pp"]) for o in obs}
+    if len(layouts) != 1:
+        sys.exit(f"host_overheads: calibration runs of several layouts (dp, pp): {layouts}")
+    return obs
+
+
+def measured_busy(row, stage, dp):
+    if dp == 1:
+        st = row["stages"][stage]
+        return st["forward_s"] + st["backward_s"]
+    if len(row["stages"]) != 1:
+        sys.exit("host_overheads: DP > 1 with PP > 1: the trainer reports DP rank 0's stages only")
+    return statistics.mean(d["busy_s"] for d in row["dp_ranks"])
+
+
+def residual_report(obs, resid, what):
+    by = {}
+    for o, r, y in zip(obs, resid[0], resid[1]):
+        by.setdefault(o[0], ([], []))
+        by[o[0]][0].append(r)
+        by[o[0]][1].append(y)
+    for name, (r, y) in by.items():
+        med, ref = statistics.median(r), statistics.median(y)
+        print(f"  {name:<10} {what}: residual median {1e3 * med:+.2f} ms "
+              f"({100 * med / ref:+.1f} % of {1e3 * ref:.1f} ms), "
+              f"|residual| median {1e3 * statistics.median(abs(v) for v in r):.2f} ms "
+              f"over {len(r)} steps", file=sys.stderr)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("run_dir")
-    ap.add_argument("sim_json")
+    ap.add_argument("--pass", dest="which", choices=("micro-batch", "step", "both"),
+                    default="both")
+    ap.add_argument("--terms", help="of mb, tile, token, sample, compute (default: mb,compute; "
+                    "mb alone for one configuration, whose steps cannot tell them apart)")
+    ap.add_argument("specs", nargs="+", help="RUN_DIR[,RUN_DIR...]:SIM_JSON")
     a = ap.parse_args()
-    measured = load_metrics(a.run_dir)
-    with open(a.sim_json) as f:
-        sim = {r["step"]: r for r in json.load(f)["steps"]}
-    m = None
-    with open(f"{a.run_dir}/config.yaml") as f:
-        in_parallel = False
-        for line in f:
-            if not line.startswith(" "):
-                in_parallel = line.startswith("parallel:")
-            elif in_parallel and line.strip().startswith("micro_batches:"):
-                m = int(line.split(":", 1)[1])
-    if m is None:
-        sys.exit("host_overheads: parallel.micro_batches not found in config.yaml")
-    steps = sorted(s for s in measured if s >= a.warmup and s in sim)
-    if not steps:
-        sys.exit(f"host_overheads: no common steps >= {a.warmup}")
-    stages = len(measured[steps[0]]["stages"])
-    per_mb = []
-    for i in range(stages):
-        gaps = []
-        for s in steps:
-            me, si = measured[s]["stages"][i], sim[s]["stages"][i]
-            gaps.append((me["forward_s"] + me["backward_s"] - si["forward_s"] - si["backward_s"]) / m)
-        per_mb.append(max(0.0, statistics.median(gaps)))
-    outside = [measured[s]["step_seconds"] - sum(measured[s]["stages"][0][k] for k in
-                                                  ("forward_s", "backward_s", "idle_s"))
-               for s in steps]
-    per_step = max(0.0, statistics.median(outside))
-    print(f"host overheads from {a.run_dir} (m {m}, {len(steps)} steps): per micro-batch "
-          + ", ".join(f"stage {i} {1e3 * x:.2f} ms" for i, x in enumerate(per_mb))
-          + f"; per step {1e3 * per_step:.2f} ms", file=sys.stderr)
-    print("--mb-overhead-s " + ",".join(f"{x:.6f}" for x in per_mb)
-          + f" --step-overhead-s {per_step:.6f}")
+    if len(a.specs) == 2 and ":" not in a.specs[0] and ":" not in a.specs[1]:
+        a.specs = [f"{a.specs[0]}:{a.specs[1]}"]  # RUN_DIR SIM_JSON
+    obs = observations(a.specs, a.warmup)
+    dp, pp = obs[0][5]["dp"], obs[0][5]["pp"]
+    if a.terms is None:
+        a.terms = "mb,compute" if len({o[0] for o in obs}) > 1 else "mb"
+    names = [t for t in a.terms.split(",") if t]
+    for t in names:
+        if t not in TERMS:
+            sys.exit(f"host_overheads: unknown term {t} (of {', '.join(TERMS)})")
+    configs = sorted({o[0] for o in obs})
+    if a.which == "step":
+        resid = [o[3]["step_seconds"] - o[4]["step_seconds"] for o in obs]
+        per_step = max(0.0, statistics.median(resid))
+        print(f"host overheads (dp {dp}, pp {pp}; {', '.join(configs)}: {len(obs)} steps): per "
+              f"step {1e3 * per_step:.2f} ms", file=sys.stderr)
+        fitted = [r - per_step for r in resid]
+        residual_report(obs, (fitted, [o[3]["step_seconds"] for o in obs]), "step time")
+        print(f"--step-overhead-s {per_step:.6f}")
+        return
+    coef = []  # [stage][term]
+    for s in range(pp):
+        x, y, busy = [], [], []
+        for o in obs:
+            row, sim, sj = o[3], o[4], o[5]
+            table = sim["stages"][s]["forward_s"] + sim["stages"][s]["backward_s"]
+            load = {"mb": sj["micro_batches"], "tile": sim["tiles"] / dp,
+                    "token": sim["tokens"] / dp, "sample": sim["samples"] / dp, "compute": table}
+            x.append([load[t] for t in names])
+            b = measured_busy(row, s, dp)
+            busy.append(b)
+            y.append(b - table)
+        c = fit_nonnegative(x, y, names)
+        coef.append(c)
+        fitted = [yi - sum(ci * xi for ci, xi in zip(c, row)) for row, yi in zip(x, y)]
+        print(f"host overheads (dp {dp}, pp {pp}; {', '.join(configs)}: {len(obs)} steps), "
+              f"stage {s} per micro-batch: "
+              + ", ".join(f"{t} {UNIT[t][1] * v:.3f} {UNIT[t][0]}" for t, v in zip(names, c)),
+              file=sys.stderr)
+        residual_report(obs, (fitted, busy), f"stage {s} busy")
+    flags = " ".join(f"{FLAG[t]} " + ",".join(f"{coef[s][j]:.9g}" for s in range(pp))
+                     for j, t in enumerate(names))
+    if a.which == "both":
+        outside = [o[3]["step_seconds"] - sum(o[3]["stages"][0][k] for k in
+                                              ("forward_s", "backward_s", "idle_s"))
+                   for o in obs]
+        per_step = max(0.0, statistics.median(outside))
+        print(f"host overheads: per step {1e3 * per_step:.2f} ms (outside stage 0's walk)",
+              file=sys.stderr)
+        flags += f" --step-overhead-s {per_step:.6f}"
+    print(flags)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Simulated vs measured step times (scripts/bench/sim_vs_measured.sh).
 
-    python3 scripts/bench/sim_table.py --warmup W NAME=RUN_DIR:SIM_JSON [...]
+    python3 scripts/bench/sim_table.py --warmup W NAME=RUN_DIR[,RUN_DIR...]:SIM_JSON [...]
 
-RUN_DIR holds the trainer's metrics.jsonl, SIM_JSON the output of `omnibal-plan simulate --json`
-for the same config and steps. For every configuration, over the steps >= W that both hold:
-the measured median step_seconds and the simulated median step time (same steps, same packs),
-their error, and per stage the measured vs simulated forward, backward and idle seconds (median
-per step). Then the ranks of both (1 = fastest), Spearman's rank correlation, whether the order
-agrees, and the median |error|. Python 3 standard library only.
+RUN_DIR holds the trainer's metrics.jsonl (several: rounds of the same configuration, which run
+the same packs at the same steps), SIM_JSON the output of `omnibal-plan simulate --json` for the
+same config and steps. For every configuration, over the steps >= W that both hold, pooled over
+the rounds: the measured median step_seconds and the simulated median step time (same steps,
+same packs), their error, and per stage the measured vs simulated forward, backward and idle
+seconds (median per step). Then the ranks of both (1 = fastest), Spearman's rank correlation,
+Kendall's tau-b, whether the order agrees, and the median and max |error|. Python 3 standard
+library only.
 """
 import argparse
 import json
@@ -50,9 +52,30 @@ def spearman(a, b):
     return cov / (va * vb) ** 0.5 if va and vb else float("nan")
 
 
-def stage_medians(rows, steps, key):
-    n = len(rows[steps[0]]["stages"])
-    return [statistics.median(rows[s]["stages"][i][key] for s in steps) for i in range(n)]
+def kendall_tau_b(a, b):
+    """Kendall's tau-b (ties in either list counted as in scipy.stats.kendalltau)."""
+    conc = disc = ties_a = ties_b = 0
+    for i in range(len(a)):
+        for j in range(i + 1, len(a)):
+            da, db = a[i] - a[j], b[i] - b[j]
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ties_a += 1
+            elif db == 0:
+                ties_b += 1
+            elif (da > 0) == (db > 0):
+                conc += 1
+            else:
+                disc += 1
+    n0 = conc + disc
+    den = ((n0 + ties_a) * (n0 + ties_b)) ** 0.5
+    return (conc - disc) / den if den else float("nan")
+
+
+def stage_medians(rows, keys, key):
+    n = len(rows[keys[0]]["stages"])
+    return [statistics.median(rows[k]["stages"][i][key] for k in keys) for i in range(n)]
 
 
 def main():
@@ -64,23 +87,32 @@ def main():
     table = []
     for spec in args.configs:
         name, rest = spec.rsplit("=", 1)
-        run_dir, sim_path = rest.rsplit(":", 1)
-        measured = load_metrics(run_dir)
+        run_dirs, sim_path = rest.rsplit(":", 1)
+        measured = {}  # (round, step) -> metrics row
+        for k, run_dir in enumerate(run_dirs.split(",")):
+            for step, r in load_metrics(run_dir).items():
+                measured[(k, step)] = r
         with open(sim_path) as f:
             sim = {r["step"]: r for r in json.load(f)["steps"]}
-        steps = sorted(s for s in measured if s >= args.warmup and s in sim)
-        if not steps:
+        keys = sorted(k for k in measured if k[1] >= args.warmup and k[1] in sim)
+        if not keys:
             sys.exit(f"sim_table: {name}: no common steps >= {args.warmup}")
-        meas = statistics.median(measured[s]["step_seconds"] for s in steps)
-        simu = statistics.median(sim[s]["step_seconds"] for s in steps)
-        row = {"config": name, "steps": len(steps), "simulated_s": simu, "measured_s": meas,
+        simk = {k: sim[k[1]] for k in keys}
+        times = [measured[k]["step_seconds"] for k in keys]
+        meas = statistics.median(times)
+        simu = statistics.median(simk[k]["step_seconds"] for k in keys)
+        row = {"config": name, "steps": len(keys), "simulated_s": simu, "measured_s": meas,
                "error_pct": 100.0 * (simu - meas) / meas,
-               "measured_min_s": min(measured[s]["step_seconds"] for s in steps),
-               "measured_max_s": max(measured[s]["step_seconds"] for s in steps),
+               "measured_min_s": min(times), "measured_max_s": max(times),
                "stages": []}
+        rounds = sorted({k[0] for k in keys})
+        if len(rounds) > 1:
+            row["round_medians_s"] = [statistics.median(measured[k]["step_seconds"]
+                                                        for k in keys if k[0] == r)
+                                      for r in rounds]
         for key in ("forward_s", "backward_s", "idle_s"):
-            m = stage_medians(measured, steps, key)
-            p = stage_medians(sim, steps, key)
+            m = stage_medians(measured, keys, key)
+            p = stage_medians(simk, keys, key)
             for i, (x, y) in enumerate(zip(m, p)):
                 while len(row["stages"]) <= i:
                     row["stages"].append({})
@@ -91,15 +123,21 @@ def main():
     for r, a, b in zip(table, sim_rank, meas_rank):
         r["simulated_rank"], r["measured_rank"] = a, b
     rho = spearman([r["simulated_s"] for r in table], [r["measured_s"] for r in table])
+    tau = kendall_tau_b([r["simulated_s"] for r in table], [r["measured_s"] for r in table])
     med_err = statistics.median(abs(r["error_pct"]) for r in table)
-    print(f"{'config':<22} {'steps':>5} {'simulated s':>11} {'measured s (min-max)':>24} "
-          f"{'error':>8} {'rank sim/meas':>13}")
+    max_err = max(abs(r["error_pct"]) for r in table)
+    w = max(22, max(len(r["config"]) for r in table))
+    print(f"{'config':<{w}} {'steps':>5} {'simulated s':>11} {'measured s (min-max)':>24} "
+          f"{'error':>8} {'rank sim/meas':>13}  rounds (s)")
     for r in table:
         span = f"{r['measured_s']:.4f} ({r['measured_min_s']:.3f}-{r['measured_max_s']:.3f})"
-        print(f"{r['config']:<22} {r['steps']:>5} {r['simulated_s']:>11.4f} {span:>24} "
-              f"{r['error_pct']:>+7.1f}% {r['simulated_rank']:>6g}/{r['measured_rank']:<6g}")
-    print(f"Spearman rank correlation {rho:.3f}; same order: "
-          f"{'yes' if sim_rank == meas_rank else 'no'}; median |error| {med_err:.1f}%")
+        rounds = " ".join(f"{x:.3f}" for x in r.get("round_medians_s", []))
+        print(f"{r['config']:<{w}} {r['steps']:>5} {r['simulated_s']:>11.4f} {span:>24} "
+              f"{r['error_pct']:>+7.1f}% {r['simulated_rank']:>6g}/{r['measured_rank']:<6g}  "
+              f"{rounds}")
+    print(f"Spearman {rho:.3f}; Kendall tau-b {tau:.3f}; same order: "
+          f"{'yes' if sim_rank == meas_rank else 'no'}; median |error| {med_err:.1f}%; "
+          f"max |error| {max_err:.1f}%")
     print("\nper stage, median per step (measured / simulated, ms):")
     for r in table:
         parts = []
@@ -109,11 +147,12 @@ def main():
                          f"{1e3*st['backward_s']['measured']:.1f}/"
                          f"{1e3*st['backward_s']['simulated']:.1f} idle "
                          f"{1e3*st['idle_s']['measured']:.1f}/{1e3*st['idle_s']['simulated']:.1f}")
-        print(f"  {r['config']:<20} " + " | ".join(parts))
+        print(f"  {r['config']:<{w}} " + " | ".join(parts))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": table, "spearman": rho, "same_order": sim_rank == meas_rank,
-                       "median_abs_error_pct": med_err}, f, indent=1)
+            json.dump({"rows": table, "spearman": rho, "kendall_tau_b": tau,
+                       "same_order": sim_rank == meas_rank, "median_abs_error_pct": med_err,
+                       "max_abs_error_pct": max_err}, f, indent=1)
 
 
 if __name__ == "__main__":

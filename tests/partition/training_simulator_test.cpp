@@ -140,6 +140,88 @@ TEST_CASE("host overheads: per micro-batch on every Forward, per step instead of
   CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains(">= 0"));
 }
 
+TEST_CASE("host overheads: a fixed part plus parts per tile, token and sample of each micro-batch",
+          "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  s.overheads.per_micro_batch_s = {0.5, 0.25};
+  s.overheads.per_tile_s = {0.1, 0.0};
+  s.overheads.per_token_s = {0.001, 0.002};
+  s.overheads.per_sample_s = {0.0, 0.05};
+  // 2 samples, 5 tiles, 100 real tokens: stage 0 0.5 + 0.5 + 0.1 = 1.1 s, stage 1
+  // 0.25 + 0.2 + 0.1 = 0.55 s.
+  const auto two = MicroBatchLoad::packed({2, 3}, {40, 60});
+  CHECK(s.overheads.micro_batch_s(0, two) == Approx(1.1));
+  CHECK(s.overheads.micro_batch_s(1, two) == Approx(0.55));
+  StageOverheads none;
+  CHECK(none.micro_batch_s(1, two) == 0.0);
+
+  // One sample, one tile, 100 tokens: F 1 + 0.7 = 1.7 s on stage 0, 1 + 0.5 = 1.5 s on stage 1;
+  // B 2 s. Stage 0: F0 [0,1.7] F1 [1.7,3.4]; stage 1: F0 [1.7,3.2] B0 [3.2,5.2] F1 [5.2,6.7]
+  // B1 [6.7,8.7]; stage 0: B0 [5.2,7.2] B1 [8.7,10.7].
+  const auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  CHECK(rep.step_s == Approx(10.7));
+  CHECK(rep.stages[0].forward_s == Approx(3.4));
+  CHECK(rep.stages[1].forward_s == Approx(3.0));
+  CHECK(rep.stages[0].backward_s == Approx(4.0));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+
+  // Twice the tokens per micro-batch: the unit table doubles (F 2, B 4) and the token part
+  // adds 0.1 s on stage 0 and 0.2 s on stage 1; the fixed parts stay.
+  const auto big = simulate_step(s, uniform_loads(1, 2, 200));
+  CHECK(big.stages[0].forward_s == Approx(2 * (2 + 0.5 + 0.1 + 0.2)));
+  CHECK(big.stages[1].forward_s == Approx(2 * (2 + 0.25 + 0.4 + 0.05)));
+
+  s.overheads.per_tile_s = {0.1};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("expected 2"));
+  s.overheads.per_tile_s = {0.1, 0.0};
+  s.overheads.per_token_s = {0.001, -0.002};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains(">= 0"));
+}
+
+TEST_CASE("host overheads: a fraction of the table's compute scales forward, backward and "
+          "recomputation", "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  s.recompute = {true, false, false, false};
+  s.overheads.compute_fraction = {0.5, 0.0};
+  const auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  // Stage 0: F 1 x 1.5 = 1.5 s, B (2 + 0.5 recompute) x 1.5 = 3.75 s; stage 1 F 1, B 2.
+  // Stage 0: F0 [0,1.5] F1 [1.5,3]; stage 1: F0 [1.5,2.5] B0 [2.5,4.5] F1 [4.5,5.5] B1 [5.5,7.5];
+  // stage 0: B0 [4.5,8.25] B1 [8.25,12].
+  CHECK(rep.step_s == Approx(12.0));
+  CHECK(rep.stages[0].forward_s == Approx(3.0));
+  CHECK(rep.stages[0].backward_s == Approx(7.5));
+  CHECK(rep.breakdown.recompute_s == Approx(2 * 0.75 / 2));  // device average
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  // A negative fraction: the table is slower than the run. Stage 1 at 0.5x: F 0.5, B 1.
+  s.overheads.compute_fraction = {0.0, -0.5};
+  s.recompute.assign(4, false);
+  // Stage 0: F0 [0,1] F1 [1,2]; stage 1: F0 [1,1.5] B0 [1.5,2.5] F1 [2.5,3] B1 [3,4];
+  // stage 0: B0 [2.5,4.5] B1 [4.5,6.5].
+  CHECK(simulate_step(s, uniform_loads(1, 2, 100)).step_s == Approx(6.5));
+  s.overheads.compute_fraction = {0.5, -1.0};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("> -1"));
+  s.overheads.compute_fraction = {0.5};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("expected 2"));
+}
+
+TEST_CASE("host overheads under interleaved 1F1B: the micro-batch's cost split over the chunks",
+          "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  s.schedule = omnibal::PipelineSchedule::kInterleaved;
+  s.virtual_stages = 2;
+  s.partition = Partition{{1, 1, 1, 1}};
+  const auto plain = simulate_step(s, uniform_loads(1, 2, 100));
+  s.overheads.per_micro_batch_s = {0.4, 0.2};
+  s.overheads.per_token_s = {0.002, 0.0};
+  const auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  // Per micro-batch 0.4 + 0.2 = 0.6 s on rank 0 and 0.2 s on rank 1, over 2 micro-batches.
+  CHECK(rep.stages[0].forward_s == Approx(plain.stages[0].forward_s + 2 * 0.6));
+  CHECK(rep.stages[1].forward_s == Approx(plain.stages[1].forward_s + 2 * 0.2));
+}
+
 TEST_CASE("overheads equal to zero change nothing", "[partition][simulator]") {
   const int m = GENERATE(1, 2, 5);
   const int tokens = GENERATE(50, 300);
