@@ -286,37 +286,26 @@ std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const st
                     dir};
 }
 
-partition::TableLoad largest_pack_load(TrainingData& data) {
-  const auto& packs = data.epoch_plan(0).packing.packs;
-  partition::TableLoad load;
-  int64_t samples = 0;
-  for (size_t p = 0; p < packs.size(); ++p) {
-    load.tiles = std::max(load.tiles, packs.cost(p, balance::kTiles));
-    load.tokens = std::max(load.tokens, packs.cost(p, balance::kTokens));
-    samples += packs.load(p).count;
-  }
-  OMNIBAL_CHECK(packs.size() > 0, "start-up planning: epoch 0 has no packs");
-  load.samples = std::max<int64_t>(1, (samples + static_cast<int64_t>(packs.size()) / 2) /
-                                          static_cast<int64_t>(packs.size()));
-  load.samples = std::min(load.samples, load.tiles);
-  return load;
-}
-
-partition::TableLoad mean_pack_load(TrainingData& data) {
+EpochPackLoads epoch0_pack_loads(TrainingData& data) {
   const auto& packs = data.epoch_plan(0).packing.packs;
   OMNIBAL_CHECK(packs.size() > 0, "start-up planning: epoch 0 has no packs");
+  EpochPackLoads out;
   int64_t tiles = 0, tokens = 0, samples = 0;
   for (size_t p = 0; p < packs.size(); ++p) {
-    tiles += packs.cost(p, balance::kTiles);
-    tokens += packs.cost(p, balance::kTokens);
+    const int64_t t = packs.cost(p, balance::kTiles), k = packs.cost(p, balance::kTokens);
+    out.largest.tiles = std::max(out.largest.tiles, t);
+    out.largest.tokens = std::max(out.largest.tokens, k);
+    tiles += t;
+    tokens += k;
     samples += packs.load(p).count;
   }
   const auto n = static_cast<int64_t>(packs.size());
-  partition::TableLoad load;
-  load.tiles = std::max<int64_t>(1, (tiles + n / 2) / n);
-  load.tokens = std::max<int64_t>(1, (tokens + n / 2) / n);
-  load.samples = std::min(std::max<int64_t>(1, (samples + n / 2) / n), load.tiles);
-  return load;
+  const int64_t mean_samples = std::max<int64_t>(1, (samples + n / 2) / n);
+  out.largest.samples = std::min(mean_samples, out.largest.tiles);
+  out.mean.tiles = std::max<int64_t>(1, (tiles + n / 2) / n);
+  out.mean.tokens = std::max<int64_t>(1, (tokens + n / 2) / n);
+  out.mean.samples = std::min(mean_samples, out.mean.tiles);
+  return out;
 }
 
 double default_memory_budget_bytes(const torch::Device& device) {
@@ -361,12 +350,13 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   std::optional<partition::UnitCostTable> table_used;
   const auto inputs = [&c, &table_used] {
     memory::PlanningInputs in;
-    const partition::TableLoad load = largest_pack_load(*c.data);
+    const EpochPackLoads loads = epoch0_pack_loads(*c.data);
+    const partition::TableLoad& load = loads.largest;
     const partition::UnitCostTable largest = obtain_cost_table(c, load);
     table_used = largest;
     // Stage times at the mean pack (the search times m identical micro-batches: the typical
     // one), memory at the largest (the peak).
-    const partition::TableLoad mean = mean_pack_load(*c.data);
+    const partition::TableLoad& mean = loads.mean;
     in.table = partition::table_at_load(largest, mean);
     in.options = planner_options(c, &in.table);
     in.options.memory_table = largest;

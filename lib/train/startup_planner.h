@@ -95,13 +95,18 @@ void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& 
 /// checkpoint written before plans were stored. Throws omnibal::Error on a malformed plan.
 std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const std::string& dir);
 
-/// The largest pack of epoch 0 as a profiling load: most tiles, most (computed) tokens, and the
-/// mean samples per pack (rounded, >= 1).
-partition::TableLoad largest_pack_load(TrainingData& data);
+/// Epoch 0's packs as planning loads, from one pass over them.
+struct EpochPackLoads {
+  /// The profiling / memory load: most tiles, most (computed) tokens, and the mean samples per
+  /// pack (rounded, >= 1, at most the tiles).
+  partition::TableLoad largest;
+  /// The search's timing load: mean tiles, mean (computed) tokens and mean samples per pack
+  /// (each rounded, >= 1; samples at most the tiles).
+  partition::TableLoad mean;
+};
 
-/// The mean pack of epoch 0 as the search's timing load: mean tiles, mean (computed) tokens and
-/// mean samples per pack (each rounded, >= 1). Throws omnibal::Error when epoch 0 has no packs.
-partition::TableLoad mean_pack_load(TrainingData& data);
+/// Both loads of EpochPackLoads. Throws omnibal::Error when epoch 0 has no packs.
+EpochPackLoads epoch0_pack_loads(TrainingData& data);
 
 /// Default per-rank memory budget in bytes: CPU 75% of physical memory divided by the ranks on
 /// this node (OMPI_COMM_WORLD_LOCAL_SIZE, 1 when unset); CUDA the device's memory minus 8%
