@@ -23,12 +23,13 @@ struct ProfileArgs {
   std::vector<std::string> freeze;  ///< --freeze group names
   int threads = 0;
   bool cpu_clock = false;
+  std::string statistic = "median";  ///< --statistic
 };
 
-void print_table(const profile::ProfileResult& r) {
+void print_table(const profile::ProfileResult& r, const std::string& statistic_name) {
   const auto& t = r.table;
-  fmt::print("{} at {} tiles, {} tokens, {} samples ({})\n", t.model, t.load.tiles, t.load.tokens,
-             t.load.samples, t.source);
+  fmt::print("{} at {} tiles, {} tokens, {} samples ({}; {} of the repeats)\n", t.model,
+             t.load.tiles, t.load.tokens, t.load.samples, t.source, statistic_name);
   fmt::print("{:<14} {:>10} {:>17} {:>10} {:>17} {:>12} {:>12} {:>12} {:>5}\n", "unit", "fwd ms",
              "(min-max)", "bwd ms", "(min-max)", "act KiB", "param KiB", "out KiB", "train");
   for (size_t i = 0; i < t.units.size(); ++i) {
@@ -55,9 +56,11 @@ int run_profile(ProfileArgs& a) {
                   "profile: --cpu-clock times the calling thread only; use it with --threads 1");
     a.options.clock = profile::ProfileClock::kThreadCpu;
   }
+  a.options.statistic =
+      a.statistic == "mean" ? profile::ProfileStatistic::kMean : profile::ProfileStatistic::kMedian;
   const ModelPreset preset = load_model_preset(a.preset);
   const auto result = profile::profile_units(preset, a.options);
-  print_table(result);
+  print_table(result, a.statistic);
   partition::write_unit_cost_table(result.table, a.out);
   fmt::print("wrote {} ({} threads)\n", a.out, torch::get_num_threads());
   return 0;
@@ -75,7 +78,11 @@ void register_profile_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--q-tok", a->options.pack.q_tok, "Q_t: LLM tokens of the profiling pack")
       ->required();
   cmd->add_option("--samples-per-pack", a->options.pack.samples, "samples in the pack (default 4)");
-  cmd->add_option("--repeats", a->options.repeats, "timed runs per unit, median (default 5)");
+  cmd->add_option("--repeats", a->options.repeats, "timed runs per unit (default 5)");
+  cmd->add_option("--statistic", a->statistic,
+                  "what a unit's table time is of its repeats: median (default; robust to a few "
+                  "outliers) or mean (the expected time on a host whose speed changes)")
+      ->check(CLI::IsMember({"median", "mean"}));
   cmd->add_option("--warmup", a->options.warmup, "untimed runs per unit (default 1)");
   cmd->add_option("--tp", a->options.tp,
                   "profile one TP rank's shards at this parallel.tp (compute only; the table "

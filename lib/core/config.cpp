@@ -169,6 +169,10 @@ void ParallelConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(partition_trials >= -1, w, "partition_trials: expected -1 (top K) or >= 0, got ",
                 partition_trials);
   check_positive(w + "partition_trial_steps", partition_trial_steps);
+  OMNIBAL_CHECK(partition_trial_rounds >= 3, w,
+                "partition_trial_rounds: expected >= 3 (the trials' t test needs a spread of "
+                "the rounds), got ",
+                partition_trial_rounds);
   OMNIBAL_CHECK(partition_radius >= 0, w, "partition_radius: expected >= 0, got ",
                 partition_radius);
   check_positive(w + "partition_top_k", partition_top_k);

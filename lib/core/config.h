@@ -42,9 +42,13 @@ struct ParallelConfig {
   int virtual_stages = 1;
   PartitionSpec partition;    ///< how pipeline units are split into stages
   int partition_trials = -1;  ///< candidates timed for real; -1 = top K of the search
-  /// Timed steps per repeat of a partition trial (3 interleaved repeats per candidate, each the
-  /// mean of this many steps after one untimed step); >= 1.
+  /// Timed steps per repeat of a partition trial (each repeat the mean of this many steps after
+  /// one untimed step); >= 1.
   int partition_trial_steps = 8;
+  /// Rounds of partition trials (each times every candidate once; a candidate replaces the
+  /// simulator's pick when a t test over the rounds finds it faster,
+  /// lib/train/partition_trials.h); >= 3.
+  int partition_trial_rounds = 6;
   int partition_radius = 1;   ///< r: how far each boundary moves around the anchor (units)
   int partition_top_k = 3;    ///< K: candidates kept after ranking
   /// Per-unit cost table (omnibal-plan profile / partition --cost-table) for balanced and
@@ -60,6 +64,7 @@ struct ParallelConfig {
     v("partition", partition);
     v("partition_trials", partition_trials);
     v("partition_trial_steps", partition_trial_steps);
+    v("partition_trial_rounds", partition_trial_rounds);
     v("partition_radius", partition_radius);
     v("partition_top_k", partition_top_k);
     v("cost_table", cost_table);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <numeric>
 #include <optional>
 
 #include <torch/cuda.h>
@@ -63,12 +64,6 @@ int64_t bytes_of(const torch::Tensor& t) {
 
 void sync(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /// One forward (+ backward) of one unit and what the meter saw.
@@ -148,6 +143,19 @@ void check_options(const ProfileOptions& o) {
 
 }  // namespace
 
+double summarize(std::vector<double> v, ProfileStatistic statistic) {
+  OMNIBAL_CHECK(!v.empty(), "profile: no timed runs to summarise");
+  const size_t n = v.size();
+  switch (statistic) {
+    case ProfileStatistic::kMedian:
+      std::sort(v.begin(), v.end());
+      return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    case ProfileStatistic::kMean:
+      return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
+  }
+  return 0.0;
+}
+
 double clock_seconds(ProfileClock clock) {
   if (clock == ProfileClock::kWall)
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -225,8 +233,8 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
     partition::UnitCost c;
     c.name = table_unit_name(units[i]->unit_name());
     c.kind = table_kind(units[i]->kind());
-    c.forward_s = median(fwd);
-    c.backward_s = modes[i].backward ? median(bwd) : 0.0;
+    c.forward_s = summarize(fwd, o.statistic);
+    c.backward_s = modes[i].backward ? summarize(bwd, o.statistic) : 0.0;
     c.activation_bytes = static_cast<double>(std::max<int64_t>(0, runs[i].back().kept_bytes));
     c.parameter_bytes =  // under TP: one rank's shards (padded vocabulary rows included)
         static_cast<double>(o.tp > 1 ? units[i]->num_parameters() : counts[i]) * param_size;
@@ -235,7 +243,7 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
       std::vector<double> w;
       for (const auto& run : runs[i]) w.push_back(run.weight_s);
       const bool deferred = trainable[i] && modes[i].backward;
-      c.backward_weight_s = deferred ? median(w) : 0.0;
+      c.backward_weight_s = deferred ? summarize(w, o.statistic) : 0.0;
       c.weight_grad_bytes = deferred ? static_cast<double>(runs[i].back().weight_bytes) : 0.0;
     }
     c.output_bytes = i + 1 < n ? static_cast<double>(bytes_of(inputs[i + 1].hidden) +

@@ -4,8 +4,9 @@
 // (partition/unit_cost_table.h) that the partition search and the memory planner read.
 //
 // Per unit, from the pack's state at the unit's input (computed once, without autograd):
-//   forward_s        median forward seconds over `repeats` runs after `warmup` runs
-//   backward_s       median seconds of backpropagating a gradient of ones through the unit's
+//   forward_s        forward seconds over `repeats` runs after `warmup` runs: their median, or
+//                    their mean (ProfileOptions::statistic)
+//   backward_s       median (or mean) seconds of backpropagating a gradient of ones through the unit's
 //                    graph (weight gradients + input gradient when an earlier unit trains);
 //                    weight gradients accumulate into existing buffers after the first run, as
 //                    over the micro-batches of a step
@@ -47,11 +48,21 @@ enum class ProfileClock { kWall, kThreadCpu };
 /// Seconds on `clock` since an unspecified start (differences only).
 double clock_seconds(ProfileClock clock);
 
+/// How a unit's repeats become its table time. kMedian ignores a minority of outliers; kMean is
+/// the expected time, what a step (a sum of many unit runs) averages to when the host switches
+/// between speeds during the profile (a shared VM: the median of a two-speed sample jumps between
+/// the two speeds from one profile to the next, the mean moves with the share of each).
+enum class ProfileStatistic { kMedian, kMean };
+
+/// `values` summarised by `statistic`. Throws omnibal::Error when `values` is empty.
+double summarize(std::vector<double> values, ProfileStatistic statistic);
+
 /// What to profile and how.
 struct ProfileOptions {
-  ProfilingPackOptions pack;      ///< the balanced pack (Q_v, Q_t, samples per pack, seed)
-  int warmup = 1;                 ///< untimed runs per unit
-  int repeats = 5;                ///< timed runs per unit (median); runs interleave units
+  ProfilingPackOptions pack;  ///< the balanced pack (Q_v, Q_t, samples per pack, seed)
+  int warmup = 1;             ///< untimed runs per unit
+  int repeats = 5;            ///< timed runs per unit; runs interleave units
+  ProfileStatistic statistic = ProfileStatistic::kMedian;  ///< of the repeats, per unit
   std::vector<UnitGroup> freeze;  ///< train.freeze groups: vit, projector, llm
   uint64_t init_seed = 0;         ///< parameter initialisation seed
   torch::Device device = torch::kCPU;

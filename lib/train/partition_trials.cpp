@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "models/vlm.h"
@@ -85,20 +87,57 @@ double time_candidate(const partition::Partition& split, const TrialSetup& setup
 
 }  // namespace
 
+double trial_t_critical(int rounds) {
+  OMNIBAL_CHECK(rounds >= 2, "partition trials: a t test needs >= 2 rounds, got ", rounds);
+  const double v = rounds - 1;
+  const double c =
+      std::exp(std::lgamma((v + 1) / 2) - std::lgamma(v / 2)) / std::sqrt(v * std::acos(-1.0));
+  const auto density = [&](double x) { return c * std::pow(1 + x * x / v, -(v + 1) / 2); };
+  const auto cdf = [&](double x) {  // 1/2 + the density's integral over [0, x] (Simpson)
+    constexpr int kIntervals = 2000;
+    const double h = x / kIntervals;
+    double sum = density(0) + density(x);
+    for (int i = 1; i < kIntervals; ++i) sum += (i % 2 ? 4 : 2) * density(i * h);
+    return 0.5 + sum * h / 3;
+  };
+  double lo = 0, hi = 10;  // the quantile is 2.414 at most (v = 1)
+  for (int it = 0; it < 50; ++it) (cdf(0.5 * (lo + hi)) < 0.875 ? lo : hi) = 0.5 * (lo + hi);
+  return 0.5 * (lo + hi);
+}
+
 TrialOutcome decide_trials(std::vector<std::vector<double>> seconds) {
   TrialOutcome o;
   for (size_t i = 0; i < seconds.size(); ++i) {
     OMNIBAL_CHECK(!seconds[i].empty(), "partition trials: candidate ", i, " has no timed repeat");
+    OMNIBAL_CHECK(seconds[i].size() == seconds[0].size(), "partition trials: candidate ", i,
+                  " has ", seconds[i].size(), " rounds, candidate 0 has ", seconds[0].size());
     o.median_s.push_back(median_of(seconds[i]));
     const auto [lo, hi] = std::minmax_element(seconds[i].begin(), seconds[i].end());
     o.spread_s.push_back(*hi - *lo);
   }
-  o.seconds = std::move(seconds);
-  for (size_t i = 1; i < o.median_s.size(); ++i) {
-    const double noise = std::max(o.spread_s[0], o.spread_s[i]);
-    if (o.median_s[i] < o.median_s[0] - noise && o.median_s[i] < o.median_s[o.chosen])
-      o.chosen = static_cast<int>(i);
+  o.rounds = seconds.empty() ? 0 : static_cast<int>(seconds[0].size());
+  o.t_critical = o.rounds >= 2 ? trial_t_critical(o.rounds) : 0.0;
+  const double n = o.rounds;
+  for (const auto& s : seconds) {
+    double mean = 0, var = 0;
+    int wins = 0;
+    for (int r = 0; r < o.rounds; ++r) {
+      mean += std::log(s[r] / seconds[0][r]) / n;
+      wins += s[r] < seconds[0][r];
+    }
+    for (int r = 0; r < o.rounds; ++r) var += std::pow(std::log(s[r] / seconds[0][r]) - mean, 2);
+    const double se = o.rounds >= 2 ? std::sqrt(var / (n - 1) / n) : 0.0;
+    o.ratio.push_back(std::exp(mean));
+    // se below 1e-12 (log units): the rounds agree up to rounding; the sign of mean decides.
+    o.t_stat.push_back(se > 1e-12 ? mean / se
+                       : mean < 0 ? -std::numeric_limits<double>::infinity()
+                                  : 0.0);
+    o.wins.push_back(wins);
   }
+  o.seconds = std::move(seconds);
+  for (size_t i = 1; i < o.ratio.size(); ++i)
+    if (o.rounds >= 2 && o.t_stat[i] < -o.t_critical && o.ratio[i] < o.ratio[o.chosen])
+      o.chosen = static_cast<int>(i);
   return o;
 }
 
@@ -113,9 +152,12 @@ TrialOutcome run_partition_trials(const std::vector<partition::Partition>& candi
   std::unique_ptr<comm::TensorMessenger> pipe;
   if (comms.grid().shape().pp > 1) pipe = std::make_unique<comm::TensorMessenger>(comms.pipeline());
   std::vector<std::vector<double>> seconds(candidates.size());
-  for (int r = 0; r < setup.repeats; ++r)  // interleaved: round r times every candidate once
-    for (size_t i = 0; i < candidates.size(); ++i)
+  const size_t n = candidates.size();
+  for (int r = 0; r < setup.repeats; ++r)  // round r times every candidate once
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = r % 2 ? n - 1 - k : k;  // forward, then reverse: a drift hits all alike
       seconds[i].push_back(time_candidate(candidates[i], setup, comms, pipe.get()));
+    }
   TrialOutcome o = decide_trials(std::move(seconds));
   summarise_trials(candidates, o);
   return o;
@@ -125,13 +167,19 @@ void summarise_trials(const std::vector<partition::Partition>& candidates, Trial
   OMNIBAL_CHECK(candidates.size() == o.median_s.size(), "partition trials: ", candidates.size(),
                 " candidates for ", o.median_s.size(), " outcomes");
   o.summary.clear();
-  for (size_t i = 0; i < candidates.size(); ++i)
-    o.summary +=
-        fmt::format("{}{} {:.1f} ms (spread {:.1f} ms){}", i ? "; " : "", candidates[i].to_string(),
-                    1e3 * o.median_s[i], 1e3 * o.spread_s[i], i == 0 ? " [simulator's pick]" : "");
-  o.summary += o.chosen == 0 ? std::string(" -> the simulator's pick stands")
-                             : fmt::format(" -> {} beats it by more than the noise",
-                                           candidates[o.chosen].to_string());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    o.summary += fmt::format("{}{} {:.1f} ms (spread {:.1f} ms)", i ? "; " : "",
+                             candidates[i].to_string(), 1e3 * o.median_s[i], 1e3 * o.spread_s[i]);
+    o.summary += i == 0 ? std::string(" [simulator's pick]")
+                        : fmt::format(", {:.3f}x the pick (t {:.2f}), faster in {} of {} rounds",
+                                      o.ratio[i], o.t_stat[i], o.wins[i], o.rounds);
+  }
+  o.summary +=
+      o.chosen == 0
+          ? fmt::format(" -> the simulator's pick stands (a replacement needs t < -{:.3f})",
+                        o.t_critical)
+          : fmt::format(" -> {} beats it (t {:.2f} < -{:.3f})", candidates[o.chosen].to_string(),
+                        o.t_stat[o.chosen], o.t_critical);
 }
 
 }  // namespace omnibal::train

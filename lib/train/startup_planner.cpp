@@ -194,6 +194,7 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
   setup->dtype = precision_dtype(cfg.train.precision);
   setup->pack = profile::make_profiling_pack(*c.preset, pack_options(c, load));
   setup->steps_per_repeat = cfg.parallel.partition_trial_steps;
+  setup->repeats = cfg.parallel.partition_trial_rounds;
   // Real packs from a loader of their own (the trainer's options), so the trials pay the
   // loader's work on the rank's cores as training does.
   TrainingData* data = c.data;
@@ -227,7 +228,7 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
     summarise_trials(splits, t);
     if (comms->rank() == 0)
       log_info(
-          "partition trials (m {}, {} interleaved repeats of {} + {} steps, real epoch-0 packs): "
+          "partition trials (m {}, {} rounds of {} + {} steps per candidate, real epoch-0 packs): "
           "{}",
           setup->micro_batches, setup->repeats, setup->warmup, setup->steps_per_repeat, t.summary);
     return t.chosen;

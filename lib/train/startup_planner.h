@@ -26,9 +26,9 @@
 //    epoch-0 packs (the parts its stage loads) and a stage takes its slowest rank's figure.
 // 4. The judge of each search round's top K: the predicted 1F1B step time, or with
 //    parallel.partition_trials > 0 (-1 = partition_top_k) timed trials of the best candidates
-//    (partition_trials.h: real epoch-0 packs from a loader of their own, 3 interleaved repeats
-//    of parallel.partition_trial_steps steps; each split timed once); the predicted pick stands
-//    unless a trial beats it beyond the noise.
+//    (partition_trials.h: real epoch-0 packs from a loader of their own,
+//    parallel.partition_trial_rounds rounds of parallel.partition_trial_steps steps; each split
+//    timed once); the predicted pick stands unless a t test over the rounds finds another faster.
 // Memory options follow the trainer: weights, gradients and AdamW moments in the table's bytes
 // per parameter (fp32 on the CPU), no ZeRO-1 sharding, no workspace on the CPU.
 #pragma once

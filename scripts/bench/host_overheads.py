@@ -2,13 +2,17 @@
 """Host overheads for `omnibal-plan simulate`, fitted to held-out calibration runs.
 
     python3 scripts/bench/host_overheads.py --warmup W [--pass micro-batch|step|both] \\
-        [--terms mb,compute] RUN_DIR[,RUN_DIR...]:SIM_JSON [...] > flags.args
+        [--terms mb,compute] RUNS [...] > flags.args
     python3 scripts/bench/host_overheads.py --warmup W RUN_DIR SIM_JSON > flags.args
 
+RUNS is RUN_DIR[,RUN_DIR...]:SIM_JSON or RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...] (sim_table.py).
 Each RUN_DIR is a trainer run of a calibration configuration (not one of those the benchmark
 predicts; several run directories of one configuration are rounds with the same packs); SIM_JSON
-is `omnibal-plan simulate --json` of that configuration. All configurations have the same
-layout (dp, pp). Every step >= W of every run is one observation.
+is `omnibal-plan simulate --json` of that configuration (one for all rounds, or one per round
+on the cost table profiled around that round's run). All configurations have the same
+layout (dp, pp). Every step >= W of every run is one observation; with --per-run, every run is
+one, the mean over its steps >= W (the mean, as a throughput figure is; the fit across runs
+stays robust to one slow run).
 
 --pass micro-batch (SIM_JSON: the profiled table alone). Per stage s, the busy time the table
 does not explain,
@@ -38,11 +42,10 @@ Residuals (measured - fitted, per configuration: median in ms and relative to th
 median) go to stderr. Python 3 standard library only.
 """
 import argparse
-import json
 import statistics
 import sys
 
-from sim_table import load_metrics  # same folder: one reader of metrics.jsonl
+from sim_table import load_metrics, load_sim_steps, parse_runs  # same folder: one reader each
 
 TERMS = ("mb", "tile", "token", "sample", "compute")
 FLAG = {"mb": "--mb-overhead-s", "tile": "--tile-overhead-s", "token": "--token-overhead-s",
@@ -117,12 +120,10 @@ def observations(specs, warmup):
     """[(config, round, step, metrics row, sim row, sim json)] over every spec."""
     obs = []
     for spec in specs:
-        run_dirs, sim_path = spec.rsplit(":", 1)
-        with open(sim_path) as f:
-            sim_json = json.load(f)
-        sim = {r["step"]: r for r in sim_json["steps"]}
-        name = run_dirs.split(",")[0].rstrip("/").split("/")[-1].rsplit("-r", 1)[0]
-        for k, run_dir in enumerate(run_dirs.split(",")):
+        runs = parse_runs(spec)
+        name = runs[0][0].rstrip("/").split("/")[-1].rsplit("-r", 1)[0]
+        for k, (run_dir, sim_path) in enumerate(runs):
+            sim, sim_json = load_sim_steps(sim_path)
             for step, row in sorted(load_metrics(run_dir).items()):
                 if step >= warmup and step in sim:
                     obs.append((name, k, step, row, sim[step], sim_json))
@@ -154,7 +155,19 @@ def residual_report(obs, resid, what):
         print(f"  {name:<10} {what}: residual median {1e3 * med:+.2f} ms "
               f"({100 * med / ref:+.1f} % of {1e3 * ref:.1f} ms), "
               f"|residual| median {1e3 * statistics.median(abs(v) for v in r):.2f} ms "
-              f"over {len(r)} steps", file=sys.stderr)
+              f"over {len(r)} observations", file=sys.stderr)
+
+
+def by_run(obs, key, columns):
+    """Averages each column (numbers or rows of numbers) over the observations sharing key(o);
+    returns one observation per group (its first) and the averaged columns."""
+    groups = {}
+    for i, o in enumerate(obs):
+        groups.setdefault(key(o), []).append(i)
+    mean = lambda vals: (statistics.mean(vals) if not isinstance(vals[0], list)
+                         else [statistics.mean(v) for v in zip(*vals)])
+    return ([obs[ix[0]] for ix in groups.values()],
+            [[mean([col[i] for i in ix]) for ix in groups.values()] for col in columns])
 
 
 def main():
@@ -162,13 +175,17 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--pass", dest="which", choices=("micro-batch", "step", "both"),
                     default="both")
+    ap.add_argument("--per-run", action="store_true",
+                    help="one observation per run: the mean of its steps (default: every step)")
     ap.add_argument("--terms", help="of mb, tile, token, sample, compute (default: mb,compute; "
                     "mb alone for one configuration, whose steps cannot tell them apart)")
-    ap.add_argument("specs", nargs="+", help="RUN_DIR[,RUN_DIR...]:SIM_JSON")
+    ap.add_argument("specs", nargs="+", help="RUNS: RUN_DIR[,RUN_DIR...]:SIM_JSON or "
+                    "RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...]")
     a = ap.parse_args()
     if len(a.specs) == 2 and ":" not in a.specs[0] and ":" not in a.specs[1]:
         a.specs = [f"{a.specs[0]}:{a.specs[1]}"]  # RUN_DIR SIM_JSON
     obs = observations(a.specs, a.warmup)
+    group = (lambda o: (o[0], o[1])) if a.per_run else (lambda o: (o[0], o[1], o[2]))
     dp, pp = obs[0][5]["dp"], obs[0][5]["pp"]
     if a.terms is None:
         a.terms = "mb,compute" if len({o[0] for o in obs}) > 1 else "mb"
@@ -178,12 +195,14 @@ def main():
             sys.exit(f"host_overheads: unknown term {t} (of {', '.join(TERMS)})")
     configs = sorted({o[0] for o in obs})
     if a.which == "step":
-        resid = [o[3]["step_seconds"] - o[4]["step_seconds"] for o in obs]
+        g_obs, (resid, meas) = by_run(obs, group, [
+            [o[3]["step_seconds"] - o[4]["step_seconds"] for o in obs],
+            [o[3]["step_seconds"] for o in obs]])
         per_step = max(0.0, statistics.median(resid))
-        print(f"host overheads (dp {dp}, pp {pp}; {', '.join(configs)}: {len(obs)} steps): per "
-              f"step {1e3 * per_step:.2f} ms", file=sys.stderr)
+        print(f"host overheads (dp {dp}, pp {pp}; {', '.join(configs)}: {len(obs)} steps, "
+              f"{len(g_obs)} observations): per step {1e3 * per_step:.2f} ms", file=sys.stderr)
         fitted = [r - per_step for r in resid]
-        residual_report(obs, (fitted, [o[3]["step_seconds"] for o in obs]), "step time")
+        residual_report(g_obs, (fitted, meas), "step time")
         print(f"--step-overhead-s {per_step:.6f}")
         return
     coef = []  # [stage][term]
@@ -198,6 +217,7 @@ def main():
             b = measured_busy(row, s, dp)
             busy.append(b)
             y.append(b - table)
+        g_obs, (x, y, busy) = by_run(obs, group, [x, y, busy])
         c = fit_nonnegative(x, y, names)
         coef.append(c)
         fitted = [yi - sum(ci * xi for ci, xi in zip(c, row)) for row, yi in zip(x, y)]
@@ -205,7 +225,7 @@ def main():
               f"stage {s} per micro-batch: "
               + ", ".join(f"{t} {UNIT[t][1] * v:.3f} {UNIT[t][0]}" for t, v in zip(names, c)),
               file=sys.stderr)
-        residual_report(obs, (fitted, busy), f"stage {s} busy")
+        residual_report(g_obs, (fitted, busy), f"stage {s} busy")
     flags = " ".join(f"{FLAG[t]} " + ",".join(f"{coef[s][j]:.9g}" for s in range(pp))
                      for j, t in enumerate(names))
     if a.which == "both":

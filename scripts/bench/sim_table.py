@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Simulated vs measured step times (scripts/bench/sim_vs_measured.sh).
 
-    python3 scripts/bench/sim_table.py --warmup W NAME=RUN_DIR[,RUN_DIR...]:SIM_JSON [...]
+    python3 scripts/bench/sim_table.py --warmup W [--stat mean|median] NAME=RUNS [...]
+    RUNS: RUN_DIR[,RUN_DIR...]:SIM_JSON  (one simulation for every round)
+       or RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...]  (each round simulated on its own cost table)
 
 RUN_DIR holds the trainer's metrics.jsonl (several: rounds of the same configuration, which run
 the same packs at the same steps), SIM_JSON the output of `omnibal-plan simulate --json` for the
 same config and steps. For every configuration, over the steps >= W that both hold, pooled over
-the rounds: the measured median step_seconds and the simulated median step time (same steps,
-same packs), their error, and per stage the measured vs simulated forward, backward and idle
-seconds (median per step). Then the ranks of both (1 = fastest), Spearman's rank correlation,
+the rounds: the measured step_seconds and the simulated step time (same steps, same packs;
+--stat: their mean, the default, which is what throughput is, or their median), their error,
+and per stage the measured vs simulated forward, backward and idle seconds (same statistic). Then the ranks of both (1 = fastest), Spearman's rank correlation,
 Kendall's tau-b, whether the order agrees, and the median and max |error|. Python 3 standard
 library only.
 """
@@ -26,6 +28,30 @@ def load_metrics(run_dir):
                 r = json.loads(line)
                 rows[r["step"]] = r
     return rows
+
+
+def parse_runs(spec):
+    """RUNS (see the module doc) -> [(run_dir, sim_json_path)], one per round."""
+    parts = spec.split(",")
+    if all(":" in p for p in parts):
+        return [tuple(p.rsplit(":", 1)) for p in parts]
+    if ":" not in parts[-1] or any(":" in p for p in parts[:-1]):
+        sys.exit(f"bench: cannot read runs '{spec}': expected RUN_DIR[,RUN_DIR...]:SIM_JSON or "
+                 "RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...]")
+    last, sim = parts[-1].rsplit(":", 1)
+    return [(d, sim) for d in parts[:-1] + [last]]
+
+
+def load_sim_steps(path, cache={}):
+    """{step: row} of a `simulate --json` file, and the file's JSON (read once per path)."""
+    if path not in cache:
+        with open(path) as f:
+            j = json.load(f)
+        cache[path] = ({r["step"]: r for r in j["steps"]}, j)
+    return cache[path]
+
+
+STATS = {"mean": statistics.mean, "median": statistics.median}
 
 
 def ranks(values):
@@ -73,46 +99,49 @@ def kendall_tau_b(a, b):
     return (conc - disc) / den if den else float("nan")
 
 
-def stage_medians(rows, keys, key):
+def stage_stats(rows, keys, key, stat):
     n = len(rows[keys[0]]["stages"])
-    return [statistics.median(rows[k]["stages"][i][key] for k in keys) for i in range(n)]
+    return [stat([rows[k]["stages"][i][key] for k in keys]) for i in range(n)]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--warmup", type=int, default=5, help="steps dropped at the start")
+    ap.add_argument("--stat", choices=sorted(STATS), default="mean",
+                    help="of the step times pooled over steps and rounds (default mean)")
     ap.add_argument("--json", help="write the table as JSON here")
-    ap.add_argument("configs", nargs="+", help="NAME=RUN_DIR:SIM_JSON (NAME may hold '=')")
+    ap.add_argument("configs", nargs="+", help="NAME=RUNS (NAME may hold '=')")
     args = ap.parse_args()
+    stat = STATS[args.stat]
     table = []
     for spec in args.configs:
         name, rest = spec.rsplit("=", 1)
-        run_dirs, sim_path = rest.rsplit(":", 1)
-        measured = {}  # (round, step) -> metrics row
-        for k, run_dir in enumerate(run_dirs.split(",")):
+        measured, simk = {}, {}  # (round, step) -> metrics row / simulated row
+        for k, (run_dir, sim_path) in enumerate(parse_runs(rest)):
+            sim = load_sim_steps(sim_path)[0]
             for step, r in load_metrics(run_dir).items():
-                measured[(k, step)] = r
-        with open(sim_path) as f:
-            sim = {r["step"]: r for r in json.load(f)["steps"]}
-        keys = sorted(k for k in measured if k[1] >= args.warmup and k[1] in sim)
+                if step >= args.warmup and step in sim:
+                    measured[(k, step)] = r
+                    simk[(k, step)] = sim[step]
+        keys = sorted(measured)
         if not keys:
             sys.exit(f"sim_table: {name}: no common steps >= {args.warmup}")
-        simk = {k: sim[k[1]] for k in keys}
         times = [measured[k]["step_seconds"] for k in keys]
-        meas = statistics.median(times)
-        simu = statistics.median(simk[k]["step_seconds"] for k in keys)
+        meas = stat(times)
+        simu = stat([simk[k]["step_seconds"] for k in keys])
         row = {"config": name, "steps": len(keys), "simulated_s": simu, "measured_s": meas,
                "error_pct": 100.0 * (simu - meas) / meas,
                "measured_min_s": min(times), "measured_max_s": max(times),
                "stages": []}
         rounds = sorted({k[0] for k in keys})
         if len(rounds) > 1:
-            row["round_medians_s"] = [statistics.median(measured[k]["step_seconds"]
-                                                        for k in keys if k[0] == r)
-                                      for r in rounds]
+            row["round_measured_s"] = [stat([measured[k]["step_seconds"]
+                                              for k in keys if k[0] == r]) for r in rounds]
+            row["round_simulated_s"] = [stat([simk[k]["step_seconds"]
+                                               for k in keys if k[0] == r]) for r in rounds]
         for key in ("forward_s", "backward_s", "idle_s"):
-            m = stage_medians(measured, keys, key)
-            p = stage_medians(simk, keys, key)
+            m = stage_stats(measured, keys, key, stat)
+            p = stage_stats(simk, keys, key, stat)
             for i, (x, y) in enumerate(zip(m, p)):
                 while len(row["stages"]) <= i:
                     row["stages"].append({})
@@ -128,17 +157,18 @@ def main():
     max_err = max(abs(r["error_pct"]) for r in table)
     w = max(22, max(len(r["config"]) for r in table))
     print(f"{'config':<{w}} {'steps':>5} {'simulated s':>11} {'measured s (min-max)':>24} "
-          f"{'error':>8} {'rank sim/meas':>13}  rounds (s)")
+          f"{'error':>8} {'rank sim/meas':>13}  rounds measured / simulated (s)")
     for r in table:
         span = f"{r['measured_s']:.4f} ({r['measured_min_s']:.3f}-{r['measured_max_s']:.3f})"
-        rounds = " ".join(f"{x:.3f}" for x in r.get("round_medians_s", []))
+        rounds = " ".join(f"{x:.3f}/{y:.3f}" for x, y in zip(r.get("round_measured_s", []),
+                                                              r.get("round_simulated_s", [])))
         print(f"{r['config']:<{w}} {r['steps']:>5} {r['simulated_s']:>11.4f} {span:>24} "
               f"{r['error_pct']:>+7.1f}% {r['simulated_rank']:>6g}/{r['measured_rank']:<6g}  "
               f"{rounds}")
-    print(f"Spearman {rho:.3f}; Kendall tau-b {tau:.3f}; same order: "
+    print(f"({args.stat} step time) Spearman {rho:.3f}; Kendall tau-b {tau:.3f}; same order: "
           f"{'yes' if sim_rank == meas_rank else 'no'}; median |error| {med_err:.1f}%; "
           f"max |error| {max_err:.1f}%")
-    print("\nper stage, median per step (measured / simulated, ms):")
+    print(f"\nper stage, {args.stat} per step (measured / simulated, ms):")
     for r in table:
         parts = []
         for i, st in enumerate(r["stages"]):
@@ -150,7 +180,7 @@ def main():
         print(f"  {r['config']:<{w}} " + " | ".join(parts))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": table, "spearman": rho, "kendall_tau_b": tau,
+            json.dump({"statistic": args.stat, "rows": table, "spearman": rho, "kendall_tau_b": tau,
                        "same_order": sim_rank == meas_rank, "median_abs_error_pct": med_err,
                        "max_abs_error_pct": max_err}, f, indent=1)
 

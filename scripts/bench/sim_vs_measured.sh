@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Simulator vs measurement (docs/results.md): the tiny preset on this machine's two cores,
 # PP 2 x DP 1 and DP 2 x PP 1.
-#   bash scripts/bench/sim_vs_measured.sh [--steps 12] [--warmup 4] [--rounds 4]
+#   bash scripts/bench/sim_vs_measured.sh [--steps 12] [--warmup 4] [--rounds 12]
 #                                         [--max-load 2.5] [--out runs/bench-sim] [--analyse-only]
+#   bash scripts/bench/sim_vs_measured.sh --pool DIR,DIR[,...] --out POOL
+#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (mb,compute)
 #
 # 1. lengths, profile, planner split (bench_common.sh's bench_prepare): `omnibal-plan scan` of
 #    the demo set, `omnibal-plan profile` under the trainer's conditions (profile_costs.sh), BMP
 #    on the profiled table (dp 1, pp 2, m 4): its "+ balanced partition" row is the planner's
 #    split, run as a manual split.
-# 2. ROUNDS rounds; each round runs every configuration once (mpirun -np 2, STEPS steps, no
+# 2. ROUNDS rounds (12: ~55 min; a configuration's mean over 4 rounds still moves by about 5 %
+#    with the host's speed, over 12 by about 3 %); each round runs every configuration once (mpirun -np 2, STEPS steps, no
 #    evaluation, no checkpoint), in the order below, so the configurations are interleaved in
 #    time and a slow minute of the shared machine lands on parts of several of them instead of
 #    all of one. Compared configurations (ISF budgets fixed: Q_v 61, Q_t 1024, Q'_t 896, what the
@@ -23,30 +26,44 @@
 #      PP 2 x DP 1   calib-a (ISF, `parameters`, m 3, none), calib-b (random, [4, 6], m 6,
 #                    none), calib-c (ISF, [7, 3], m 5, full)
 #      DP 2 x PP 1   calib-d (ISF, m 3, none), calib-e (random, m 6, full)
-# 3. host_overheads.py fits the host overheads of each layout by least absolute deviations over
-#    every step >= WARMUP of its calibration runs (all rounds): per micro-batch and stage a fixed
+#    Probes of the host's speed: a short profile (profile_costs.sh, PROBE_REPEATS repeats, the
+#    mean of the repeats) before the first run and after every run, so each run lies between
+#    two probes. This VM's speed switches between a fast and a ~1.5x slower state that last from
+#    under a second to tens of seconds, for each core on its own; a table profiled once at the
+#    start then describes one moment, not the minutes of the runs.
+# 3. Two analyses, each with steps 4 and 5: `pooled` simulates every run on one table, the mean
+#    of all probes (what the planner has: one table for the machine), `bracket` each run on the
+#    mean of the two probes around it (the simulator's model error, the host's drift taken out).
+# 4. host_overheads.py fits the host overheads of each layout by least absolute deviations over
+#    its calibration runs (all rounds; each run one observation, the mean of its steps >=
+#    WARMUP): per micro-batch and stage a fixed
 #    part plus a fraction of the stage's table compute (HOST_TERMS, default mb,compute; see
 #    host_overheads.py), then per step a cost per stage; prints the residuals. They are never
 #    fitted to the compared runs.
-# 4. `omnibal-plan simulate` of each compared run's config.yaml (the trainer's own packs; plan
+# 5. `omnibal-plan simulate` of each compared run's config.yaml (the trainer's own packs; plan
 #    hash and split checked against the run, the recomputed units taken from its start-up log),
-#    with the profiled
-#    table alone and with the host overheads; sim_table.py prints both tables: simulated vs
-#    measured median step time over the steps >= WARMUP of all rounds, ranks, Spearman, Kendall
-#    tau, median and max |error|, and per stage measured/simulated forward, backward and idle.
+#    with the profiled table alone and with the host overheads; sim_table.py prints both tables:
+#    simulated vs measured mean step time over the steps >= WARMUP of all rounds (the mean:
+#    throughput; a two-speed host makes medians jump between the speeds), ranks, Spearman,
+#    Kendall tau, median and max |error|, and per stage measured/simulated forward, backward
+#    and idle.
 # Prints the load average before and after (both ranks busy make about 2); refuses to run
 # (exit 3) when the 1-minute load average exceeds MAX_LOAD at the start: the figures of a busy
 # machine are not the simulator's error. Runs and tables go to OUT. --analyse-only redoes steps 3
-# and 4 on the runs already in OUT (no training, no load check).
+# to 5 on the runs and probes already in OUT (no training, no load check). --pool analyses the
+# runs of several earlier OUT directories as one benchmark of all their rounds (links in POOL,
+# a new directory; the planner's split must be the same in all of them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=12
 WARMUP=4
-ROUNDS=4
+ROUNDS=12
 MAX_LOAD=2.5
 OUT=runs/bench-sim
 ADAPTIVE_BUDGET_GB=${ADAPTIVE_BUDGET_GB:-0.045}
+PROBE_REPEATS=${PROBE_REPEATS:-5}
 ANALYSE_ONLY=0
+POOL=
 HOST_TERMS=${HOST_TERMS:-mb,compute}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -56,12 +73,52 @@ while [ $# -gt 0 ]; do
     --max-load) MAX_LOAD="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --analyse-only) ANALYSE_ONLY=1; shift ;;
+    --pool) POOL="$2"; ANALYSE_ONLY=1; shift 2 ;;
     *) echo "sim_vs_measured: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 source scripts/bench/bench_common.sh
 bench_binaries
+if [ -n "$POOL" ]; then  # OUT: links to every round of every pooled directory, renumbered
+  ROUNDS=$(python3 - "$OUT" "$POOL" <<'PY'
+import glob, json, os, re, sys
+out, dirs = sys.argv[1], sys.argv[2].split(",")
+if os.path.exists(out):
+    sys.exit(f"sim_vs_measured: --pool writes a new directory; {out} exists")
+os.makedirs(f"{out}/probes")
+split = lambda d: json.load(open(f"{d}/plan.json"))["rows"][2]["partition"]
+if any(split(d) != split(dirs[0]) for d in dirs):
+    sys.exit("sim_vs_measured: --pool: the planner's split differs between "
+             + ", ".join(f"{d} {split(d)}" for d in dirs))
+ln = lambda src, dst: os.symlink(os.path.abspath(src), dst)
+ln(f"{dirs[0]}/plan.json", f"{out}/plan.json")
+offset, base, brackets, loads = 0, 0, [], {"before": [], "after": []}
+for d in dirs:
+    rounds = max(int(m.group(1)) for m in (re.search(r"-r(\d+)$", p) for p in
+                                            glob.glob(f"{d}/calib-a-r*")) if m)
+    probes = sum(bool(re.fullmatch(r"p\d+\.json", os.path.basename(p)))
+                 for p in glob.glob(f"{d}/probes/p*.json"))
+    for i in range(probes):
+        ln(f"{d}/probes/p{i}.json", f"{out}/probes/p{offset + i}.json")
+    for line in open(f"{d}/probes/brackets.txt"):
+        run, a, b = line.split()
+        name, r = run.rsplit("-r", 1)
+        new = f"{name}-r{base + int(r)}"
+        ln(f"{d}/{run}", f"{out}/{new}")
+        ln(f"{d}/{run}.log", f"{out}/{new}.log")
+        brackets.append(f"{new} p{offset + int(a[1:])} p{offset + int(b[1:])}\n")
+    for k in loads:
+        loads[k].append(open(f"{d}/load.{k}").read().strip())
+    offset, base = offset + probes, base + rounds
+open(f"{out}/probes/brackets.txt", "w").writelines(brackets)
+for k, v in loads.items():
+    open(f"{out}/load.{k}", "w").write(" | ".join(v) + "\n")
+print(base)
+PY
+)
+  echo "sim_vs_measured: pooled $POOL: $ROUNDS rounds in $OUT"
+fi
 if [ "$ANALYSE_ONLY" = 1 ]; then
   COSTS=$OUT/costs.json
   SPLIT=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"]; print(", ".join(map(str, r[2]["partition"])))' "$OUT/plan.json")
@@ -140,13 +197,17 @@ CALIB_DP2=(calib-d calib-e)
 ORDER=(calib-a baseline balanced dp2 uniform calib-d skewed m1 calib-b m2 dp2-random m8
        calib-e full adaptive calib-c random dp2-full random-m8)
 
-simulate() {  # run name (its round-1 run directory), JSON out, then extra simulate flags
-  local name=$1 json=$2; shift 2
-  local run=$OUT/$name-r1
-  local units
+# The cost table of a run (TABLES=bracket: the mean of the two probes taken just before and
+# just after it; TABLES=pooled: the mean of every probe of the benchmark).
+table_of() {  # run directory
+  if [ "$TABLES" = pooled ]; then echo "$OUT/probes/pooled.json"; else echo "$1.costs.json"; fi
+}
+simulate() {  # run name, kind (file tag), then extra simulate flags; one simulation per round
+  local name=$1 kind=$2; shift 2
+  local units r run
   # The trainer's recomputed units, from its start-up line `stage plan (...): split [...],
   # recompute {stage 0: vit_block_0, ...; stage 1: none}` (adaptive: the knapsack's picks).
-  units=$(python3 - "$run.log" <<'PY'
+  units=$(python3 - "$OUT/$name-r1.log" <<'PY'
 import re, sys
 line = next(l for l in open(sys.argv[1]) if re.search(r"stage plan \(.*recompute \{", l))
 print(",".join(re.findall(r"(?:vit|llm)_block_\d+", line.split("recompute {", 1)[1])))
@@ -154,13 +215,17 @@ PY
 )
   local rflags=(--set memory.recompute=none)
   [ -n "$units" ] && rflags=(--recompute-units "$units")
-  "$SIM" simulate --config "$run/config.yaml" --cost-table-in "$COSTS" --steps "$STEPS" \
-    "${rflags[@]}" "$@" --json "$json" > "${json%.json}.log"
-  python3 - "$OUT" "$name" "$ROUNDS" "$json" <<'PY'
+  for r in $(seq 1 "$ROUNDS"); do
+    run=$OUT/$name-r$r
+    "$SIM" simulate --config "$run/config.yaml" --cost-table-in "$(table_of "$run")" \
+      --steps "$STEPS" "${rflags[@]}" "$@" --json "$run.$kind.sim.json" > "$run.$kind.sim.log"
+  done
+  python3 - "$OUT" "$name" "$ROUNDS" "$kind" <<'PY'
 import json, re, sys
-out, name, rounds, sim = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.load(open(sys.argv[4]))
+out, name, rounds, kind = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 for r in range(1, rounds + 1):
     run = f"{out}/{name}-r{r}"
+    sim = json.load(open(f"{run}.{kind}.sim.json"))
     h = re.search(r"plan hash ([0-9a-f]{16})", open(run + ".log").read()).group(1)
     part = json.load(open(run + "/summary.json"))["partition"]
     plan = re.search(r"stage plan \(.*(recompute \{.*)", open(run + ".log").read()).group(1)
@@ -173,66 +238,112 @@ for r in range(1, rounds + 1):
                  f"{sim['plan_hash']} split {sim['partition']}")
 PY
 }
-runs_of() {  # name -> comma-separated run directories of every round
+runs_of() {  # name, kind -> RUN_DIR:SIM_JSON of every round, comma-separated
   local r dirs=()
-  for r in $(seq 1 "$ROUNDS"); do dirs+=("$OUT/$1-r$r"); done
+  for r in $(seq 1 "$ROUNDS"); do dirs+=("$OUT/$1-r$r:$OUT/$1-r$r.$2.sim.json"); done
   (IFS=,; echo "${dirs[*]}")
+}
+PROBES=0
+probe() {  # the next probe of the host's speed: a short cost table of both cores (mean of repeats)
+  mkdir -p "$OUT/probes"
+  PROFILE_REPEATS=$PROBE_REPEATS PROFILE_STATISTIC=mean bash scripts/bench/profile_costs.sh \
+    "$PLAN" "$OUT/probes/p$PROBES.json" "$PROFILE_Q_VIT" "$PROFILE_Q_TOK" "$PROFILE_SAMPLES" \
+    >> "$OUT/probes/probes.log"
+  PROBES=$((PROBES + 1))
 }
 
 if [ "$ANALYSE_ONLY" = 0 ]; then
+  rm -rf "$OUT/probes"
+  probe
   for r in $(seq 1 "$ROUNDS"); do
     echo "sim_vs_measured: round $r of $ROUNDS, $(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
     for name in "${ORDER[@]}"; do
       config_args "$name"
       bench_train "$OUT/$name-r$r" "$STEPS" "${ARGS[@]}"
+      echo "$name-r$r p$((PROBES - 1)) p$PROBES" >> "$OUT/probes/brackets.txt"
+      probe
     done
   done
   cut -d' ' -f1-3 /proc/loadavg > "$OUT/load.after"
 fi
+# Per-run tables (the mean of the run's two probes) and the pooled table (of every probe).
+python3 - "$OUT" <<'PY'
+import glob, json, re, sys
+out = sys.argv[1]
+def mean_table(paths, dest, what):
+    tables = [json.load(open(p)) for p in paths]
+    t = tables[0]
+    for i, u in enumerate(t["units"]):
+        for k in ("forward_s", "backward_s"):
+            u[k] = sum(x["units"][i][k] for x in tables) / len(tables)
+    t["source"] += f" (mean of {what})"
+    json.dump(t, open(dest, "w"), indent=1)
+    return sum(u["forward_s"] + u["backward_s"] for u in t["units"])
+for line in open(f"{out}/probes/brackets.txt"):
+    run, a, b = line.split()
+    mean_table([f"{out}/probes/{a}.json", f"{out}/probes/{b}.json"], f"{out}/{run}.costs.json",
+               f"probes {a} and {b}")
+probes = [p for p in glob.glob(f"{out}/probes/p*.json") if re.fullmatch(r"p\d+\.json", p.split("/")[-1])]
+each = [mean_table([p], "/dev/null", "one") for p in probes]
+total = mean_table(probes, f"{out}/probes/pooled.json", f"{len(probes)} probes")
+print(f"probes: {len(probes)}, whole model forward + backward per pack {1e3 * total:.1f} ms "
+      f"(each probe {1e3 * min(each):.1f}-{1e3 * max(each):.1f} ms)")
+PY
 LOAD_AFTER=$(cat "$OUT/load.after")
 echo "sim_vs_measured: load average after: $LOAD_AFTER"
 
-for name in "${NAMES[@]}" "${CALIB_PP2[@]}" "${CALIB_DP2[@]}"; do
-  simulate "$name" "$OUT/$name.raw.sim.json"
-done
-declare -A FLAGS
-for layout in pp2 dp2; do
-  if [ "$layout" = pp2 ]; then calib=("${CALIB_PP2[@]}"); else calib=("${CALIB_DP2[@]}"); fi
-  specs=()
-  for c in "${calib[@]}"; do specs+=("$(runs_of "$c"):$OUT/$c.raw.sim.json"); done
-  # Two passes: the per-micro-batch terms from the stages' busy time, then the per-step cost
-  # from the step time simulated with them.
-  python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass micro-batch --terms "$HOST_TERMS" "${specs[@]}" \
-    > "$OUT/overheads-$layout.mb.args" 2> "$OUT/overheads-$layout.log"
-  read -r -a MB_FLAGS < "$OUT/overheads-$layout.mb.args"
-  specs=()
-  for c in "${calib[@]}"; do
-    simulate "$c" "$OUT/$c.mb.sim.json" "${MB_FLAGS[@]}"
-    specs+=("$(runs_of "$c"):$OUT/$c.mb.sim.json")
+analyse() {  # TABLES (bracket | pooled): fit the host overheads, simulate, print the tables
+  local layout c name calib specs flags
+  local -A FLAGS
+  for name in "${NAMES[@]}" "${CALIB_PP2[@]}" "${CALIB_DP2[@]}"; do
+    simulate "$name" "$TABLES.raw"
   done
-  python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass step "${specs[@]}" \
-    > "$OUT/overheads-$layout.step.args" 2>> "$OUT/overheads-$layout.log"
-  FLAGS[$layout]="$(cat "$OUT/overheads-$layout.mb.args") $(cat "$OUT/overheads-$layout.step.args")"
-  echo "$layout: ${FLAGS[$layout]}" > "$OUT/overheads-$layout.args"
-  cat "$OUT/overheads-$layout.log"
-done
-raw=(); full=(); calib_rows=()
-for name in "${NAMES[@]}"; do
-  read -r -a flags <<< "${FLAGS[${LAYOUT[$name]:-pp2}]}"
-  simulate "$name" "$OUT/$name.sim.json" "${flags[@]}"
-  raw+=("${LABEL[$name]}=$(runs_of "$name"):$OUT/$name.raw.sim.json")
-  full+=("${LABEL[$name]}=$(runs_of "$name"):$OUT/$name.sim.json")
-done
-for name in "${CALIB_PP2[@]}" "${CALIB_DP2[@]}"; do
-  read -r -a flags <<< "${FLAGS[${LAYOUT[$name]:-pp2}]}"
-  simulate "$name" "$OUT/$name.sim.json" "${flags[@]}"
-  calib_rows+=("$name=$(runs_of "$name"):$OUT/$name.sim.json")
-done
-echo; echo "== calibration runs (fitted): residuals of the step time =="
-python3 scripts/bench/sim_table.py --warmup "$WARMUP" --json "$OUT/table.calib.json" "${calib_rows[@]}"
-echo; echo "== profiled unit table alone =="
-python3 scripts/bench/sim_table.py --warmup "$WARMUP" --json "$OUT/table.raw.json" "${raw[@]}"
-echo; echo "== with host overheads from the calibration runs =="
-for layout in pp2 dp2; do cat "$OUT/overheads-$layout.args"; done
-python3 scripts/bench/sim_table.py --warmup "$WARMUP" --json "$OUT/table.json" "${full[@]}"
+  for layout in pp2 dp2; do
+    if [ "$layout" = pp2 ]; then calib=("${CALIB_PP2[@]}"); else calib=("${CALIB_DP2[@]}"); fi
+    local stem=$OUT/overheads-$TABLES-$layout
+    specs=()
+    for c in "${calib[@]}"; do specs+=("$(runs_of "$c" "$TABLES.raw")"); done
+    # Two passes: the per-micro-batch terms from the stages' busy time, then the per-step cost
+    # from the step time simulated with them.
+    python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass micro-batch --per-run \
+      --terms "$HOST_TERMS" "${specs[@]}" > "$stem.mb.args" 2> "$stem.log"
+    read -r -a MB_FLAGS < "$stem.mb.args"
+    specs=()
+    for c in "${calib[@]}"; do
+      simulate "$c" "$TABLES.mb" "${MB_FLAGS[@]}"
+      specs+=("$(runs_of "$c" "$TABLES.mb")")
+    done
+    python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass step --per-run "${specs[@]}" \
+      > "$stem.step.args" 2>> "$stem.log"
+    FLAGS[$layout]="$(cat "$stem.mb.args") $(cat "$stem.step.args")"
+    echo "$layout: ${FLAGS[$layout]}" > "$stem.args"
+    cat "$stem.log"
+  done
+  local raw=() full=() calib_rows=()
+  for name in "${NAMES[@]}"; do
+    read -r -a flags <<< "${FLAGS[${LAYOUT[$name]:-pp2}]}"
+    simulate "$name" "$TABLES.full" "${flags[@]}"
+    raw+=("${LABEL[$name]}=$(runs_of "$name" "$TABLES.raw")")
+    full+=("${LABEL[$name]}=$(runs_of "$name" "$TABLES.full")")
+  done
+  for name in "${CALIB_PP2[@]}" "${CALIB_DP2[@]}"; do
+    read -r -a flags <<< "${FLAGS[${LAYOUT[$name]:-pp2}]}"
+    simulate "$name" "$TABLES.full" "${flags[@]}"
+    calib_rows+=("$name=$(runs_of "$name" "$TABLES.full")")
+  done
+  local tag
+  [ "$TABLES" = bracket ] && tag="each run on the table of the probes around it" \
+    || tag="every run on one table (the mean of all probes)"
+  echo; echo "== $tag: calibration runs (fitted), residuals of the step time =="
+  python3 scripts/bench/sim_table.py --warmup "$WARMUP" --json "$OUT/table.$TABLES.calib.json" \
+    "${calib_rows[@]}"
+  echo; echo "== $tag: profiled unit table alone =="
+  python3 scripts/bench/sim_table.py --warmup "$WARMUP" --json "$OUT/table.$TABLES.raw.json" \
+    "${raw[@]}"
+  echo; echo "== $tag: with host overheads from the calibration runs =="
+  for layout in pp2 dp2; do cat "$OUT/overheads-$TABLES-$layout.args"; done
+  python3 scripts/bench/sim_table.py --warmup "$WARMUP" --json "$OUT/table.$TABLES.json" \
+    "${full[@]}"
+}
+for TABLES in pooled bracket; do analyse; done
 echo "sim_vs_measured: load average before $LOAD_BEFORE, after $LOAD_AFTER"

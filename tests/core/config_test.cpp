@@ -86,6 +86,8 @@ TEST_CASE("bad values are errors naming the key and what was expected", "[core][
   CHECK_THAT(msg, Catch::Contains("parallel.dp: expected an integer, got 'two'"));
   CHECK_THAT(error_of("parallel:\n  dp: 0\n"),
              Catch::Contains("parallel.dp: expected a positive value"));
+  CHECK_THAT(error_of("", {"parallel.partition_trial_rounds=2"}),
+             Catch::Contains("parallel.partition_trial_rounds: expected >= 3"));
   CHECK_THAT(error_of("", {"parallel.partition_trial_steps=0"}),
              Catch::Contains("parallel.partition_trial_steps: expected a positive value, got 0"));
   CHECK_THAT(error_of("balance:\n  method: greedy\n"),

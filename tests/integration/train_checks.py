@@ -499,18 +499,19 @@ def check_plan_balanced(r):
     same_training(a, b, "balanced vs manual [2, 8]")
     print(f"balanced picked [2, 8] ({p['partition_source'][:60]}...); 5 steps bitwise equal "
           "to manual [2, 8]")
-    # Timed trials of the top 3: at least 3 repeats each, of the steps asked for (2 here, to keep
+    # Timed trials of the top 3: the rounds and steps asked for (4 rounds of 2 steps here, to keep
     # the check short); training as under the chosen split.
     proc, c = planned(r, "pb-trials", ["--set", f"parallel.cost_table={table}",
                                        "--set", "parallel.partition_trials=3",
-                                       "--set", "parallel.partition_trial_steps=2"])
+                                       "--set", "parallel.partition_trial_steps=2",
+                                       "--set", "parallel.partition_trial_rounds=4"])
     pc = stage_plan(c)
     for cand in pc["candidates"]:
-        if len(cand["trial_s"]) < 3:
-            fail(f"candidate {cand['partition']} has {len(cand['trial_s'])} timed repeats")
+        if len(cand["trial_s"]) != 4:
+            fail(f"candidate {cand['partition']} has {len(cand['trial_s'])} timed rounds, not 4")
     line = next((l for l in (proc.stdout + proc.stderr).splitlines() if "partition trials" in l), "")
-    if "repeats of 1 + 2 steps" not in line:
-        fail(f"partition trials: the log line does not report repeats of 1 + 2 steps: '{line}'")
+    if "4 rounds of 1 + 2 steps" not in line or "of 4 rounds" not in line:
+        fail(f"partition trials: the log line does not report 4 rounds of 1 + 2 steps: '{line}'")
     print(line.strip()[:300])
     if pc["partition"] == [2, 8]:
         same_training(c, a, "trials vs no trials, same split")

@@ -30,6 +30,15 @@ ProfileOptions tiny_options() {
 
 }  // namespace
 
+TEST_CASE("unit profiler: a unit's time is the median or the mean of its repeats", "[profile]") {
+  // A two-speed host: three fast runs, two 1.5x slower ones.
+  const std::vector<double> runs{0.010, 0.015, 0.010, 0.015, 0.010};
+  CHECK(summarize(runs, ProfileStatistic::kMedian) == Approx(0.010));
+  CHECK(summarize(runs, ProfileStatistic::kMean) == Approx(0.012));
+  CHECK(summarize({0.004, 0.002}, ProfileStatistic::kMedian) == Approx(0.003));
+  CHECK_THROWS_WITH(summarize({}, ProfileStatistic::kMean), Catch::Contains("no timed runs"));
+}
+
 TEST_CASE("profiling pack: exact tiles and tokens, unequal samples, image tokens in place",
           "[profile]") {
   const auto preset = load_model_preset("tiny");
