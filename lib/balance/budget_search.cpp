@@ -110,13 +110,11 @@ std::vector<SearchCandidate> score_all(const SampleTable& table, const std::vect
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
       Group* g = take();
-      if (!g) {
-        const bool running = std::any_of(groups.begin(), groups.end(),
-                                          [](const Group& x) { return x.busy; });
+      if (!g) {  // every group with candidates left is being scored: wait for one
         const bool left = std::any_of(groups.begin(), groups.end(),
                                       [](const Group& x) { return x.next < x.end; });
         if (!left) return;
-        if (running) changed.wait(lock);
+        changed.wait(lock);
         continue;
       }
       const size_t i = g->next++;

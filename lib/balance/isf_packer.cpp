@@ -111,10 +111,7 @@ int64_t group_round(std::vector<Item>& pool, uint64_t seed, const Caps& caps, co
       open = PackLoad{};
       start = i;
     }
-    for (int d = 0; d < kLoadDims; ++d) open.sum[d] += v[d];
-    open.sum_sq_tokens += static_cast<int64_t>(v[kTokens]) * v[kTokens];
-    open.max_tokens = std::max(open.max_tokens, v[kTokens]);
-    ++open.count;
+    open.add(v[kTiles], v[kTokens]);
   }
   if (open.count > 0) emit(start, pool.size(), open);  // always flush the open pack
   return unaccepted;
@@ -219,12 +216,8 @@ void emit_packed(const PackedItem* pool, uint32_t begin, uint32_t end, PackList&
   for (uint32_t i = begin; i < end; ++i) {
     const PackedItem& it = pool[i];
     out.add_member(it.id());
-    load.sum[kTiles] += it.tiles();
-    load.sum[kTokens] += it.tokens();
-    load.sum_sq_tokens += static_cast<int64_t>(it.tokens()) * it.tokens();
-    load.max_tokens = std::max(load.max_tokens, it.tokens());
+    load.add(it.tiles(), it.tokens());
   }
-  load.count = static_cast<int32_t>(end - begin);
   out.close_pack(load);
 }
 

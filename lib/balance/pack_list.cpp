@@ -12,11 +12,8 @@ void PackList::push(const uint32_t* ids, size_t n, const SampleTable& table) {
     OMNIBAL_CHECK(ids[i] < table.size(), "PackList::push: sample id ", ids[i],
                   " >= ", table.size());
     const Load& s = table.load[ids[i]];
-    for (int d = 0; d < kLoadDims; ++d) l.sum[d] += s.v[d];
-    l.sum_sq_tokens += static_cast<int64_t>(s.tokens()) * s.tokens();
-    l.max_tokens = std::max(l.max_tokens, s.tokens());
+    l.add(s.tiles(), s.tokens());
   }
-  l.count = static_cast<int32_t>(n);
   push(ids, n, l);
 }
 

@@ -9,6 +9,7 @@
 // This file does not decide which samples go together; packers do.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -28,6 +29,15 @@ struct PackLoad {
   int64_t sum_sq_tokens = 0;             ///< sum of squared member token lengths (tokens^2)
   int32_t max_tokens = 0;                ///< longest member in tokens
   int32_t count = 0;                     ///< members
+
+  /// Adds one member of `tiles` ViT tiles and `tokens` LLM tokens.
+  void add(int32_t tiles, int32_t tokens) {
+    sum[kTiles] += tiles;
+    sum[kTokens] += tokens;
+    sum_sq_tokens += static_cast<int64_t>(tokens) * tokens;
+    max_tokens = std::max(max_tokens, tokens);
+    ++count;
+  }
 };
 
 /// Packs in compressed-row form: pack p holds members[offsets[p] .. offsets[p+1]).

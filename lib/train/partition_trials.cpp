@@ -20,12 +20,6 @@
 namespace omnibal::train {
 namespace {
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /// Saves the CPU default generator's state and puts it back when destroyed.
 class GeneratorStateGuard {
  public:
@@ -111,7 +105,7 @@ TrialOutcome decide_trials(std::vector<std::vector<double>> seconds) {
     OMNIBAL_CHECK(!seconds[i].empty(), "partition trials: candidate ", i, " has no timed repeat");
     OMNIBAL_CHECK(seconds[i].size() == seconds[0].size(), "partition trials: candidate ", i,
                   " has ", seconds[i].size(), " rounds, candidate 0 has ", seconds[0].size());
-    o.median_s.push_back(median_of(seconds[i]));
+    o.median_s.push_back(profile::summarize(seconds[i], profile::ProfileStatistic::kMedian));
     const auto [lo, hi] = std::minmax_element(seconds[i].begin(), seconds[i].end());
     o.spread_s.push_back(*hi - *lo);
   }

@@ -15,6 +15,7 @@ Kendall's tau-b, whether the order agrees, and the median and max |error|. Pytho
 library only.
 """
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -42,13 +43,12 @@ def parse_runs(spec):
     return [(d, sim) for d in parts[:-1] + [last]]
 
 
-def load_sim_steps(path, cache={}):
+@functools.lru_cache(maxsize=None)
+def load_sim_steps(path):
     """{step: row} of a `simulate --json` file, and the file's JSON (read once per path)."""
-    if path not in cache:
-        with open(path) as f:
-            j = json.load(f)
-        cache[path] = ({r["step"]: r for r in j["steps"]}, j)
-    return cache[path]
+    with open(path) as f:
+        j = json.load(f)
+    return {r["step"]: r for r in j["steps"]}, j
 
 
 STATS = {"mean": statistics.mean, "median": statistics.median}

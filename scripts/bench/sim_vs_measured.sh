@@ -95,15 +95,15 @@ ln = lambda src, dst: os.symlink(os.path.abspath(src), dst)
 ln(f"{dirs[0]}/plan.json", f"{out}/plan.json")
 offset, base, brackets, loads = 0, 0, [], {"before": [], "after": []}
 for d in dirs:
-    rounds = max(int(m.group(1)) for m in (re.search(r"-r(\d+)$", p) for p in
-                                            glob.glob(f"{d}/calib-a-r*")) if m)
     probes = sum(bool(re.fullmatch(r"p\d+\.json", os.path.basename(p)))
                  for p in glob.glob(f"{d}/probes/p*.json"))
     for i in range(probes):
         ln(f"{d}/probes/p{i}.json", f"{out}/probes/p{offset + i}.json")
+    rounds = 0
     for line in open(f"{d}/probes/brackets.txt"):
         run, a, b = line.split()
         name, r = run.rsplit("-r", 1)
+        rounds = max(rounds, int(r))
         new = f"{name}-r{base + int(r)}"
         ln(f"{d}/{run}", f"{out}/{new}")
         ln(f"{d}/{run}.log", f"{out}/{new}.log")
@@ -120,7 +120,6 @@ PY
   echo "sim_vs_measured: pooled $POOL: $ROUNDS rounds in $OUT"
 fi
 if [ "$ANALYSE_ONLY" = 1 ]; then
-  COSTS=$OUT/costs.json
   SPLIT=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"]; print(", ".join(map(str, r[2]["partition"])))' "$OUT/plan.json")
   LOAD_BEFORE=$(cat "$OUT/load.before")
 else
@@ -268,25 +267,28 @@ if [ "$ANALYSE_ONLY" = 0 ]; then
 fi
 # Per-run tables (the mean of the run's two probes) and the pooled table (of every probe).
 python3 - "$OUT" <<'PY'
-import glob, json, re, sys
+import copy, glob, json, os, re, sys
 out = sys.argv[1]
-def mean_table(paths, dest, what):
-    tables = [json.load(open(p)) for p in paths]
-    t = tables[0]
+probe = {}  # name (p0, p1, ...) -> table
+for p in glob.glob(f"{out}/probes/p*.json"):
+    name = os.path.basename(p)[:-len(".json")]
+    if re.fullmatch(r"p\d+", name):
+        probe[name] = json.load(open(p))
+busy = lambda t: sum(u["forward_s"] + u["backward_s"] for u in t["units"])
+def mean_table(names, dest, what):
+    t = copy.deepcopy(probe[names[0]])
     for i, u in enumerate(t["units"]):
         for k in ("forward_s", "backward_s"):
-            u[k] = sum(x["units"][i][k] for x in tables) / len(tables)
+            u[k] = sum(probe[n]["units"][i][k] for n in names) / len(names)
     t["source"] += f" (mean of {what})"
     json.dump(t, open(dest, "w"), indent=1)
-    return sum(u["forward_s"] + u["backward_s"] for u in t["units"])
+    return busy(t)
 for line in open(f"{out}/probes/brackets.txt"):
     run, a, b = line.split()
-    mean_table([f"{out}/probes/{a}.json", f"{out}/probes/{b}.json"], f"{out}/{run}.costs.json",
-               f"probes {a} and {b}")
-probes = [p for p in glob.glob(f"{out}/probes/p*.json") if re.fullmatch(r"p\d+\.json", p.split("/")[-1])]
-each = [mean_table([p], "/dev/null", "one") for p in probes]
-total = mean_table(probes, f"{out}/probes/pooled.json", f"{len(probes)} probes")
-print(f"probes: {len(probes)}, whole model forward + backward per pack {1e3 * total:.1f} ms "
+    mean_table([a, b], f"{out}/{run}.costs.json", f"probes {a} and {b}")
+each = [busy(t) for t in probe.values()]
+total = mean_table(sorted(probe), f"{out}/probes/pooled.json", f"{len(probe)} probes")
+print(f"probes: {len(probe)}, whole model forward + backward per pack {1e3 * total:.1f} ms "
       f"(each probe {1e3 * min(each):.1f}-{1e3 * max(each):.1f} ms)")
 PY
 LOAD_AFTER=$(cat "$OUT/load.after")
