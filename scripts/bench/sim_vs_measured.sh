@@ -201,25 +201,28 @@ ORDER=(calib-a baseline balanced dp2 uniform calib-d skewed m1 calib-b m2 dp2-ra
 table_of() {  # run directory
   if [ "$TABLES" = pooled ]; then echo "$OUT/probes/pooled.json"; else echo "$1.costs.json"; fi
 }
-units_of() {  # a run's log -> the units its trainer recomputes, comma-separated
+units_of() {  # run name -> per round, one line: the units its trainer recomputes, comma-separated
   # From the start-up line `stage plan (...): split [...], recompute {stage 0: vit_block_0, ...;
   # stage 1: none}` (adaptive: the knapsack's picks, which may break a tie between equal blocks
   # differently from one run to the next).
-  python3 - "$1" <<'PY'
+  python3 - "$OUT" "$1" "$ROUNDS" <<'PY'
 import re, sys
-line = next(l for l in open(sys.argv[1]) if re.search(r"stage plan \(.*recompute \{", l))
-print(",".join(re.findall(r"(?:vit|llm)_block_\d+", line.split("recompute {", 1)[1])))
+out, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for r in range(1, rounds + 1):
+    line = next(l for l in open(f"{out}/{name}-r{r}.log")
+                if re.search(r"stage plan \(.*recompute \{", l))
+    print(",".join(re.findall(r"(?:vit|llm)_block_\d+", line.split("recompute {", 1)[1])))
 PY
 }
 simulate() {  # run name, kind (file tag), then extra simulate flags; one simulation per round,
   # each with the units its own run recomputed
   local name=$1 kind=$2; shift 2
   local units r run rflags
+  mapfile -t units < <(units_of "$name")
   for r in $(seq 1 "$ROUNDS"); do
     run=$OUT/$name-r$r
-    units=$(units_of "$run.log")
     rflags=(--set memory.recompute=none)
-    [ -n "$units" ] && rflags=(--recompute-units "$units")
+    [ -n "${units[r - 1]}" ] && rflags=(--recompute-units "${units[r - 1]}")
     "$SIM" simulate --config "$run/config.yaml" --cost-table-in "$(table_of "$run")" \
       --steps "$STEPS" "${rflags[@]}" "$@" --json "$run.$kind.sim.json" > "$run.$kind.sim.log"
   done
