@@ -113,13 +113,15 @@ TrialOutcome decide_trials(std::vector<std::vector<double>> seconds) {
   o.t_critical = o.rounds >= 2 ? trial_t_critical(o.rounds) : 0.0;
   const double n = o.rounds;
   for (const auto& s : seconds) {
+    std::vector<double> d(o.rounds);  // d_r = ln(s_r / pick_r)
     double mean = 0, var = 0;
     int wins = 0;
     for (int r = 0; r < o.rounds; ++r) {
-      mean += std::log(s[r] / seconds[0][r]) / n;
+      d[r] = std::log(s[r] / seconds[0][r]);
+      mean += d[r] / n;
       wins += s[r] < seconds[0][r];
     }
-    for (int r = 0; r < o.rounds; ++r) var += std::pow(std::log(s[r] / seconds[0][r]) - mean, 2);
+    for (double x : d) var += (x - mean) * (x - mean);
     const double se = o.rounds >= 2 ? std::sqrt(var / (n - 1) / n) : 0.0;
     o.ratio.push_back(std::exp(mean));
     // se below 1e-12 (log units): the rounds agree up to rounding; the sign of mean decides.
