@@ -327,6 +327,9 @@ fit_overheads() {  # stem, kind, configuration...: host overheads fitted to thos
     > "$stem.step.args" 2>> "$stem.log"
   FIT_FLAGS="$(cat "$stem.mb.args") $(cat "$stem.step.args")"
 }
+calib_of() {  # layout -> its calibration configurations, one a line
+  if [ "$1" = pp2 ]; then printf '%s\n' "${CALIB_PP2[@]}"; else printf '%s\n' "${CALIB_DP2[@]}"; fi
+}
 same_layout() {  # layout, except: the compared configurations of that layout but one
   local name
   for name in "${NAMES[@]}"; do
@@ -341,7 +344,7 @@ analyse() {  # TABLES (bracket | pooled): fit the host overheads, simulate, prin
     simulate "$name" "$TABLES.raw"
   done
   for layout in pp2 dp2; do
-    if [ "$layout" = pp2 ]; then calib=("${CALIB_PP2[@]}"); else calib=("${CALIB_DP2[@]}"); fi
+    mapfile -t calib < <(calib_of "$layout")
     fit_overheads "$OUT/overheads-$TABLES-$layout" calib "${calib[@]}"
     FLAGS[$layout]=$FIT_FLAGS
     echo "$layout: $FIT_FLAGS" > "$OUT/overheads-$TABLES-$layout.args"
@@ -365,7 +368,7 @@ analyse() {  # TABLES (bracket | pooled): fit the host overheads, simulate, prin
   # less than when 3 or 2 configurations pin it.
   for name in "${NAMES[@]}"; do
     layout=${LAYOUT[$name]:-pp2}
-    if [ "$layout" = pp2 ]; then calib=("${CALIB_PP2[@]}"); else calib=("${CALIB_DP2[@]}"); fi
+    mapfile -t calib < <(calib_of "$layout")
     mapfile -t others < <(same_layout "$layout" "$name")
     fit_overheads "$OUT/overheads-$TABLES-loo-$name" loo "${calib[@]}" "${others[@]}"
     read -r -a flags <<< "$FIT_FLAGS"
