@@ -4,7 +4,7 @@
 //   omnibal-plan simulate --config configs/demo.yaml [--set key=value ...] --cost-table-in C.json
 //       [--first-step 0] [--steps 20] [--mb-overhead-s S | S0,S1,..] [--tile-overhead-s ..]
 //       [--token-overhead-s ..] [--sample-overhead-s ..] [--compute-fraction F | ..]
-//       [--step-overhead-s S | ..]
+//       [--step-overhead-s S | ..] [--loader-overhead-s S | ..] [--dp-jitter J]
 //       [--recompute-units vit_block_0,llm_block_2,..] [--link-gbps 4] [--tp N --tp-link-gbps G --tp-latency-us U] [--json OUT.json]
 //       [--schedule 1f1b|interleaved|zb-h1] [--virtual-stages V] [--trace OUT.json [--trace-step G]]
 //
@@ -65,8 +65,9 @@ struct SimulateArgs {
   int64_t first_step = 0;
   int steps = 20;
   std::vector<double> mb_overhead_s, tile_overhead_s, token_overhead_s, sample_overhead_s,
-      compute_fraction, step_overhead_s;
+      compute_fraction, step_overhead_s, loader_overhead_s;
   double link_gbps = 4.0;
+  double dp_jitter = 0;      // relative sd of each DP rank's time to its reduction
   int tp = 0;                // 0: parallel.tp of the config
   double tp_link_gbps = 0;   // 0: link_gbps
   double tp_latency_us = 0;  // per all-reduce call
@@ -168,6 +169,9 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   setup.overheads.per_sample_s = per_stage(a.sample_overhead_s, stages, "--sample-overhead-s");
   setup.overheads.compute_fraction = per_stage(a.compute_fraction, stages, "--compute-fraction");
   setup.overheads.per_step_s = per_stage(a.step_overhead_s, stages, "--step-overhead-s");
+  setup.overheads.loader_per_micro_batch_s =
+      per_stage(a.loader_overhead_s, stages, "--loader-overhead-s");
+  setup.dp_jitter = a.dp_jitter;
   return setup;
 }
 
@@ -187,6 +191,8 @@ Json report_step(int64_t step, const partition::StepReport& rep) {
     if (st.tp_comm_s > 0) line += fmt::format(" tp {:.4f}", st.tp_comm_s);
   }
   fmt::print("{}\n", line);
+  Json dp_ranks = Json::array();
+  for (double busy : rep.dp_busy_s) dp_ranks.push_back({{"busy_s", busy}});
   return {{"step", step},
           {"step_seconds", rep.step_s},
           {"samples", rep.samples},
@@ -194,7 +200,8 @@ Json report_step(int64_t step, const partition::StepReport& rep) {
           {"tokens", rep.tokens},
           {"bubble_fraction", rep.breakdown.bubble_s / rep.step_s},
           {"tp_comm_seconds", rep.breakdown.tp_comm_s},
-          {"stages", stages}};
+          {"stages", stages},
+          {"dp_ranks", dp_ranks}};
 }
 
 int run_simulate(const SimulateArgs& a) {
@@ -310,6 +317,13 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
                   "seconds per step and stage after the pipeline (optimizer, grad norm; one or "
                   "one per stage)")
       ->delimiter(',');
+  cmd->add_option("--loader-overhead-s", a->loader_overhead_s,
+                  "seconds per micro-batch of the step of work sharing the stage's core from "
+                  "the step's start (the loader building the next packs; one or one per stage)")
+      ->delimiter(',');
+  cmd->add_option("--dp-jitter", a->dp_jitter,
+                  "relative standard deviation of each DP rank's time to its gradient "
+                  "reduction per step (host jitter; it waits for the expected slowest; default 0)");
   cmd->add_option("--recompute-units", a->recompute_units,
                   "recomputed units by name, as the trainer's start-up log lists them "
                   "(vit_block_0,...); replaces memory.recompute")

@@ -1,6 +1,7 @@
 #include "partition/training_simulator.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "schedule/pipeline_timeline.h"
@@ -77,15 +78,17 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
                 setup.partition.units());
   OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == P, "simulator: static memory for ",
                 setup.static_bytes.size(), " ranks, expected ", P, " pipeline ranks");
+  OMNIBAL_CHECK(setup.dp_jitter >= 0, "simulator: dp_jitter is ", setup.dp_jitter,
+                ", expected >= 0");
   const auto& oh = setup.overheads;
   OMNIBAL_CHECK(oh.compute_fraction.empty() || static_cast<int>(oh.compute_fraction.size()) == P,
-                "simulator: compute fractions for ", oh.compute_fraction.size(), " stages, expected ",
-                P, " pipeline ranks (or none)");
+                "simulator: compute fractions for ", oh.compute_fraction.size(),
+                " stages, expected ", P, " pipeline ranks (or none)");
   for (size_t s = 0; s < oh.compute_fraction.size(); ++s)
     OMNIBAL_CHECK(oh.compute_fraction[s] > -1, "simulator: compute fraction of stage ", s, " is ",
                   oh.compute_fraction[s], ", expected > -1");
-  for (const auto* o : {&oh.per_micro_batch_s, &oh.per_tile_s, &oh.per_token_s,
-                        &oh.per_sample_s, &oh.per_step_s}) {
+  for (const auto* o : {&oh.per_micro_batch_s, &oh.per_tile_s, &oh.per_token_s, &oh.per_sample_s,
+                        &oh.per_step_s, &oh.loader_per_micro_batch_s}) {
     OMNIBAL_CHECK(o->empty() || static_cast<int>(o->size()) == P, "simulator: overheads for ",
                   o->size(), " stages, expected ", P, " pipeline ranks (or none)");
     for (size_t s = 0; s < o->size(); ++s)
@@ -95,6 +98,35 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
 }
 
 }  // namespace
+
+double expected_maximum(const std::vector<double>& mean, const std::vector<double>& sd) {
+  OMNIBAL_CHECK(!mean.empty() && mean.size() == sd.size(), "expected_maximum: ", mean.size(),
+                " means and ", sd.size(), " standard deviations, expected as many and >= 1");
+  double lo = mean[0], hi = mean[0], top = mean[0], widest = 0;
+  for (size_t i = 0; i < mean.size(); ++i) {
+    OMNIBAL_CHECK(sd[i] >= 0 && std::isfinite(sd[i]) && std::isfinite(mean[i]),
+                  "expected_maximum: N(", mean[i], ", ", sd[i], "^2), expected finite, sd >= 0");
+    lo = std::min(lo, mean[i] - 9 * sd[i]);
+    hi = std::max(hi, mean[i] + 9 * sd[i]);
+    top = std::max(top, mean[i]);
+    widest = std::max(widest, sd[i]);
+  }
+  if (widest == 0) return top;
+  // E[max] = lo + integral over [lo, hi] of P(max > x) dx (P(max < lo) is below 1e-18);
+  // Simpson's rule on a grid fine against the narrowest normal that matters.
+  auto above = [&](double x) {
+    double below = 1.0;
+    for (size_t i = 0; i < mean.size(); ++i)
+      below *= sd[i] > 0 ? 0.5 * std::erfc(-(x - mean[i]) / (sd[i] * std::sqrt(2.0)))
+                         : (x >= mean[i] ? 1.0 : 0.0);
+    return 1.0 - below;
+  };
+  const int n = 2000;  // even
+  const double h = (hi - lo) / n;
+  double sum = above(lo) + above(hi);
+  for (int k = 1; k < n; ++k) sum += (k % 2 ? 4 : 2) * above(lo + k * h);
+  return std::max(top, lo + sum * h / 3);  // >= max(mean) (Jensen), also numerically
+}
 
 double StageOverheads::micro_batch_s(int stage, const MicroBatchLoad& load) const {
   auto at = [stage](const std::vector<double>& v) {
@@ -199,6 +231,11 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
     rep.tiles += load.tiles();
     rep.tokens += load.real_tokens();
   }
+  const auto& loader = setup.overheads.loader_per_micro_batch_s;
+  if (!loader.empty()) {
+    costs.background_s.assign(P, 0.0);
+    for (int s = 0; s < P; ++s) costs.background_s[s] = loader[s] * m;
+  }
   out.timeline = schedule::run_pipeline_timeline(lists, costs, events);
   return out;
 }
@@ -245,8 +282,12 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
   const double dp_bw = data_parallel_bandwidth(setup.device, dp, setup.tp);
   std::vector<double> reduce_start(P, 0.0), comm(P, 0.0), done(P, 0.0);
   for (int s = 0; s < P; ++s) {
-    for (int r = 0; r < dp; ++r)
-      reduce_start[s] = std::max(reduce_start[s], ranks[r].timeline[s].ready_for_reduce_s);
+    std::vector<double> ready(dp), sd(dp);
+    for (int r = 0; r < dp; ++r) {
+      ready[r] = ranks[r].timeline[s].ready_for_reduce_s;
+      sd[r] = dp > 1 ? setup.dp_jitter * ready[r] : 0.0;
+    }
+    reduce_start[s] = expected_maximum(ready, sd);
     const double reduce = dp > 1 ? 2.0 * (dp - 1) / dp * param_bytes[s] / dp_bw : 0.0;
     const double params = param_bytes[s] / kBf16 / (setup.zero1 ? dp : 1);
     const double optimizer =
@@ -262,14 +303,16 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
     for (int r = 0; r < dp; ++r)
       for (int s = 0; s < P; ++s) {
         const double reduced = reduce_start[s] + rep.stages[s].reduce_s;
-        trace->spans.push_back(
-            {r, s, "dp_reduce", -1, 0, ranks[r].timeline[s].ready_for_reduce_s * 1e6, reduced * 1e6});
+        trace->spans.push_back({r, s, "dp_reduce", -1, 0,
+                                ranks[r].timeline[s].ready_for_reduce_s * 1e6, reduced * 1e6});
         trace->spans.push_back({r, s, "optimizer", -1, 0, reduced * 1e6, done[s] * 1e6});
       }
+  rep.dp_busy_s.assign(dp, 0.0);
   for (int r = 0; r < dp; ++r)
     for (int s = 0; s < P; ++s) {
       const auto& tl = ranks[r].timeline[s];
       const double busy = tl.forward_busy_s + tl.backward_busy_s + tl.backward_weight_busy_s;
+      rep.dp_busy_s[r] += busy;
       TimeBreakdown b;
       b.padding_s = ranks[r].padding_s[s];
       b.recompute_s = ranks[r].recompute_s[s];

@@ -64,7 +64,12 @@ using StepLoads = std::vector<std::vector<MicroBatchLoad>>;
 /// the micro-batch, not of the chunk). compute_fraction[s] scales the unit table's compute on
 /// stage s (forward, backward, recomputation) by 1 + compute_fraction[s]: time the table's
 /// units, profiled one by one, do not show when chained on a stage, or (negative) a table
-/// profiled while the host ran slower than during the run.
+/// profiled while the host ran slower than during the run. loader_per_micro_batch_s[s] m is
+/// work on stage s's core from the step's start (PipelineStepCosts::background_s): the loader
+/// thread building the next step's m packs shares the core with the first forwards (each runs
+/// at half speed while it lasts) and has it alone while the stage waits in a receive, so part
+/// of it hides in the bubble (traces of the 2-core host: stage 0's first one or two forwards
+/// run up to twice as long as the others, by about 4-8 ms per micro-batch of the step).
 struct StageOverheads {
   std::vector<double> per_micro_batch_s;  ///< [stage]: fixed part per micro-batch
   std::vector<double> per_tile_s;         ///< [stage]: per tile of the micro-batch
@@ -72,6 +77,9 @@ struct StageOverheads {
   std::vector<double> per_sample_s;       ///< [stage]: per sample of the micro-batch
   std::vector<double> compute_fraction;   ///< [stage]: extra fraction of the table's compute
   std::vector<double> per_step_s;         ///< [stage]: replaces the analytic optimizer time
+  /// [stage]: per micro-batch of the step, work sharing the stage's core from the step's start
+  /// (the loader's workers building the next packs when the step takes its m)
+  std::vector<double> loader_per_micro_batch_s;
 
   /// Seconds stage s adds to micro-batch `load` (0 where a vector is empty).
   double micro_batch_s(int stage, const MicroBatchLoad& load) const;
@@ -83,7 +91,7 @@ struct SimulatorSetup {
   /// P x v chunks in virtual-stage order (v = chunks_per_rank(schedule, virtual_stages)).
   Partition partition;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< not kAuto
-  int virtual_stages = 1;  ///< v under kInterleaved (>= 2), else 1
+  int virtual_stages = 1;                               ///< v under kInterleaved (>= 2), else 1
   std::vector<bool> recompute;  ///< per unit: checkpointed (re-run forward in backward)
   int dp = 1;
   int tp = 1;  ///< TP ranks per group (innermost, then DP, then PP); the tables' tp
@@ -94,6 +102,13 @@ struct SimulatorSetup {
   std::vector<double> static_bytes;  ///< per rank: params + grads + optimizer + buffers
   bool zero1 = true;                 ///< optimizer state sharded over DP (optimizer time / dp)
   StageOverheads overheads;          ///< per rank: host costs outside the table (default: none)
+  /// Relative standard deviation (>= 0) of each DP rank's time to its gradient reduction, per
+  /// step and independent between ranks (host jitter, clocks); 0: none. The collective waits
+  /// for the slowest rank, so with dp > 1 a stage's reduction starts at the expected maximum
+  /// over ranks of N(ready_r, (dp_jitter ready_r)^2) instead of the maximum of ready_r
+  /// (expected_maximum). On the 2-core host the DP ranks' busy times differ by about 5 % of a
+  /// step more than their packs explain (scripts/bench/host_overheads.py measures it).
+  double dp_jitter = 0;
 
   /// Pipeline ranks P: partition.stages() / chunks per rank.
   int ranks() const;
@@ -126,6 +141,9 @@ struct StepReport {
   int64_t samples = 0;
   int64_t tiles = 0;
   int64_t tokens = 0;  ///< real LLM tokens
+  /// [DP rank]: forward + backward seconds summed over the rank's stages (the trainer's
+  /// metrics.jsonl dp_ranks busy_s)
+  std::vector<double> dp_busy_s;
 };
 
 /// A run of steps (an epoch or part of one).
@@ -155,6 +173,11 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
 
 /// Simulates every step in order and sums.
 RunReport simulate_run(const SimulatorSetup& setup, const std::vector<StepLoads>& steps);
+
+/// E[max_i X_i] for independent X_i ~ N(mean[i], sd[i]^2) (sd >= 0, equal sizes, not empty),
+/// by numerical integration of 1 - prod_i Phi((x - mean_i) / sd_i); max(mean) when every sd
+/// is 0. Two equal means m and sd s: m + s / sqrt(pi). Throws omnibal::Error on bad input.
+double expected_maximum(const std::vector<double>& mean, const std::vector<double>& sd);
 
 /// Bandwidth between neighbouring pipeline stages: NVLink when dp * tp < gpus_per_node (the
 /// next stage is in the same node), else the per-GPU network link.

@@ -64,6 +64,13 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
       {&costs.transient_bytes, "transient_bytes"}};
   for (const auto& [mat, name] : mats) check_shape(*mat, V, m, name);
   const int v = static_cast<int>(V / P), Pi = static_cast<int>(P), Vi = static_cast<int>(V);
+  std::vector<double> background = costs.background_s;
+  if (background.empty()) background.assign(P, 0.0);
+  OMNIBAL_CHECK(background.size() == P, "pipeline timeline: background work for ",
+                background.size(), " ranks, expected ", P, " (or none)");
+  for (size_t s = 0; s < P; ++s)
+    OMNIBAL_CHECK(background[s] >= 0, "pipeline timeline: background work of rank ", s, " is ",
+                  background[s], " s, expected >= 0");
 
   std::vector<StageTimeline> out(P);
   std::vector<double> clock(P, 0.0), held(P, 0.0);
@@ -72,6 +79,14 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
   std::vector<std::deque<Message>> channel(P * P);  // [src * P + dst], in posting order
   std::vector<double> link_free(P * P, 0.0);        // when the src -> dst link is next free
 
+  // Compute of c seconds on rank s while its background work runs: both at half speed until one
+  // is done, so the op lasts 2c when the background outlasts it, else c + what was left.
+  auto compute = [&](size_t s, double c) -> double {
+    const double d = background[s] >= c ? 2 * c : c + background[s];
+    background[s] = std::max(0.0, background[s] - c);
+    clock[s] += d;
+    return d;
+  };
   auto bump_peak = [&](size_t s, double extra) {
     out[s].peak_activation_bytes = std::max(out[s].peak_activation_bytes, held[s] + extra);
   };
@@ -97,6 +112,7 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
                   " (send and receive orders differ; run check_schedule)");
     if (head.arrival_s > clock[s]) {
       out[s].idle_s += head.arrival_s - clock[s];
+      background[s] = std::max(0.0, background[s] - (head.arrival_s - clock[s]));
       clock[s] = head.arrival_s;
     }
     q.pop_front();
@@ -105,6 +121,8 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
   auto step = [&](size_t s) -> bool {
     const Instruction ins = lists[s][pc[s]];
     if (ins.op == Op::ReduceGrads) {
+      clock[s] += background[s];
+      background[s] = 0;
       out[s].ready_for_reduce_s = clock[s];
       pc[s] = lists[s].size();  // the DP-level simulator takes over from here
       return true;
@@ -131,30 +149,26 @@ std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
         if (!receive(s, ins, Op::SendGrad, k + 1)) return false;
         break;
       case Op::Forward:
-        clock[s] += costs.forward_s[r][mb];
-        out[s].forward_busy_s += costs.forward_s[r][mb];
+        out[s].forward_busy_s += compute(s, costs.forward_s[r][mb]);
         held[s] += costs.kept_bytes[r][mb];
         bump_peak(s, 0);
         out[s].peak_in_flight = std::max(out[s].peak_in_flight, ++in_flight[s]);
         break;
       case Op::Backward:
         bump_peak(s, costs.transient_bytes[r][mb]);
-        clock[s] += costs.backward_s[r][mb];
-        out[s].backward_busy_s += costs.backward_s[r][mb];
+        out[s].backward_busy_s += compute(s, costs.backward_s[r][mb]);
         held[s] -= costs.kept_bytes[r][mb];
         --in_flight[s];
         break;
       case Op::BackwardInput:  // frees all but what the deferred weight gradient reads
         bump_peak(s, costs.transient_bytes[r][mb]);
-        clock[s] += costs.backward_input_s[r][mb];
-        out[s].backward_busy_s += costs.backward_input_s[r][mb];
+        out[s].backward_busy_s += compute(s, costs.backward_input_s[r][mb]);
         held[s] -= costs.kept_bytes[r][mb] - costs.weight_kept_bytes[r][mb];
         --in_flight[s];
         break;
       case Op::BackwardWeight:
         bump_peak(s, costs.transient_bytes[r][mb]);
-        clock[s] += costs.backward_weight_s[r][mb];
-        out[s].backward_weight_busy_s += costs.backward_weight_s[r][mb];
+        out[s].backward_weight_busy_s += compute(s, costs.backward_weight_s[r][mb]);
         held[s] -= costs.weight_kept_bytes[r][mb];
         break;
       case Op::SendActivation:

@@ -35,6 +35,12 @@ struct PipelineStepCosts {
   /// input and output gradient); the rest is freed at BackwardInput.
   std::vector<std::vector<double>> weight_kept_bytes;
   std::vector<std::vector<double>> transient_bytes;  ///< extra bytes while a backward runs
+  /// [P] or empty: work another thread does on each rank's core from the step's start (seconds
+  /// at the core's full speed; a CPU rank's loader building the next step's packs). It shares
+  /// the core with compute: while both run each gets half (a Forward of c seconds lasts up to
+  /// 2c), and it runs alone while the rank waits in a receive. What is left at ReduceGrads
+  /// delays it.
+  std::vector<double> background_s;
 
   /// Zero-filled costs for V virtual stages and m micro-batches.
   static PipelineStepCosts zeros(int virtual_stages, int micro_batches);
@@ -67,8 +73,9 @@ struct TimelineEvent {
 /// Walks `lists` (P = lists.size() ranks) with `costs` (V = P x v rows, v = V / P chunks per
 /// rank; instruction {mb, c} on rank s reads row c * P + s, column mb). Returns one entry per
 /// rank. Throws omnibal::Error when the lists deadlock, a receive meets another message, an
-/// instruction's micro-batch or chunk is out of range, or the nine cost matrices do not all have
-/// shape [V][m] with V a positive multiple of P.
+/// instruction's micro-batch or chunk is out of range, the nine cost matrices do not all have
+/// shape [V][m] with V a positive multiple of P, or background_s is neither empty nor P values
+/// >= 0.
 std::vector<StageTimeline> run_pipeline_timeline(const StageSchedules& lists,
                                                  const PipelineStepCosts& costs);
 /// The same walk, also appending every executed instruction before ReduceGrads to `events` (in

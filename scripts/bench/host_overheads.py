@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Host overheads for `omnibal-plan simulate`, fitted to held-out calibration runs.
 
-    python3 scripts/bench/host_overheads.py --warmup W [--pass micro-batch|step|both] \\
-        [--terms mb,compute] RUNS [...] > flags.args
+    python3 scripts/bench/host_overheads.py --warmup W [--pass micro-batch|jitter|step|both] \\
+        [--terms loader,compute] RUNS [...] > flags.args
     python3 scripts/bench/host_overheads.py --warmup W RUN_DIR SIM_JSON > flags.args
 
 RUNS is RUN_DIR[,RUN_DIR...]:SIM_JSON or RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...] (sim_table.py).
@@ -20,16 +20,34 @@ does not explain,
 (DP 1: the stage's figures; PP 1: the mean over DP ranks of their busy_s, against the simulated
 stage, which is the DP mean too), is fitted as
     y = a_s m + b_s T + c_s N + d_s S + f_s C
-over the terms named by --terms (default mb,compute; mb alone when every observation comes
-from one configuration, whose m and packs barely vary) (mb: a_s, fixed per micro-batch; tile, token, sample: per tile,
+over the terms named by --terms (default loader,compute; loader alone when every observation
+comes from one configuration, whose m and packs barely vary) (mb: a_s, fixed per micro-batch,
+added to every forward; loader: the same fixed part per micro-batch on the first stage, but
+as work on the rank's core from the step's start (`--loader-overhead-s`): the first stage's
+loader workers build the next step's packs (pixel tensors) when the step takes its m packs,
+which traces show as the first one or two forwards running up to twice as long as the rest;
+the simulator shares the core between it and those forwards and lets it run alone in the
+stage's first wait, so part of it hides in the bubble (the fit counts all of it as busy time:
+in the traces it is done before stage 0 first waits); on later stages, whose loaders build
+labels only, the loader term is an mb term; tile, token, sample: per tile,
 real token or sample of the step's micro-batches on one DP rank, T, N, S; compute: f_s, a
 fraction of C, the stage's simulated table busy time of the step) by least absolute
 deviations (iteratively reweighted least squares): a minority of slow steps, or one slow run
 among several, moves the fit little. A term whose coefficient comes out negative is dropped
 and the rest refitted (the compute fraction may be negative, down to -0.9: the table was
-profiled while the host ran slower than during the runs). Prints --mb-overhead-s / --tile-overhead-s / ... flags.
+profiled while the host ran slower than during the runs). Prints --loader-overhead-s /
+--mb-overhead-s / --tile-overhead-s / ... flags.
 
---pass step (SIM_JSON: simulated with the micro-batch flags of the first pass). The per-step
+--pass jitter (SIM_JSON: simulated with the micro-batch flags; DP > 1). The DP ranks' busy
+times differ by more than their packs explain: the host's speed varies per core and step, and
+the gradient reduction waits for the slowest rank. Per step, each rank's relative residual
+e_r = (measured busy_s - simulated busy_s of rank r) / the ranks' mean simulated busy; the
+step's spread is max_r e_r - mean_r e_r, averaged over each run's steps, the median over the
+runs; divided by E[max of dp standard normals] it is the relative standard deviation J
+`omnibal-plan simulate --dp-jitter J` takes (dp 2: J = sqrt(pi) / 2 * mean |e_1 - e_0|).
+Prints --dp-jitter (0 for DP 1).
+
+--pass step (SIM_JSON: simulated with the flags of the passes before). The per-step
 cost per stage (optimizer, gradient norm, the label all-reduce, waiting for the loader) is the
 median over the observations of measured step_seconds - simulated step_seconds; prints
 --step-overhead-s.
@@ -42,15 +60,16 @@ Residuals (measured - fitted, per configuration: median in ms and relative to th
 median) go to stderr. Python 3 standard library only.
 """
 import argparse
+import math
 import statistics
 import sys
 
 from sim_table import load_metrics, load_sim_steps, parse_runs  # same folder: one reader each
 
-TERMS = ("mb", "tile", "token", "sample", "compute")
-FLAG = {"mb": "--mb-overhead-s", "tile": "--tile-overhead-s", "token": "--token-overhead-s",
+TERMS = ("loader", "mb", "tile", "token", "sample", "compute")
+FLAG = {"loader": "--loader-overhead-s", "mb": "--mb-overhead-s", "tile": "--tile-overhead-s", "token": "--token-overhead-s",
         "sample": "--sample-overhead-s", "compute": "--compute-fraction"}
-UNIT = {"mb": ("ms", 1e3), "tile": ("us/tile", 1e6), "token": ("us/token", 1e6),
+UNIT = {"loader": ("ms", 1e3), "mb": ("ms", 1e3), "tile": ("us/tile", 1e6), "token": ("us/token", 1e6),
         "sample": ("us/sample", 1e6), "compute": ("% of the table", 1e2)}
 
 
@@ -170,15 +189,48 @@ def by_run(obs, key, columns):
             [[mean([col[i] for i in ix]) for ix in groups.values()] for col in columns])
 
 
+def expected_max_standard_normal(n):
+    """E[max of n independent N(0, 1)]: the integral of 1 - Phi^n over [0, 9] minus that of
+    Phi^n over [-9, 0] (Simpson's rule on each half, where the integrands are smooth)."""
+    phi = lambda x: 0.5 * math.erfc(-x / math.sqrt(2))
+    def simpson(f, lo, hi, steps=1800):
+        h = (hi - lo) / steps
+        return h / 3 * (f(lo) + f(hi) + sum((4 if k % 2 else 2) * f(lo + k * h)
+                                            for k in range(1, steps)))
+    return simpson(lambda x: 1 - phi(x) ** n, 0.0, 9.0) - simpson(lambda x: phi(x) ** n, -9.0, 0.0)
+
+
+def dp_jitter(obs, dp, configs):
+    """The --dp-jitter relative standard deviation (see --pass jitter); 0 for DP 1."""
+    if dp == 1:
+        print("host overheads: DP 1, no DP jitter", file=sys.stderr)
+        return 0.0
+    per_run = {}
+    for o in obs:
+        meas = [d["busy_s"] for d in o[3]["dp_ranks"]]
+        sim = [d["busy_s"] for d in o[4]["dp_ranks"]]
+        scale = statistics.mean(sim)
+        e = [(b - s) / scale for b, s in zip(meas, sim)]
+        per_run.setdefault((o[0], o[1]), []).append(max(e) - statistics.mean(e))
+    spread = statistics.median(statistics.mean(v) for v in per_run.values())
+    jitter = spread / expected_max_standard_normal(dp)
+    print(f"host overheads (dp {dp}, pp 1; {', '.join(configs)}: {len(obs)} steps, "
+          f"{len(per_run)} runs): the slowest DP rank {100 * spread:.2f} % of a step above the "
+          f"ranks' mean beyond the packs (median over the runs): DP jitter {100 * jitter:.2f} %",
+          file=sys.stderr)
+    return jitter
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--pass", dest="which", choices=("micro-batch", "step", "both"),
+    ap.add_argument("--pass", dest="which", choices=("micro-batch", "jitter", "step", "both"),
                     default="both")
     ap.add_argument("--per-run", action="store_true",
                     help="one observation per run: the mean of its steps (default: every step)")
-    ap.add_argument("--terms", help="of mb, tile, token, sample, compute (default: mb,compute; "
-                    "mb alone for one configuration, whose steps cannot tell them apart)")
+    ap.add_argument("--terms", help="of loader, mb, tile, token, sample, compute (default: "
+                    "loader,compute; loader alone for one configuration, whose steps cannot tell "
+                    "them apart)")
     ap.add_argument("specs", nargs="+", help="RUNS: RUN_DIR[,RUN_DIR...]:SIM_JSON or "
                     "RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...]")
     a = ap.parse_args()
@@ -188,12 +240,15 @@ def main():
     group = (lambda o: (o[0], o[1])) if a.per_run else (lambda o: (o[0], o[1], o[2]))
     dp, pp = obs[0][5]["dp"], obs[0][5]["pp"]
     if a.terms is None:
-        a.terms = "mb,compute" if len({o[0] for o in obs}) > 1 else "mb"
+        a.terms = "loader,compute" if len({o[0] for o in obs}) > 1 else "loader"
     names = [t for t in a.terms.split(",") if t]
     for t in names:
         if t not in TERMS:
             sys.exit(f"host_overheads: unknown term {t} (of {', '.join(TERMS)})")
     configs = sorted({o[0] for o in obs})
+    if a.which == "jitter":
+        print(f"--dp-jitter {dp_jitter(obs, dp, configs):.6f}")
+        return
     if a.which == "step":
         g_obs, (resid, meas) = by_run(obs, group, [
             [o[3]["step_seconds"] - o[4]["step_seconds"] for o in obs],
@@ -205,29 +260,32 @@ def main():
         residual_report(g_obs, (fitted, meas), "step time")
         print(f"--step-overhead-s {per_step:.6f}")
         return
-    coef = []  # [stage][term]
+    coef = {}  # (term, stage) -> coefficient
     for s in range(pp):
+        stage_names = ["mb" if t == "loader" and s > 0 else t for t in names]
         x, y, busy = [], [], []
         for o in obs:
             row, sim, sj = o[3], o[4], o[5]
             table = sim["stages"][s]["forward_s"] + sim["stages"][s]["backward_s"]
-            load = {"mb": sj["micro_batches"], "tile": sim["tiles"] / dp,
-                    "token": sim["tokens"] / dp, "sample": sim["samples"] / dp, "compute": table}
-            x.append([load[t] for t in names])
+            m = sj["micro_batches"]
+            load = {"loader": m, "mb": m, "tile": sim["tiles"] / dp, "token": sim["tokens"] / dp,
+                    "sample": sim["samples"] / dp, "compute": table}
+            x.append([load[t] for t in stage_names])
             b = measured_busy(row, s, dp)
             busy.append(b)
             y.append(b - table)
         g_obs, (x, y, busy) = by_run(obs, group, [x, y, busy])
-        c = fit_nonnegative(x, y, names)
-        coef.append(c)
+        c = fit_nonnegative(x, y, stage_names)
+        coef.update({(t, s): v for t, v in zip(stage_names, c)})
         fitted = [yi - sum(ci * xi for ci, xi in zip(c, row)) for row, yi in zip(x, y)]
         print(f"host overheads (dp {dp}, pp {pp}; {', '.join(configs)}: {len(obs)} steps), "
               f"stage {s} per micro-batch: "
-              + ", ".join(f"{t} {UNIT[t][1] * v:.3f} {UNIT[t][0]}" for t, v in zip(names, c)),
+              + ", ".join(f"{t} {UNIT[t][1] * v:.3f} {UNIT[t][0]}" for t, v in zip(stage_names, c)),
               file=sys.stderr)
         residual_report(g_obs, (fitted, busy), f"stage {s} busy")
-    flags = " ".join(f"{FLAG[t]} " + ",".join(f"{coef[s][j]:.9g}" for s in range(pp))
-                     for j, t in enumerate(names))
+    fitted_terms = [t for t in TERMS if any((t, s) in coef for s in range(pp))]
+    flags = " ".join(f"{FLAG[t]} " + ",".join(f"{coef.get((t, s), 0.0):.9g}" for s in range(pp))
+                     for t in fitted_terms)
     if a.which == "both":
         outside = [o[3]["step_seconds"] - sum(o[3]["stages"][0][k] for k in
                                               ("forward_s", "backward_s", "idle_s"))

@@ -4,15 +4,17 @@
 #   bash scripts/bench/sim_vs_measured.sh [--steps 12] [--warmup 4] [--rounds 12]
 #                                         [--max-load 2.5] [--out runs/bench-sim] [--analyse-only]
 #   bash scripts/bench/sim_vs_measured.sh --pool DIR,DIR[,...] --out POOL
-#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (mb,compute)
+#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (loader,compute)
 #
 # 1. lengths, profile, planner split (bench_common.sh's bench_prepare): `omnibal-plan scan` of
 #    the demo set, `omnibal-plan profile` under the trainer's conditions (profile_costs.sh), BMP
 #    on the profiled table (dp 1, pp 2, m 4): its "+ balanced partition" row is the planner's
 #    split, run as a manual split.
-# 2. ROUNDS rounds (12: ~50 min; a configuration's mean over 4 rounds still moves by about 5 %
-#    with the host's speed, over 12 by about 3 %); each round runs every configuration once (mpirun -np 2, STEPS steps, no
-#    evaluation, no checkpoint), in the order below, so the configurations are interleaved in
+# 2. ROUNDS rounds (12: 21-55 min with the host's speed; a configuration's mean over 4 rounds
+#    still moves by about 5 % with the host's speed, over 12 by about 3 %); each round runs
+#    every configuration once
+#    (mpirun -np 2, STEPS steps, STEPS * 4 / m when m < 4 so that the short steps measure as
+#    long, no evaluation, no checkpoint), in the order below, so the configurations are interleaved in
 #    time and a slow minute of the shared machine lands on parts of several of them instead of
 #    all of one. Compared configurations (ISF budgets fixed: Q_v 61, Q_t 1024, Q'_t 896, what the
 #    demo's search picks at m 4, so every ISF run packs the same way):
@@ -36,9 +38,12 @@
 #    mean of the two probes around it (the simulator's model error, the host's drift taken out).
 # 4. host_overheads.py fits the host overheads of each layout by least absolute deviations over
 #    its calibration runs (all rounds; each run one observation, the mean of its steps >=
-#    WARMUP): per micro-batch and stage a fixed
-#    part plus a fraction of the stage's table compute (HOST_TERMS, default mb,compute; see
-#    host_overheads.py), then per step a cost per stage; prints the residuals. Two fits:
+#    WARMUP): per stage a fixed part per micro-batch (on the first stage work sharing its core
+#    from the step's start: its loader builds the next step's packs there) plus a fraction
+#    of the stage's table compute (HOST_TERMS, default loader,compute; see host_overheads.py);
+#    with DP 2 the DP ranks' jitter (their busy times differ by about 5 % of a step more than
+#    their packs explain, and the reduction waits for the slowest); then per step a cost per
+#    stage; prints the residuals. Two fits:
 #    `calibration runs` (the 5 held-out configurations only: 3 for PP 2, 2 for DP 2) and
 #    `leave-one-out` (for each compared configuration its own fit, to the calibration runs and
 #    the other compared configurations of its layout, never to itself: 13 configurations pin a
@@ -69,7 +74,7 @@ ADAPTIVE_BUDGET_GB=${ADAPTIVE_BUDGET_GB:-0.045}
 PROBE_REPEATS=${PROBE_REPEATS:-5}
 ANALYSE_ONLY=0
 POOL=
-HOST_TERMS=${HOST_TERMS:-mb,compute}
+HOST_TERMS=${HOST_TERMS:-loader,compute}
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
@@ -201,6 +206,13 @@ CALIB_DP2=(calib-d calib-e)
 ORDER=(calib-a baseline balanced dp2 uniform calib-d skewed m1 calib-b m2 dp2-random m8
        calib-e full adaptive calib-c random dp2-full random-m8)
 
+steps_of() {  # trainer --set arguments -> the run's steps: STEPS, or STEPS * 4 / m when m < 4, so
+  # that every run lasts about as long as an m = 4 one and averages over as much of the host's
+  # drift (at 12 steps an m = 1 run measures 2 s, and one slow phase of the host moves its mean)
+  local m
+  m=$(printf '%s\n' "$@" | sed -n 's/^parallel.micro_batches=//p')
+  if [ "$m" -lt 4 ]; then echo $(((STEPS * 4 + m - 1) / m)); else echo "$STEPS"; fi
+}
 # The cost table of a run (TABLES=bracket: the mean of the two probes taken just before and
 # just after it; TABLES=pooled: the mean of every probe of the benchmark).
 table_of() {  # run directory
@@ -222,14 +234,18 @@ PY
 simulate() {  # run name, kind (file tag), then extra simulate flags; one simulation per round,
   # each with the units its own run recomputed
   local name=$1 kind=$2; shift 2
-  local units r run rflags
+  local units steps r run rflags
   mapfile -t units < <(units_of "$name")
+  mapfile -t steps < <(for r in $(seq 1 "$ROUNDS"); do
+    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["steps"])' \
+      "$OUT/$name-r$r/summary.json"; done)
   for r in $(seq 1 "$ROUNDS"); do
     run=$OUT/$name-r$r
     rflags=(--set memory.recompute=none)
     [ -n "${units[r - 1]}" ] && rflags=(--recompute-units "${units[r - 1]}")
     "$SIM" simulate --config "$run/config.yaml" --cost-table-in "$(table_of "$run")" \
-      --steps "$STEPS" "${rflags[@]}" "$@" --json "$run.$kind.sim.json" > "$run.$kind.sim.log"
+      --steps "${steps[r - 1]}" "${rflags[@]}" "$@" --json "$run.$kind.sim.json" \
+      > "$run.$kind.sim.log"
   done
   python3 - "$OUT" "$name" "$ROUNDS" "$kind" <<'PY'
 import json, re, sys
@@ -271,7 +287,7 @@ if [ "$ANALYSE_ONLY" = 0 ]; then
     echo "sim_vs_measured: round $r of $ROUNDS, $(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
     for name in "${ORDER[@]}"; do
       config_args "$name"
-      bench_train "$OUT/$name-r$r" "$STEPS" "${ARGS[@]}"
+      bench_train "$OUT/$name-r$r" "$(steps_of "${ARGS[@]}")" "${ARGS[@]}"
       echo "$name-r$r p$((PROBES - 1)) p$PROBES" >> "$OUT/probes/brackets.txt"
       probe
     done
@@ -313,8 +329,9 @@ fit_overheads() {  # stem, kind, configuration...: host overheads fitted to thos
   shift 2
   local specs=()
   for c in "$@"; do specs+=("$(runs_of "$c" "$TABLES.raw")"); done
-  # Two passes: the per-micro-batch terms from the stages' busy time, then the per-step cost
-  # from the step time simulated with them.
+  # Three passes: the per-micro-batch terms from the stages' busy time; with DP > 1 the DP
+  # ranks' jitter beyond their packs (nothing for DP 1); then the per-step cost from the step
+  # time simulated with both.
   python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass micro-batch --per-run \
     --terms "$HOST_TERMS" "${specs[@]}" > "$stem.mb.args" 2> "$stem.log"
   read -r -a MB_FLAGS < "$stem.mb.args"
@@ -323,9 +340,19 @@ fit_overheads() {  # stem, kind, configuration...: host overheads fitted to thos
     simulate "$c" "$TABLES.$kind.mb" "${MB_FLAGS[@]}"
     specs+=("$(runs_of "$c" "$TABLES.$kind.mb")")
   done
+  python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass jitter "${specs[@]}" \
+    > "$stem.jitter.args" 2>> "$stem.log"
+  read -r -a J_FLAGS < "$stem.jitter.args"
+  if [ "${J_FLAGS[1]}" != 0.000000 ]; then
+    specs=()
+    for c in "$@"; do
+      simulate "$c" "$TABLES.$kind.mbj" "${MB_FLAGS[@]}" "${J_FLAGS[@]}"
+      specs+=("$(runs_of "$c" "$TABLES.$kind.mbj")")
+    done
+  fi
   python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass step --per-run "${specs[@]}" \
     > "$stem.step.args" 2>> "$stem.log"
-  FIT_FLAGS="$(cat "$stem.mb.args") $(cat "$stem.step.args")"
+  FIT_FLAGS="$(cat "$stem.mb.args") $(cat "$stem.jitter.args") $(cat "$stem.step.args")"
 }
 calib_of() {  # layout -> its calibration configurations, one a line
   if [ "$1" = pp2 ]; then printf '%s\n' "${CALIB_PP2[@]}"; else printf '%s\n' "${CALIB_DP2[@]}"; fi

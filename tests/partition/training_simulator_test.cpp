@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 
 #include "core/error.h"
@@ -179,8 +180,10 @@ TEST_CASE("host overheads: a fixed part plus parts per tile, token and sample of
   CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains(">= 0"));
 }
 
-TEST_CASE("host overheads: a fraction of the table's compute scales forward, backward and "
-          "recomputation", "[partition][simulator]") {
+TEST_CASE(
+    "host overheads: a fraction of the table's compute scales forward, backward and "
+    "recomputation",
+    "[partition][simulator]") {
   const LinearModel model;
   auto s = setup_for(model, 1);
   s.recompute = {true, false, false, false};
@@ -220,6 +223,80 @@ TEST_CASE("host overheads under interleaved 1F1B: the micro-batch's cost split o
   // Per micro-batch 0.4 + 0.2 = 0.6 s on rank 0 and 0.2 s on rank 1, over 2 micro-batches.
   CHECK(rep.stages[0].forward_s == Approx(plain.stages[0].forward_s + 2 * 0.6));
   CHECK(rep.stages[1].forward_s == Approx(plain.stages[1].forward_s + 2 * 0.2));
+}
+
+TEST_CASE("host overheads: the loader shares the first stage's core from the step's start",
+          "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 1);
+  s.overheads.loader_per_micro_batch_s = {0.5, 0.0};
+  // m = 2: 1 s of loader work on stage 0's core, which F0 (1 s of compute) shares at half speed:
+  // F0 [0,2] F1 [2,3]; stage 1: F0 [2,3] B0 [3,5] F1 [5,6] B1 [6,8]; stage 0: B0 [5,7] B1 [8,10].
+  const auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  CHECK(rep.step_s == Approx(10.0));
+  CHECK(rep.stages[0].forward_s == Approx(3.0));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  // The same 0.5 s per micro-batch added to every forward is partly hidden in the bubble:
+  // stage 0 F 1.5 s, F0 [0,1.5] F1 [1.5,3]; stage 1 F0 [1.5,2.5] B0 [2.5,4.5] F1 [4.5,5.5]
+  // B1 [5.5,7.5]; stage 0 B0 [4.5,6.5] B1 [7.5,9.5].
+  auto spread = setup_for(model, 1);
+  spread.overheads.per_micro_batch_s = {0.5, 0.0};
+  const auto sp = simulate_step(spread, uniform_loads(1, 2, 100));
+  CHECK(sp.step_s == Approx(9.5));
+  CHECK(sp.stages[0].forward_s == Approx(rep.stages[0].forward_s));
+  // m = 3 (1.5 s of loader work): F0 [0,2], F1 [2,3.5] (0.5 s left); stage 1 F0 [2,3] B0 [3,5];
+  // stage 0 B0 [5,7], then as plain 1F1B one second later. m = 6 (3 s): F0 [0,2], F1 [2,4],
+  // and the last second runs while stage 0 waits for B0's gradient [4,5]: again one second, not
+  // 3, because the loader finishes in the bubble.
+  const auto [m, extra] = GENERATE(table<int, double>({{1, 0.5}, {2, 1.0}, {3, 1.0}, {6, 1.0}}));
+  const auto plain = simulate_step(setup_for(model, 1), uniform_loads(1, m, 100));
+  const auto with_loader = simulate_step(s, uniform_loads(1, m, 100));
+  CHECK(with_loader.step_s == Approx(plain.step_s + extra));
+  CHECK(with_loader.breakdown.total() == Approx(with_loader.step_s));
+  s.overheads.loader_per_micro_batch_s = {-0.1, 0.0};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains(">= 0"));
+}
+
+TEST_CASE("expected maximum of independent normals", "[partition][simulator]") {
+  const double pi = 3.14159265358979323846;
+  CHECK(expected_maximum({3, 3}, {0.5, 0.5}) == Approx(3 + 0.5 / std::sqrt(pi)).epsilon(1e-6));
+  CHECK(expected_maximum({0, 0, 0}, {1, 1, 1}) == Approx(1.5 / std::sqrt(pi)).epsilon(1e-6));
+  CHECK(expected_maximum({1, 2, 5}, {0, 0, 0}) == 5);
+  CHECK(expected_maximum({7}, {2}) == Approx(7).epsilon(1e-6));
+  // Two unequal normals (Clark 1961): mu1 Phi(a) + mu2 Phi(-a) + t phi(a), t^2 = s1^2 + s2^2,
+  // a = (mu1 - mu2) / t.
+  const double t = std::sqrt(5.0), a = -1.0 / t;
+  const auto Phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  const double clark = 0 * Phi(a) + 1 * Phi(-a) + t * std::exp(-a * a / 2) / std::sqrt(2 * pi);
+  CHECK(expected_maximum({0, 1}, {1, 2}) == Approx(clark).epsilon(1e-6));
+  // A far-ahead normal: the maximum is its mean.
+  CHECK(expected_maximum({0, 100}, {1, 1}) == Approx(100).epsilon(1e-9));
+  CHECK_THROWS_WITH(expected_maximum({1, 2}, {1}), Catch::Contains("expected as many"));
+  CHECK_THROWS_WITH(expected_maximum({1, 2}, {1, -1}), Catch::Contains("sd >= 0"));
+  CHECK_THROWS(expected_maximum({}, {}));
+}
+
+TEST_CASE("DP jitter: the reduction waits for the expected slowest of the ranks",
+          "[partition][simulator]") {
+  const LinearModel model;
+  auto s = setup_for(model, 2);
+  const auto plain = simulate_step(s, uniform_loads(2, 2, 100));
+  // Textbook 1F1B on both ranks: stage 0 ready at 9 s, stage 1 at 7 s; no reduce, no optimizer.
+  CHECK(plain.step_s == Approx(9));
+  CHECK(plain.dp_busy_s == std::vector<double>{12, 12});
+  s.dp_jitter = 0.1;
+  const auto rep = simulate_step(s, uniform_loads(2, 2, 100));
+  const double pi = 3.14159265358979323846;
+  // Two ranks ready at 9 s with sd 0.9 s: E[max] = 9 + 0.9 / sqrt(pi).
+  CHECK(rep.step_s == Approx(9 + 0.9 / std::sqrt(pi)).epsilon(1e-6));
+  CHECK(rep.stages[0].dp_wait_s == Approx(0.9 / std::sqrt(pi)).epsilon(1e-6));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  // One DP rank waits for nobody.
+  auto one = setup_for(model, 1);
+  one.dp_jitter = 0.1;
+  CHECK(simulate_step(one, uniform_loads(1, 2, 100)).step_s == Approx(9));
+  s.dp_jitter = -0.1;
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(2, 2, 100)), Catch::Contains(">= 0"));
 }
 
 TEST_CASE("overheads equal to zero change nothing", "[partition][simulator]") {
@@ -324,8 +401,8 @@ TEST_CASE("trace: per-track compute equals the stage report, reduce and optimize
   const auto kind = GENERATE(omnibal::PipelineSchedule::k1F1B, omnibal::PipelineSchedule::kZbH1);
   auto s = setup_for(model, 2);
   s.schedule = kind;
-  s.device.hbm_bandwidth = 1e12;                // some optimizer time
-  s.device.intra_node_bandwidth = 1e5;          // some transfer and all-reduce time
+  s.device.hbm_bandwidth = 1e12;        // some optimizer time
+  s.device.intra_node_bandwidth = 1e5;  // some transfer and all-reduce time
   s.device.inter_node_bandwidth = 1e5;
   StepLoads loads(2);
   for (int i = 0; i < 4; ++i) {

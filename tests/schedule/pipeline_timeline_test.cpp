@@ -42,6 +42,43 @@ TEST_CASE("P=2, m=2, f=1, b=2 gives the textbook 1F1B time", "[schedule][timelin
   CHECK(t[1].peak_activation_bytes == Approx(10));
 }
 
+TEST_CASE("background work shares the rank's core and runs alone while the rank waits",
+          "[schedule][timeline]") {
+  auto c = uniform_costs(2, 1, 1, 2);
+  // P=2, m=1 alone: stage 0 F [0,1]; stage 1 waits [0,1], F [1,2] B [2,4]; stage 0 B [4,6].
+  CHECK(makespan(run_pipeline_timeline(build_1f1b_schedule(2, 1), c)) == Approx(6));
+  // 0.5 s on stage 1 runs during its wait: nothing moves.
+  c.background_s = {0, 0.5};
+  auto t = run_pipeline_timeline(build_1f1b_schedule(2, 1), c);
+  CHECK(makespan(t) == Approx(6));
+  CHECK(t[1].forward_busy_s == Approx(1));
+  // 2 s on stage 1: 1 s in the wait, the other second halves F's speed: F [1,3] B [3,5];
+  // stage 0 waits [1,5], B [5,7].
+  c.background_s = {0, 2};
+  t = run_pipeline_timeline(build_1f1b_schedule(2, 1), c);
+  CHECK(makespan(t) == Approx(7));
+  CHECK(t[1].forward_busy_s == Approx(2));
+  CHECK(t[1].idle_s == Approx(1));
+  // 1.5 s on stage 0: F at half speed [0,2] (0.5 s left), stage 1 F [2,3] B [3,5]; the rest runs
+  // in stage 0's wait [2,5]; B [5,7].
+  c.background_s = {1.5, 0};
+  t = run_pipeline_timeline(build_1f1b_schedule(2, 1), c);
+  CHECK(makespan(t) == Approx(7));
+  CHECK(t[0].forward_busy_s == Approx(2));
+  CHECK(t[0].backward_busy_s == Approx(2));
+  // One rank alone (no wait): the work outlasts F and B (3 s of compute), the 1 s left
+  // delays ReduceGrads: F [0,2] B [2,6] then 1 s: 7.
+  auto one = uniform_costs(1, 1, 1, 2);
+  one.background_s = {4};
+  CHECK(makespan(run_pipeline_timeline(build_1f1b_schedule(1, 1), one)) == Approx(7));
+  c.background_s = {1};
+  CHECK_THROWS_WITH(run_pipeline_timeline(build_1f1b_schedule(2, 1), c),
+                    Catch::Contains("background work for 1 ranks"));
+  c.background_s = {-1, 0};
+  CHECK_THROWS_WITH(run_pipeline_timeline(build_1f1b_schedule(2, 1), c),
+                    Catch::Contains("expected >= 0"));
+}
+
 TEST_CASE("uniform micro-batches: makespan (m+P-1)(f+b), bubble (P-1)/(m+P-1)",
           "[schedule][timeline]") {
   const int P = GENERATE(1, 2, 3, 5, 8);
