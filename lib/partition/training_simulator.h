@@ -106,8 +106,9 @@ struct SimulatorSetup {
   /// step and independent between ranks (host jitter, clocks); 0: none. The collective waits
   /// for the slowest rank, so with dp > 1 a stage's reduction starts at the expected maximum
   /// over ranks of N(ready_r, (dp_jitter ready_r)^2) instead of the maximum of ready_r
-  /// (expected_maximum). On the 2-core host the DP ranks' busy times differ by about 5 % of a
-  /// step more than their packs explain (scripts/bench/host_overheads.py measures it).
+  /// (expected_maximum). On the 2-core host the slower DP rank's busy time is 1-6 % of a step
+  /// above the ranks' mean beyond what the packs explain (scripts/bench/host_overheads.py
+  /// --pass jitter measures it).
   double dp_jitter = 0;
 
   /// Pipeline ranks P: partition.stages() / chunks per rank.

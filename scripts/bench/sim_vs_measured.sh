@@ -12,11 +12,10 @@
 #    split, run as a manual split.
 # 2. ROUNDS rounds (12: 21-55 min with the host's speed; a configuration's mean over 4 rounds
 #    still moves by about 5 % with the host's speed, over 12 by about 3 %); each round runs
-#    every configuration once
-#    (mpirun -np 2, STEPS steps, STEPS * 4 / m when m < 4 so that the short steps measure as
-#    long, no evaluation, no checkpoint), in the order below, so the configurations are interleaved in
-#    time and a slow minute of the shared machine lands on parts of several of them instead of
-#    all of one. Compared configurations (ISF budgets fixed: Q_v 61, Q_t 1024, Q'_t 896, what the
+#    every configuration once (mpirun -np 2, STEPS steps, STEPS * 4 / m when m < 4 so that the
+#    short steps measure as long, no evaluation, no checkpoint), in the order below, so the
+#    configurations are interleaved in time and a slow minute of the shared machine lands on
+#    parts of several of them instead of all of one. Compared configurations (ISF budgets fixed: Q_v 61, Q_t 1024, Q'_t 896, what the
 #    demo's search picks at m 4, so every ISF run packs the same way):
 #      PP 2 x DP 1   baseline (random, `parameters`, full recompute, m 4; the paper's baseline),
 #                    balanced (ISF, BMP split, none, m 4), uniform split, skewed [2, 8],
@@ -41,8 +40,8 @@
 #    WARMUP): per stage a fixed part per micro-batch (on the first stage work sharing its core
 #    from the step's start: its loader builds the next step's packs there) plus a fraction
 #    of the stage's table compute (HOST_TERMS, default loader,compute; see host_overheads.py);
-#    with DP 2 the DP ranks' jitter (their busy times differ by about 5 % of a step more than
-#    their packs explain, and the reduction waits for the slowest); then per step a cost per
+#    with DP 2 the DP ranks' jitter (the slower rank's busy time is 1-6 % of a step above the
+#    mean beyond what the packs explain, and the reduction waits for it); then per step a cost per
 #    stage; prints the residuals. Two fits:
 #    `calibration runs` (the 5 held-out configurations only: 3 for PP 2, 2 for DP 2) and
 #    `leave-one-out` (for each compared configuration its own fit, to the calibration runs and
@@ -236,9 +235,13 @@ simulate() {  # run name, kind (file tag), then extra simulate flags; one simula
   local name=$1 kind=$2; shift 2
   local units steps r run rflags
   mapfile -t units < <(units_of "$name")
-  mapfile -t steps < <(for r in $(seq 1 "$ROUNDS"); do
-    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["steps"])' \
-      "$OUT/$name-r$r/summary.json"; done)
+  mapfile -t steps < <(python3 - "$OUT" "$name" "$ROUNDS" <<'PY'
+import json, sys
+out, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for r in range(1, rounds + 1):
+    print(json.load(open(f"{out}/{name}-r{r}/summary.json"))["steps"])
+PY
+  )
   for r in $(seq 1 "$ROUNDS"); do
     run=$OUT/$name-r$r
     rflags=(--set memory.recompute=none)
