@@ -42,9 +42,19 @@ void print_table(const profile::ProfileResult& r, const std::string& statistic_n
         u.activation_bytes / 1024, u.parameter_bytes / 1024, u.output_bytes / 1024,
         u.trainable ? "yes" : "no");
   }
-  double f = 0, b = 0;
-  for (const auto& u : t.units) f += u.forward_s, b += u.backward_s;
+  double f = 0, b = 0, cf = 0, cb = 0, pf = 0, pb = 0;
+  for (const auto& u : t.units) {
+    f += u.forward_s, b += u.backward_s;
+    if (!u.checkpointed_forward_s) continue;
+    cf += u.checkpointed_forward(), cb += u.checkpointed_backward();
+    pf += u.forward_s, pb += u.backward_s;
+  }
   fmt::print("sum: forward {:.3f} ms, backward {:.3f} ms\n", 1e3 * f, 1e3 * b);
+  if (pf > 0)
+    fmt::print(
+        "checkpointed blocks: forward {:.3f} ms ({:.2f} x plain), backward {:.3f} ms "
+        "(plain backward + {:.2f} x plain forward)\n",
+        1e3 * cf, cf / pf, 1e3 * cb, (cb - pb) / pf);
 }
 
 int run_profile(ProfileArgs& a) {
@@ -91,6 +101,9 @@ void register_profile_command(CLI::App& app, Actions& actions) {
   cmd->add_flag("--split-backward", a->options.split_backward,
                 "also time ZB-H1's split backward: W (deferred weight gradients) and its bytes "
                 "per unit (backward_weight_s, weight_grad_bytes)");
+  cmd->add_flag("!--no-checkpointed", a->options.checkpointed,
+                "skip timing the ViT / LLM blocks checkpointed (checkpointed_forward_s, "
+                "checkpointed_backward_s: what recomputation costs; they double the blocks' time)");
   cmd->add_option("--freeze", a->freeze, "train.freeze groups: vit, projector, llm");
   cmd->add_option("--seed", a->options.pack.seed, "seed of the pack's lengths and values");
   cmd->add_option("--threads", a->threads, "intra-op threads (default: LibTorch's)");

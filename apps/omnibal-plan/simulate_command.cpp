@@ -65,17 +65,17 @@ struct SimulateArgs {
   int64_t first_step = 0;
   int steps = 20;
   std::vector<double> mb_overhead_s, tile_overhead_s, token_overhead_s, sample_overhead_s,
-      compute_fraction, step_overhead_s, loader_overhead_s;
+      compute_fraction, checkpoint_fraction, step_overhead_s, loader_overhead_s;
   double link_gbps = 4.0;
-  double dp_jitter = 0;      // relative sd of each DP rank's time to its reduction
-  int tp = 0;                // 0: parallel.tp of the config
-  double tp_link_gbps = 0;   // 0: link_gbps
-  double tp_latency_us = 0;  // per all-reduce call
-  std::string schedule;      // "": parallel.schedule
-  int virtual_stages = 0;    // 0: parallel.virtual_stages
+  double dp_jitter = 0;                      // relative sd of each DP rank's time to its reduction
+  int tp = 0;                                // 0: parallel.tp of the config
+  double tp_link_gbps = 0;                   // 0: link_gbps
+  double tp_latency_us = 0;                  // per all-reduce call
+  std::string schedule;                      // "": parallel.schedule
+  int virtual_stages = 0;                    // 0: parallel.virtual_stages
   std::vector<std::string> recompute_units;  // empty: memory.recompute
-  std::string trace_out;     // "": no trace
-  int64_t trace_step = -1;   // -1: first_step
+  std::string trace_out;                     // "": no trace
+  int64_t trace_step = -1;                   // -1: first_step
 };
 
 /// Per-stage vector from a CLI list: empty -> zeros, one value -> every stage, else one each.
@@ -134,9 +134,8 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
                                      const partition::CostModel& model) {
   partition::SimulatorSetup setup;
   setup.model = &model;
-  setup.schedule = a.schedule.empty()
-                       ? cfg.parallel.schedule
-                       : parse_choice<PipelineSchedule>(a.schedule, "--schedule");
+  setup.schedule = a.schedule.empty() ? cfg.parallel.schedule
+                                      : parse_choice<PipelineSchedule>(a.schedule, "--schedule");
   setup.virtual_stages = a.virtual_stages > 0 ? a.virtual_stages : cfg.parallel.virtual_stages;
   OMNIBAL_CHECK(setup.schedule != PipelineSchedule::kAuto, "simulate: schedule 'auto' is the ",
                 "planner's choice; give --schedule 1f1b | interleaved | zb-h1");
@@ -146,7 +145,8 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   const int stages = cfg.parallel.pp;
   const auto blocks = memory::block_units(table);
   if (a.recompute_units.empty()) {
-    setup.recompute = memory::fixed_recompute(cfg.memory.recompute, setup.partition, blocks).per_unit;
+    setup.recompute =
+        memory::fixed_recompute(cfg.memory.recompute, setup.partition, blocks).per_unit;
   } else {
     setup.recompute.assign(table.units.size(), false);
     for (const auto& name : a.recompute_units) {
@@ -168,6 +168,8 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   setup.overheads.per_token_s = per_stage(a.token_overhead_s, stages, "--token-overhead-s");
   setup.overheads.per_sample_s = per_stage(a.sample_overhead_s, stages, "--sample-overhead-s");
   setup.overheads.compute_fraction = per_stage(a.compute_fraction, stages, "--compute-fraction");
+  setup.overheads.checkpoint_fraction =
+      per_stage(a.checkpoint_fraction, stages, "--checkpoint-fraction");
   setup.overheads.per_step_s = per_stage(a.step_overhead_s, stages, "--step-overhead-s");
   setup.overheads.loader_per_micro_batch_s =
       per_stage(a.loader_overhead_s, stages, "--loader-overhead-s");
@@ -185,7 +187,8 @@ Json report_step(int64_t step, const partition::StepReport& rep) {
     stages.push_back({{"forward_s", st.forward_s},
                       {"backward_s", st.backward_s},
                       {"idle_s", st.idle_s},
-                      {"tp_comm_s", st.tp_comm_s}});
+                      {"tp_comm_s", st.tp_comm_s},
+                      {"checkpointed_s", st.checkpointed_s}});
     line += fmt::format("  | s{} fwd {:.4f} bwd {:.4f} idle {:.4f}", s, st.forward_s, st.backward_s,
                         st.idle_s);
     if (st.tp_comm_s > 0) line += fmt::format(" tp {:.4f}", st.tp_comm_s);
@@ -208,8 +211,8 @@ int run_simulate(const SimulateArgs& a) {
   OMNIBAL_CHECK(a.steps >= 1 && a.first_step >= 0, "simulate: --steps must be >= 1 and ",
                 "--first-step >= 0");
   const int64_t trace_step = a.trace_step < 0 ? a.first_step : a.trace_step;
-  OMNIBAL_CHECK(a.trace_out.empty() || (trace_step >= a.first_step &&
-                                        trace_step < a.first_step + a.steps),
+  OMNIBAL_CHECK(a.trace_out.empty() ||
+                    (trace_step >= a.first_step && trace_step < a.first_step + a.steps),
                 "simulate: --trace-step ", trace_step, " is not simulated (steps ", a.first_step,
                 "..", a.first_step + a.steps - 1, ")");
   const Config cfg = load_config(a.config, a.overrides);
@@ -232,10 +235,11 @@ int run_simulate(const SimulateArgs& a) {
   const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
   const std::string split = setup.partition.to_string();
   const std::string hash = fmt::format("{:016x}", plans.plan_hash());
-  fmt::print("plan hash {}, partition {}, recompute {}, tp {} x dp {} x pp {}, m {}, schedule {}{}\n",
-             hash, split, choice_name(cfg.memory.recompute.mode), tp, cfg.parallel.dp,
-             cfg.parallel.pp, cfg.parallel.micro_batches, choice_name(setup.schedule),
-             setup.virtual_stages > 1 ? fmt::format(" v {}", setup.virtual_stages) : "");
+  fmt::print(
+      "plan hash {}, partition {}, recompute {}, tp {} x dp {} x pp {}, m {}, schedule {}{}\n",
+      hash, split, choice_name(cfg.memory.recompute.mode), tp, cfg.parallel.dp, cfg.parallel.pp,
+      cfg.parallel.micro_batches, choice_name(setup.schedule),
+      setup.virtual_stages > 1 ? fmt::format(" v {}", setup.virtual_stages) : "");
   Json steps = Json::array();
   std::vector<double> times;
   for (int64_t g = a.first_step; g < a.first_step + a.steps; ++g) {
@@ -312,6 +316,11 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--compute-fraction", a->compute_fraction,
                   "extra fraction of the table's forward and backward time per stage (one or one "
                   "per stage; 0.1: 10 % slower than the table)")
+      ->delimiter(',');
+  cmd->add_option("--checkpoint-fraction", a->checkpoint_fraction,
+                  "further fraction of the checkpointed compute per stage (recomputed units' "
+                  "forwards and reruns), on top of --compute-fraction (one or one per stage; "
+                  "-0.2: 20 % of the table's time faster)")
       ->delimiter(',');
   cmd->add_option("--step-overhead-s", a->step_overhead_s,
                   "seconds per step and stage after the pipeline (optimizer, grad norm; one or "

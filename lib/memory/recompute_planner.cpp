@@ -25,8 +25,7 @@ RecomputePlan finish(const partition::UnitCostTable& table, const partition::Par
   const ScheduleLayout layout = layout_of(p, o);
   const auto states = in_flight_states(layout);
   for (int r = 0; r < layout.ranks; ++r) {
-    plan.memory.push_back(
-        rank_memory(table, p, r, layout, states[r], plan.recompute, o.memory));
+    plan.memory.push_back(rank_memory(table, p, r, layout, states[r], plan.recompute, o.memory));
     plan.fits.push_back(o.budget_bytes <= 0 || plan.memory.back().total() <= o.budget_bytes);
   }
   for (int s = 0; s < p.stages(); ++s) {
@@ -34,7 +33,7 @@ RecomputePlan finish(const partition::UnitCostTable& table, const partition::Par
     for (int u = p.begin(s); u < p.end(s); ++u)
       if (plan.recompute[u] && candidate(table.units[u])) {
         ++count;
-        plan.recompute_s += table.units[u].forward_s;
+        plan.recompute_s += table.units[u].recompute_cost();
       }
     plan.recomputed_units.push_back(count);
   }
@@ -145,12 +144,12 @@ bool adaptive_rank(const partition::UnitCostTable& table, const partition::Parti
       const double extra = unit.activation_bytes - table.checkpoint_bytes(u);
       if (d == 0 || unit.activation_bytes > d) {
         k0[c] += extra;
-        forced_value += unit.forward_s;
+        forced_value += unit.recompute_cost();
       } else {
         optional.push_back(u);
         weight.push_back(
             static_cast<long>(std::ceil(std::max(0.0, mult[c] * extra) / o.granularity_bytes)));
-        value.push_back(unit.forward_s);
+        value.push_back(unit.recompute_cost());
       }
     }
     const double cap = capacity(d, k0);

@@ -4,7 +4,8 @@
 // as EasyLLM's dynamic checkpoint but with a count per stage), and adaptive: for each stage,
 // the set of blocks to recompute with the least recompute time such that the stage fits the
 // budget under memory_model.h. Adaptive is a 0/1 knapsack (keep a block = spend its
-// in-flight activation bytes to save its forward time), solved exactly by dynamic programming
+// in-flight activation bytes to save its recompute cost, UnitCost::recompute_cost(): the profiled
+// checkpointed forward + backward minus the plain ones, or one forward), solved exactly by dynamic programming
 // over memory in `granularity_bytes` steps (item sizes rounded up, capacity down, so the plan
 // always fits), once per possible largest recomputed block (that block's activations are
 // re-materialised during its backward: the transient term). Only ViT and LLM blocks are
@@ -28,16 +29,17 @@ struct RecomputePlan {
   std::vector<int> recomputed_units;  ///< per chunk (virtual stage): how many units recompute
   std::vector<StageMemory> memory;    ///< per pipeline rank, predicted at the table's load
   std::vector<bool> fits;             ///< per pipeline rank: memory.total() <= budget
-  double recompute_s = 0;             ///< forward seconds re-run per micro-batch (all stages)
+  double recompute_s =
+      0;  ///< seconds recomputation adds per micro-batch (all stages; recompute_cost)
   bool all_fit() const;
 };
 
 /// Options of the planner.
 struct RecomputeOptions {
   MemoryOptions memory;
-  int micro_batches = 1;               ///< m
+  int micro_batches = 1;                                ///< m
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< not kAuto
-  int virtual_stages = 1;  ///< v under kInterleaved (the split then has P x v chunks)
+  int virtual_stages = 1;              ///< v under kInterleaved (the split then has P x v chunks)
   double budget_bytes = 0;             ///< per device; must be > 0
   double granularity_bytes = 1 << 20;  ///< knapsack resolution (1 MiB)
 };

@@ -98,8 +98,7 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
     ++rounds;
     plan.candidates.clear();
     for (const auto& c : search.top)
-      plan.candidates.push_back(
-          {c.partition, c.pipeline_s, {}, o.schedule, chunks_per_rank(o)});
+      plan.candidates.push_back({c.partition, c.pipeline_s, {}, o.schedule, chunks_per_rank(o)});
     plan.chosen = judge ? judge(plan.candidates) : judge_by_pipeline_time(plan.candidates);
     OMNIBAL_CHECK(plan.chosen >= 0 && plan.chosen < static_cast<int>(plan.candidates.size()),
                   "stage plan: the candidate judge chose ", plan.chosen, " of ",
@@ -115,10 +114,9 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
       "balanced: BMP on the {} table at {} tiles / {} tokens, {}{}, radius {}, top {}, {} "
       "round{}; anchors exact {} greedy {} refined {}",
       table.source, table.load.tiles, table.load.tokens, choice_name(o.schedule),
-      chunks_per_rank(o) > 1 ? fmt::format(" v {}", chunks_per_rank(o)) : std::string(),
-      o.radius, o.top_k, rounds,
-      rounds > 1 ? "s" : "", search.exact_anchor.to_string(), search.greedy_anchor.to_string(),
-      search.refined_anchor.to_string());
+      chunks_per_rank(o) > 1 ? fmt::format(" v {}", chunks_per_rank(o)) : std::string(), o.radius,
+      o.top_k, rounds, rounds > 1 ? "s" : "", search.exact_anchor.to_string(),
+      search.greedy_anchor.to_string(), search.refined_anchor.to_string());
   if (!o.host_micro_batch_s.empty()) {
     std::string ms;
     for (double h : o.host_micro_batch_s)
@@ -229,8 +227,10 @@ partition::PartitionSearchInput search_input(const UnitCostTable& table,
     const double tp_f = tp_comm ? partition::tp_forward_seconds(c, table.tp, o.tp_link) : 0.0;
     const double tp_b =
         tp_comm ? partition::tp_backward_seconds(c, flag, table.tp, o.tp_link) : 0.0;
-    in.unit_seconds.push_back(c.forward_s + c.backward_s + (rc ? c.forward_s : 0.0) + tp_f + tp_b);
-    in.unit_forward_s.push_back(c.forward_s + tp_f);
+    const double forward = rc ? c.checkpointed_forward() : c.forward_s;
+    in.unit_seconds.push_back(forward + (rc ? c.checkpointed_backward() : c.backward_s) + tp_f +
+                              tp_b);
+    in.unit_forward_s.push_back(forward + tp_f);
     in.output_bytes.push_back(c.output_bytes);
     in.unit_weight_s.push_back(c.weight_backward_s());
   }
@@ -262,11 +262,10 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
   if (spec.mode == RecomputeMode::kAdaptive) {
     for (int s = 0; s < static_cast<int>(rp.fits.size()); ++s)
       OMNIBAL_CHECK(rp.fits[s], "memory.budget_gb: ", o.budget_bytes / kGiB,
-                    " GiB is too small: ", "stage ", s, " of split ",
-                    plan.partition.to_string(), " (", choice_name(o.schedule), ")",
-                    " needs ", plan.full_bytes[s] / kGiB, " GiB even with every block recomputed (",
-                    plan.none_bytes[s] / kGiB, " GiB without); raise memory.budget_gb or use ",
-                    "more pipeline stages");
+                    " GiB is too small: ", "stage ", s, " of split ", plan.partition.to_string(),
+                    " (", choice_name(o.schedule), ")", " needs ", plan.full_bytes[s] / kGiB,
+                    " GiB even with every block recomputed (", plan.none_bytes[s] / kGiB,
+                    " GiB without); raise memory.budget_gb or use ", "more pipeline stages");
     plan.recompute_source =
         o.budget_bytes > 0 ? fmt::format(
                                  "adaptive: knapsack per stage, budget {:.3f} GiB, m {}, recompute "
@@ -358,8 +357,7 @@ StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
     StagePlannerOptions one = o;
     one.schedule = kind;
     one.virtual_stages = v;
-    const std::string name =
-        choice_name(kind) + (v > 1 ? fmt::format(" v {}", v) : std::string());
+    const std::string name = choice_name(kind) + (v > 1 ? fmt::format(" v {}", v) : std::string());
     partition::PartitionSearchResult search;
     try {
       StagePlan p = plan_one_schedule(table, part, recompute, one, judge, &search);
@@ -377,9 +375,10 @@ StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
     }
   }
   OMNIBAL_CHECK(best, "parallel.schedule: auto found no schedule that fits (", refused, ")");
-  best->partition_source = fmt::format("auto: {} (pipeline_s {}{}{}); ", choice_name(best->schedule),
-                                       compared, refused.empty() ? "" : "; not fitting: ", refused) +
-                           best->partition_source;
+  best->partition_source =
+      fmt::format("auto: {} (pipeline_s {}{}{}); ", choice_name(best->schedule), compared,
+                  refused.empty() ? "" : "; not fitting: ", refused) +
+      best->partition_source;
   if (last_search && part.method == PartitionMethod::kBalanced) *last_search = best_search;
   return *best;
 }
@@ -455,8 +454,8 @@ StagePlan parse_stage_plan(const nlohmann::json& j, const std::string& origin) {
   p.full_bytes = get<std::vector<double>>(j, "full_bytes", origin);
   for (const auto& c : get<nlohmann::json>(j, "candidates", origin)) {
     PlanCandidate pc{Partition{sizes_of(c.at("partition"), origin + ": candidates")},
-                     c.at("pipeline_s").get<double>(),
-                     c.at("trial_s").get<std::vector<double>>(), p.schedule, p.virtual_stages};
+                     c.at("pipeline_s").get<double>(), c.at("trial_s").get<std::vector<double>>(),
+                     p.schedule, p.virtual_stages};
     if (c.contains("schedule"))
       pc.schedule = parse_choice<PipelineSchedule>(c.at("schedule").get<std::string>(),
                                                    origin + ": candidates: schedule");

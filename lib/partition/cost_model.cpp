@@ -27,6 +27,8 @@ UnitCostTable ScaledTableCostModel::costs(const MicroBatchLoad& load) const {
     u.activation_bytes *= f;
     if (u.backward_weight_s) *u.backward_weight_s *= f;
     if (u.weight_grad_bytes) *u.weight_grad_bytes *= f;
+    if (u.checkpointed_forward_s) *u.checkpointed_forward_s *= f;
+    if (u.checkpointed_backward_s) *u.checkpointed_backward_s *= f;
     u.output_bytes *= f;
     u.tp_all_reduce.forward_bytes *= f;  // every TP buffer is [tokens, ...]; calls stay
     u.tp_all_reduce.backward_bytes *= f;

@@ -15,12 +15,13 @@ namespace {
 constexpr double kOptimizerBytesPerParam = 30.0;
 constexpr double kBf16 = 2.0;
 
-/// Costs of one micro-batch on one chunk (virtual stage): compute (forward_s, backward_s with
-/// recompute_s, weight_s = ZB's W inside backward_s) and the TP all-reduces apart (tp_forward_s,
+/// Costs of one micro-batch on one chunk (virtual stage): compute (forward_s with
+/// checkpointed_forward_s, the checkpointed units' share; backward_s with recompute_s, their
+/// reruns; weight_s = ZB's W inside backward_s) and the TP all-reduces apart (tp_forward_s,
 /// tp_backward_s with those of recomputation; all of them B's: they sum input gradients).
 struct StageMicroBatch {
-  double forward_s = 0, backward_s = 0, weight_s = 0, recompute_s = 0, kept = 0, weight_kept = 0,
-         transient = 0, out_bytes = 0;
+  double forward_s = 0, backward_s = 0, weight_s = 0, recompute_s = 0, checkpointed_forward_s = 0,
+         kept = 0, weight_kept = 0, transient = 0, out_bytes = 0;
   double tp_forward_s = 0, tp_backward_s = 0;
 };
 
@@ -35,20 +36,22 @@ std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const Simulator
     auto& c = out[k];
     for (int u = p.begin(k); u < p.end(k); ++u) {
       const auto& unit = t.units[u];
-      c.forward_s += unit.forward_s;
       c.backward_s += unit.backward_s;
       c.weight_s += unit.weight_backward_s();
       c.weight_kept += unit.deferred_weight_bytes();
       c.tp_forward_s += tp_forward_seconds(unit, setup.tp, link);
       c.tp_backward_s += tp_backward_seconds(unit, setup.recompute[u], setup.tp, link);
       if (setup.recompute[u] && unit.trainable && unit.recomputable()) {
-        c.recompute_s += unit.forward_s;
+        c.checkpointed_forward_s += unit.checkpointed_forward();  // profiled, or forward_s
+        c.recompute_s += unit.rerun_seconds();
         c.kept += t.checkpoint_bytes(u);
         c.transient = std::max(c.transient, unit.activation_bytes);
       } else {
+        c.forward_s += unit.forward_s;
         c.kept += unit.activation_bytes;
       }
     }
+    c.forward_s += c.checkpointed_forward_s;
     c.backward_s += c.recompute_s;
     c.out_bytes = t.units[p.end(k) - 1].output_bytes;
   }
@@ -87,6 +90,16 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   for (size_t s = 0; s < oh.compute_fraction.size(); ++s)
     OMNIBAL_CHECK(oh.compute_fraction[s] > -1, "simulator: compute fraction of stage ", s, " is ",
                   oh.compute_fraction[s], ", expected > -1");
+  OMNIBAL_CHECK(oh.checkpoint_fraction.empty() ||
+                    static_cast<int>(oh.checkpoint_fraction.size()) == P,
+                "simulator: checkpoint fractions for ", oh.checkpoint_fraction.size(),
+                " stages, expected ", P, " pipeline ranks (or none)");
+  for (size_t s = 0; s < oh.checkpoint_fraction.size(); ++s) {
+    const double f = oh.compute_fraction.empty() ? 0.0 : oh.compute_fraction[s];
+    OMNIBAL_CHECK(f + oh.checkpoint_fraction[s] > -1, "simulator: compute fraction ", f,
+                  " + checkpoint fraction ", oh.checkpoint_fraction[s], " of stage ", s,
+                  ", expected > -1 (checkpointed compute would take no time)");
+  }
   for (const auto* o : {&oh.per_micro_batch_s, &oh.per_tile_s, &oh.per_token_s, &oh.per_sample_s,
                         &oh.per_step_s, &oh.loader_per_micro_batch_s}) {
     OMNIBAL_CHECK(o->empty() || static_cast<int>(o->size()) == P, "simulator: overheads for ",
@@ -174,6 +187,7 @@ namespace {
 struct RankStep {
   std::vector<schedule::StageTimeline> timeline;
   std::vector<double> padding_s, recompute_s, tp_comm_s;  ///< per stage
+  std::vector<double> checkpointed_s;  ///< per stage: checkpointed forwards + their reruns
 };
 
 RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
@@ -188,22 +202,26 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
   out.padding_s.assign(P, 0.0);
   out.recompute_s.assign(P, 0.0);
   out.tp_comm_s.assign(P, 0.0);
+  out.checkpointed_s.assign(P, 0.0);
+  const auto& frac = setup.overheads.compute_fraction;
+  const auto& ckpt = setup.overheads.checkpoint_fraction;
   for (int i = 0; i < m; ++i) {
     const auto& load = loads[i];
     auto sc = stage_costs(setup.model->costs(load), setup, link);
     std::vector<StageMicroBatch> unpadded;
     if (load.padded_len > 0)
       unpadded = stage_costs(setup.model->costs(load.unpadded()), setup, link);
-    const auto& frac = setup.overheads.compute_fraction;
-    if (!frac.empty())
+    if (!frac.empty() || !ckpt.empty())
       for (auto* v : {&sc, &unpadded})
         for (size_t k = 0; k < v->size(); ++k) {
-          const double f = 1.0 + frac[k % P];
+          const double f = 1.0 + (frac.empty() ? 0.0 : frac[k % P]);
+          const double h = ckpt.empty() ? 0.0 : ckpt[k % P];  // on top of f, checkpointed only
           auto& c = (*v)[k];
-          c.forward_s *= f;
-          c.backward_s *= f;
+          c.forward_s = c.forward_s * f + c.checkpointed_forward_s * h;
+          c.backward_s = c.backward_s * f + c.recompute_s * h;
           c.weight_s *= f;
-          c.recompute_s *= f;
+          c.recompute_s *= f + h;
+          c.checkpointed_forward_s *= f + h;
         }
     std::vector<double> host(P);
     for (int s = 0; s < P; ++s) host[s] = setup.overheads.micro_batch_s(s, load);
@@ -223,6 +241,7 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
       // Padding is everything the padded micro-batch costs beyond its unpadded self
       // (recomputation of padded positions included), so recompute counts unpadded work only.
       out.recompute_s[s] += unpadded.empty() ? sc[k].recompute_s : unpadded[k].recompute_s;
+      out.checkpointed_s[s] += sc[k].checkpointed_forward_s + sc[k].recompute_s;
       if (!unpadded.empty())
         out.padding_s[s] +=
             sc[k].forward_s + sc[k].backward_s - unpadded[k].forward_s - unpadded[k].backward_s;
@@ -326,6 +345,7 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
       st.forward_s += tl.forward_busy_s / dp;
       st.backward_s += (tl.backward_busy_s + tl.backward_weight_busy_s) / dp;
       st.tp_comm_s += b.tp_comm_s / dp;
+      st.checkpointed_s += ranks[r].checkpointed_s[s] / dp;
       st.idle_s += b.bubble_s / dp;
       st.dp_wait_s += b.dp_wait_s / dp;
       st.peak_memory_bytes =

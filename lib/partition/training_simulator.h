@@ -70,13 +70,20 @@ using StepLoads = std::vector<std::vector<MicroBatchLoad>>;
 /// at half speed while it lasts) and has it alone while the stage waits in a receive, so part
 /// of it hides in the bubble (traces of the 2-core host: stage 0's first one or two forwards
 /// run up to twice as long as the others, by about 4-8 ms per micro-batch of the step).
+/// checkpoint_fraction[s] scales stage s's checkpointed compute (a recomputed unit's forward
+/// without autograd and its rerun in the backward) by a further fraction: it runs at
+/// 1 + compute_fraction[s] + checkpoint_fraction[s] times its table time (> -1 in all), for
+/// what a table profiled unit by unit does not show of recomputation inside a training step
+/// (the 2-core host: a fully recomputed stage's forward about 15 % faster than a plain one, its
+/// reruns faster than the profiled ones).
 struct StageOverheads {
-  std::vector<double> per_micro_batch_s;  ///< [stage]: fixed part per micro-batch
-  std::vector<double> per_tile_s;         ///< [stage]: per tile of the micro-batch
-  std::vector<double> per_token_s;        ///< [stage]: per real LLM token of the micro-batch
-  std::vector<double> per_sample_s;       ///< [stage]: per sample of the micro-batch
-  std::vector<double> compute_fraction;   ///< [stage]: extra fraction of the table's compute
-  std::vector<double> per_step_s;         ///< [stage]: replaces the analytic optimizer time
+  std::vector<double> per_micro_batch_s;    ///< [stage]: fixed part per micro-batch
+  std::vector<double> per_tile_s;           ///< [stage]: per tile of the micro-batch
+  std::vector<double> per_token_s;          ///< [stage]: per real LLM token of the micro-batch
+  std::vector<double> per_sample_s;         ///< [stage]: per sample of the micro-batch
+  std::vector<double> compute_fraction;     ///< [stage]: extra fraction of the table's compute
+  std::vector<double> checkpoint_fraction;  ///< [stage]: further fraction of checkpointed compute
+  std::vector<double> per_step_s;           ///< [stage]: replaces the analytic optimizer time
   /// [stage]: per micro-batch of the step, work sharing the stage's core from the step's start
   /// (the loader's workers building the next packs when the step takes its m)
   std::vector<double> loader_per_micro_batch_s;
@@ -130,6 +137,8 @@ struct TimeBreakdown {
 struct StageReport {
   double forward_s = 0, backward_s = 0, idle_s = 0, dp_wait_s = 0, reduce_s = 0;
   double tp_comm_s = 0;  ///< TP all-reduce seconds inside forward_s + backward_s
+  /// Checkpointed compute inside forward_s + backward_s: recomputed units' forwards and reruns
+  double checkpointed_s = 0;
   double peak_memory_bytes = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "partition/unit_cost_table.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -54,6 +55,20 @@ double UnitCost::weight_backward_s() const {
   return backward_weight_s ? *backward_weight_s : kWeightShareEstimate * backward_s;
 }
 
+double UnitCost::checkpointed_forward() const { return checkpointed_forward_s.value_or(forward_s); }
+
+double UnitCost::checkpointed_backward() const {
+  return checkpointed_backward_s.value_or(forward_s + backward_s);
+}
+
+double UnitCost::rerun_seconds() const {
+  return std::max(0.0, checkpointed_backward() - backward_s);
+}
+
+double UnitCost::recompute_cost() const {
+  return std::max(0.0, checkpointed_forward() + checkpointed_backward() - forward_s - backward_s);
+}
+
 double UnitCost::deferred_weight_bytes() const {
   if (!trainable) return 0.0;
   return weight_grad_bytes ? *weight_grad_bytes : activation_bytes;
@@ -85,6 +100,8 @@ std::string unit_cost_table_json(const UnitCostTable& table) {
                            {"output_bytes", u.output_bytes}};
     if (u.backward_weight_s) unit["backward_weight_s"] = *u.backward_weight_s;
     if (u.weight_grad_bytes) unit["weight_grad_bytes"] = *u.weight_grad_bytes;
+    if (u.checkpointed_forward_s) unit["checkpointed_forward_s"] = *u.checkpointed_forward_s;
+    if (u.checkpointed_backward_s) unit["checkpointed_backward_s"] = *u.checkpointed_backward_s;
     const auto& ar = u.tp_all_reduce;
     if (ar.forward_calls > 0 || ar.backward_calls > 0)
       unit["tp_all_reduce"] = {{"forward_bytes", ar.forward_bytes},
@@ -137,6 +154,11 @@ UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& 
     }
     if (units[i].contains("weight_grad_bytes"))
       u.weight_grad_bytes = non_negative(units[i], "weight_grad_bytes", where);
+    // Optional (tables without profiled recomputation: one more forward_s in the backward).
+    if (units[i].contains("checkpointed_forward_s"))
+      u.checkpointed_forward_s = non_negative(units[i], "checkpointed_forward_s", where);
+    if (units[i].contains("checkpointed_backward_s"))
+      u.checkpointed_backward_s = non_negative(units[i], "checkpointed_backward_s", where);
     if (units[i].contains("tp_all_reduce")) {
       const auto& ar = units[i].at("tp_all_reduce");
       const std::string w = where + ": tp_all_reduce";

@@ -25,6 +25,13 @@
 // its output). Both optional: the analytic model writes them exactly, a profiler or an older
 // file may not, and then UnitCost::weight_backward_s() / deferred_weight_bytes() estimate them
 // (kWeightShareEstimate of the backward; the unit's activation bytes).
+// Recomputation (models/recompute.h): "checkpointed_forward_s" is a checkpointed unit's forward
+// (run without autograd, its activations dropped), "checkpointed_backward_s" its backward (the
+// forward rerun with autograd, then the backward). Both optional: the profiler times them, the
+// analytic model and older files leave them out, and then a checkpointed unit costs one more
+// forward_s in the backward (UnitCost::checkpointed_forward() and the two below). On a CPU both
+// run faster than the plain forward the table's forward_s times (no graph to record, no
+// activations kept across the step), so the fallback over-states recomputation there.
 #pragma once
 
 #include <cstdint>
@@ -71,12 +78,29 @@ struct UnitCost {
   std::optional<double> backward_weight_s;
   /// Bytes a deferred W keeps per micro-batch between B and W; unset: estimated (below).
   std::optional<double> weight_grad_bytes;
+  /// Forward seconds when checkpointed (no autograd); unset: forward_s.
+  std::optional<double> checkpointed_forward_s;
+  /// Backward seconds when checkpointed (forward rerun + backward); unset: forward_s + backward_s.
+  std::optional<double> checkpointed_backward_s;
 
   /// backward_weight_s, or for a table without it kWeightShareEstimate * backward_s (0 when
   /// frozen). Seconds, within [0, backward_s].
   double weight_backward_s() const;
   /// weight_grad_bytes, or for a table without it activation_bytes (0 when frozen).
   double deferred_weight_bytes() const;
+  /// Forward seconds of the unit when checkpointed: checkpointed_forward_s, or forward_s.
+  double checkpointed_forward() const;
+  /// Backward seconds of the unit when checkpointed, the rerun included: checkpointed_backward_s,
+  /// or forward_s + backward_s.
+  double checkpointed_backward() const;
+  /// Seconds the rerun adds to the backward when checkpointed: checkpointed_backward() -
+  /// backward_s, at least 0 (the breakdown's recompute time).
+  double rerun_seconds() const;
+  /// Seconds checkpointing adds to one micro-batch's forward + backward: checkpointed_forward() +
+  /// checkpointed_backward() - forward_s - backward_s, at least 0 (what recomputation costs; the
+  /// recompute planner's value of keeping the unit's activations). forward_s without profiled
+  /// checkpoint times.
+  double recompute_cost() const;
   /// True for the unit kinds the recompute planner may checkpoint (ViT and LLM blocks).
   bool recomputable() const { return kind == UnitKind::VitBlock || kind == UnitKind::LlmBlock; }
 };

@@ -11,6 +11,7 @@
 #include <torch/cuda.h>
 
 #include "core/error.h"
+#include "models/recompute.h"
 #include "models/torch_compat.h"
 #include "models/unit_state.h"
 #include "models/vlm.h"
@@ -134,6 +135,33 @@ UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode
   return r;  // gradients stay and accumulate, as over the micro-batches of a training step
 }
 
+/// Forward and backward seconds of one run of `unit` checkpointed (models/recompute.h): the
+/// forward without autograd, the backward rerunning it with autograd. Runs with grad mode on.
+struct CheckpointedRun {
+  double forward_s = 0, backward_s = 0;
+};
+
+CheckpointedRun run_checkpointed_once(models::PipelineUnit& unit, const UnitState& boundary,
+                                      UnitMode mode, const torch::Device& device,
+                                      ProfileClock clock) {
+  UnitState in = boundary.with_hidden(boundary.hidden.detach().clone(), boundary.phase);
+  if (mode.input_grad && in.hidden.is_floating_point()) in.hidden.requires_grad_(true);
+  unit.set_recompute(true);
+  CheckpointedRun r;
+  sync(device);
+  const double t0 = clock_seconds(clock);
+  const UnitState out = models::run_unit(unit, in);
+  sync(device);
+  r.forward_s = clock_seconds(clock) - t0;
+  unit.set_recompute(false);
+  in = UnitState();
+  const double t1 = clock_seconds(clock);
+  torch::autograd::backward({out.hidden}, {torch::ones_like(out.hidden)});
+  sync(device);
+  r.backward_s = clock_seconds(clock) - t1;
+  return r;
+}
+
 void check_options(const ProfileOptions& o) {
   OMNIBAL_CHECK(o.repeats >= 1, "profile: repeats must be >= 1, got ", o.repeats);
   OMNIBAL_CHECK(o.warmup >= 0, "profile: warmup must be >= 0, got ", o.warmup);
@@ -211,13 +239,25 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
     modes[i] = {seen > 0, seen > 0 || trainable[i]};
     seen += trainable[i];
   }
+  // Checkpointed runs: trainable ViT / LLM blocks (what the recompute planner may checkpoint).
+  std::vector<bool> checkpointable(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const auto kind = units[i]->kind();
+    checkpointable[i] = o.checkpointed && trainable[i] && modes[i].backward &&
+                        (kind == UnitKind::kVitBlock || kind == UnitKind::kLlmBlock);
+  }
   std::vector<std::vector<UnitRun>> runs(n);
+  std::vector<std::vector<CheckpointedRun>> checkpointed(n);
   MemoryMeter meter(o.device);
   for (int r = 0; r < o.warmup + o.repeats; ++r)
     for (size_t i = 0; i < n; ++i) {
       const UnitRun run =
           run_once(*units[i], inputs[i], modes[i], meter, o.clock, o.split_backward);
       if (r >= o.warmup) runs[i].push_back(run);
+      if (!checkpointable[i]) continue;
+      const CheckpointedRun c =
+          run_checkpointed_once(*units[i], inputs[i], modes[i], o.device, o.clock);
+      if (r >= o.warmup) checkpointed[i].push_back(c);
     }
   ProfileResult res;
   auto& t = res.table;
@@ -245,6 +285,13 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
       const bool deferred = trainable[i] && modes[i].backward;
       c.backward_weight_s = deferred ? summarize(w, o.statistic) : 0.0;
       c.weight_grad_bytes = deferred ? static_cast<double>(runs[i].back().weight_bytes) : 0.0;
+    }
+    if (checkpointable[i]) {
+      std::vector<double> cf, cb;
+      for (const auto& run : checkpointed[i])
+        cf.push_back(run.forward_s), cb.push_back(run.backward_s);
+      c.checkpointed_forward_s = summarize(cf, o.statistic);
+      c.checkpointed_backward_s = summarize(cb, o.statistic);
     }
     c.output_bytes = i + 1 < n ? static_cast<double>(bytes_of(inputs[i + 1].hidden) +
                                                      bytes_of(inputs[i + 1].side_tensor()))

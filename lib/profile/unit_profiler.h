@@ -18,6 +18,10 @@
 //   parameter_bytes  bytes of the unit's parameters in the run dtype (fp32 on the CPU, bf16 on
 //                    CUDA), so memory options must use the same bytes per parameter
 //   output_bytes     the hidden state plus the side tensor sent to the next unit (0 for the head)
+//   checkpointed_forward_s / checkpointed_backward_s (ProfileOptions::checkpointed, trainable
+//                    ViT and LLM blocks): the same statistic of the unit run checkpointed
+//                    (models/recompute.h): its forward without autograd, then its backward
+//                    with the forward rerun; each repeat right after the unit's plain run
 // train.freeze: a frozen unit's parameters get no gradients (trainable = false); a unit before
 // which nothing trains (a frozen ViT) runs without autograd (backward_s = 0, no activations).
 // The meter is the counting CPU allocator or the CUDA caching allocator (memory_meter.h).
@@ -77,6 +81,9 @@ struct ProfileOptions {
   /// and weight_grad_bytes (the deferred inputs and output gradients) per unit; backward_s
   /// stays B + W.
   bool split_backward = false;
+  /// Also time each trainable ViT / LLM block checkpointed (checkpointed_forward_s and
+  /// checkpointed_backward_s; about 2x the blocks' profiling time).
+  bool checkpointed = true;
 };
 
 /// The table plus what the table format has no field for.

@@ -81,6 +81,8 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
         // ZB-H1 (or auto, which may pick it) plans with W's measured share and bytes.
         po.split_backward = cfg.parallel.schedule == PipelineSchedule::kZbH1 ||
                             cfg.parallel.schedule == PipelineSchedule::kAuto;
+        // Recomputation is priced by the blocks' checkpointed times when it may be used.
+        po.checkpointed = cfg.memory.recompute.mode != RecomputeMode::kNone;
         text = partition::unit_cost_table_json(profile::profile_units(*c.preset, po).table);
       }
     } catch (const Error& e) {

@@ -2,7 +2,7 @@
 """Host overheads for `omnibal-plan simulate`, fitted to held-out calibration runs.
 
     python3 scripts/bench/host_overheads.py --warmup W [--pass micro-batch|jitter|step|both] \\
-        [--terms loader,compute] RUNS [...] > flags.args
+        [--terms loader,compute,checkpoint] RUNS [...] > flags.args
     python3 scripts/bench/host_overheads.py --warmup W RUN_DIR SIM_JSON > flags.args
 
 RUNS is RUN_DIR[,RUN_DIR...]:SIM_JSON or RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...] (sim_table.py).
@@ -19,9 +19,9 @@ does not explain,
     y = measured forward_s + backward_s - simulated forward_s + backward_s of stage s
 (DP 1: the stage's figures; PP 1: the mean over DP ranks of their busy_s, against the simulated
 stage, which is the DP mean too), is fitted as
-    y = a_s m + b_s T + c_s N + d_s S + f_s C
-over the terms named by --terms (default loader,compute; loader alone when every observation
-comes from one configuration, whose m and packs barely vary) (mb: a_s, fixed per micro-batch,
+    y = a_s m + b_s T + c_s N + d_s S + f_s C + h_s K
+over the terms named by --terms (default loader,compute,checkpoint; loader alone when every
+observation comes from one configuration, whose m and packs barely vary) (mb: a_s, fixed per micro-batch,
 added to every forward; loader: the same fixed part per micro-batch on the first stage, but
 as work on the rank's core from the step's start (`--loader-overhead-s`): the first stage's
 loader workers build the next step's packs (pixel tensors) when the step takes its m packs,
@@ -31,12 +31,16 @@ stage's first wait, so part of it hides in the bubble (the fit counts all of it 
 in the traces it is done before stage 0 first waits); on later stages, whose loaders build
 labels only, the loader term is an mb term; tile, token, sample: per tile,
 real token or sample of the step's micro-batches on one DP rank, T, N, S; compute: f_s, a
-fraction of C, the stage's simulated table busy time of the step) by least absolute
+fraction of C, the stage's simulated table busy time of the step; checkpoint: h_s, a further
+fraction of K, the stage's checkpointed compute in the table (recomputed units' forwards and
+their reruns, the simulation's checkpointed_s), dropped when no observation recomputes: a
+step's recomputation does not cost what its units profiled one by one do) by least absolute
 deviations (iteratively reweighted least squares): a minority of slow steps, or one slow run
 among several, moves the fit little. A term whose coefficient comes out negative is dropped
-and the rest refitted (the compute fraction may be negative, down to -0.9: the table was
-profiled while the host ran slower than during the runs). Prints --loader-overhead-s /
---mb-overhead-s / --tile-overhead-s / ... flags.
+and the rest refitted (the compute and checkpoint fractions may be negative, down to -0.9: the
+table was profiled while the host ran slower than during the runs; checkpointed units run
+faster in a step than in the profile). Prints --loader-overhead-s / --mb-overhead-s /
+--tile-overhead-s / ... flags.
 
 --pass jitter (SIM_JSON: simulated with the micro-batch flags; DP > 1). The DP ranks' busy
 times differ by more than their packs explain: the host's speed varies per core and step, and
@@ -66,11 +70,14 @@ import sys
 
 from sim_table import load_metrics, load_sim_steps, parse_runs  # same folder: one reader each
 
-TERMS = ("loader", "mb", "tile", "token", "sample", "compute")
+TERMS = ("loader", "mb", "tile", "token", "sample", "compute", "checkpoint")
 FLAG = {"loader": "--loader-overhead-s", "mb": "--mb-overhead-s", "tile": "--tile-overhead-s", "token": "--token-overhead-s",
-        "sample": "--sample-overhead-s", "compute": "--compute-fraction"}
+        "sample": "--sample-overhead-s", "compute": "--compute-fraction",
+        "checkpoint": "--checkpoint-fraction"}
 UNIT = {"loader": ("ms", 1e3), "mb": ("ms", 1e3), "tile": ("us/tile", 1e6), "token": ("us/token", 1e6),
-        "sample": ("us/sample", 1e6), "compute": ("% of the table", 1e2)}
+        "sample": ("us/sample", 1e6), "compute": ("% of the table", 1e2),
+        "checkpoint": ("% of the checkpointed compute", 1e2)}
+FRACTIONS = ("compute", "checkpoint")  # may be negative, down to -0.9
 
 
 def solve(a, b):
@@ -118,9 +125,10 @@ def lad(x, y, iterations=100):
 
 def fit_nonnegative(x, y, names):
     """LAD fit; drops the most negative term and refits until every coefficient is >= 0, but for
-    the compute fraction, which may be negative (> -1: a table slower than the run)."""
-    active = list(range(len(names)))
-    floor = [-0.9 if n == "compute" else 0.0 for n in names]
+    the fractions, which may be negative (> -1: a table slower than the run); a term whose
+    column is all zero (no observation recomputes) is left out (coefficient 0)."""
+    active = [j for j in range(len(names)) if any(row[j] != 0 for row in x)]
+    floor = [-0.9 if n in FRACTIONS else 0.0 for n in names]
     while active:
         c = lad([[row[j] for j in active] for row in x], y)
         worst = min(range(len(active)), key=lambda i: c[i] - floor[active[i]])
@@ -228,8 +236,8 @@ def main():
                     default="both")
     ap.add_argument("--per-run", action="store_true",
                     help="one observation per run: the mean of its steps (default: every step)")
-    ap.add_argument("--terms", help="of loader, mb, tile, token, sample, compute (default: "
-                    "loader,compute; loader alone for one configuration, whose steps cannot tell "
+    ap.add_argument("--terms", help="of loader, mb, tile, token, sample, compute, checkpoint "
+                    "(default: loader,compute,checkpoint; loader alone for one configuration, whose steps cannot tell "
                     "them apart)")
     ap.add_argument("specs", nargs="+", help="RUNS: RUN_DIR[,RUN_DIR...]:SIM_JSON or "
                     "RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...]")
@@ -240,7 +248,7 @@ def main():
     group = (lambda o: (o[0], o[1])) if a.per_run else (lambda o: (o[0], o[1], o[2]))
     dp, pp = obs[0][5]["dp"], obs[0][5]["pp"]
     if a.terms is None:
-        a.terms = "loader,compute" if len({o[0] for o in obs}) > 1 else "loader"
+        a.terms = "loader,compute,checkpoint" if len({o[0] for o in obs}) > 1 else "loader"
     names = [t for t in a.terms.split(",") if t]
     for t in names:
         if t not in TERMS:
@@ -269,7 +277,8 @@ def main():
             table = sim["stages"][s]["forward_s"] + sim["stages"][s]["backward_s"]
             m = sj["micro_batches"]
             load = {"loader": m, "mb": m, "tile": sim["tiles"] / dp, "token": sim["tokens"] / dp,
-                    "sample": sim["samples"] / dp, "compute": table}
+                    "sample": sim["samples"] / dp, "compute": table,
+                    "checkpoint": sim["stages"][s].get("checkpointed_s", 0.0)}
             x.append([load[t] for t in stage_names])
             b = measured_busy(row, s, dp)
             busy.append(b)
@@ -283,6 +292,9 @@ def main():
               + ", ".join(f"{t} {UNIT[t][1] * v:.3f} {UNIT[t][0]}" for t, v in zip(stage_names, c)),
               file=sys.stderr)
         residual_report(g_obs, (fitted, busy), f"stage {s} busy")
+    for s in range(pp):  # checkpointed compute runs at 1 + compute + checkpoint > 0.1 x the table
+        if ("checkpoint", s) in coef:
+            coef[("checkpoint", s)] = max(coef[("checkpoint", s)], -0.9 - coef.get(("compute", s), 0.0))
     fitted_terms = [t for t in TERMS if any((t, s) in coef for s in range(pp))]
     flags = " ".join(f"{FLAG[t]} " + ",".join(f"{coef.get((t, s), 0.0):.9g}" for s in range(pp))
                      for t in fitted_terms)

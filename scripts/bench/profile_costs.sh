@@ -31,7 +31,8 @@ import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 for ua, ub in zip(a["units"], b["units"]):
     assert ua["name"] == ub["name"]
-    for k in ("forward_s", "backward_s", "backward_weight_s"):
+    for k in ("forward_s", "backward_s", "backward_weight_s", "checkpointed_forward_s",
+              "checkpointed_backward_s"):
         if k in ua:
             ua[k] = 0.5 * (ua[k] + ub[k])
 a["source"] += " (mean of two concurrent 1-thread profilers, one per core)"

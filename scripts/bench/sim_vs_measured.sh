@@ -4,7 +4,7 @@
 #   bash scripts/bench/sim_vs_measured.sh [--steps 12] [--warmup 4] [--rounds 12]
 #                                         [--max-load 2.5] [--out runs/bench-sim] [--analyse-only]
 #   bash scripts/bench/sim_vs_measured.sh --pool DIR,DIR[,...] --out POOL
-#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (loader,compute)
+#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (loader,compute,checkpoint)
 #
 # 1. lengths, profile, planner split (bench_common.sh's bench_prepare): `omnibal-plan scan` of
 #    the demo set, `omnibal-plan profile` under the trainer's conditions (profile_costs.sh), BMP
@@ -39,7 +39,9 @@
 #    its calibration runs (all rounds; each run one observation, the mean of its steps >=
 #    WARMUP): per stage a fixed part per micro-batch (on the first stage work sharing its core
 #    from the step's start: its loader builds the next step's packs there) plus a fraction
-#    of the stage's table compute (HOST_TERMS, default loader,compute; see host_overheads.py);
+#    of the stage's table compute and a further fraction of its checkpointed compute (a
+#    recomputed block's forward and rerun; HOST_TERMS, default loader,compute,checkpoint; see
+#    host_overheads.py);
 #    with DP 2 the DP ranks' jitter (the slower rank's busy time is 1-6 % of a step above the
 #    mean beyond what the packs explain, and the reduction waits for it); then per step a cost per
 #    stage; prints the residuals. Two fits:
@@ -73,7 +75,7 @@ ADAPTIVE_BUDGET_GB=${ADAPTIVE_BUDGET_GB:-0.045}
 PROBE_REPEATS=${PROBE_REPEATS:-5}
 ANALYSE_ONLY=0
 POOL=
-HOST_TERMS=${HOST_TERMS:-loader,compute}
+HOST_TERMS=${HOST_TERMS:-loader,compute,checkpoint}
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;

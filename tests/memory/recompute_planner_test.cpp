@@ -14,6 +14,16 @@ using partition::UnitKind;
 
 namespace {
 
+/// Half of the blocks get profiled checkpointed times (recompute_cost between 0.1 and 1.1 x the
+/// forward instead of 1 x), so the planner's value is not the forward alone.
+void profile_checkpoints(Rng& rng, partition::UnitCostTable& t) {
+  for (auto& u : t.units) {
+    if (!u.recomputable() || rng.below(2) == 0) continue;
+    u.checkpointed_forward_s = u.forward_s * (0.6 + 0.4 * rng.uniform());
+    u.checkpointed_backward_s = u.backward_s + u.forward_s * (0.5 + 0.6 * rng.uniform());
+  }
+}
+
 /// A random chain: embed, ViT blocks, projector, LLM blocks, head; sizes in whole MiB.
 partition::UnitCostTable random_table(Rng& rng, int vit, int llm) {
   partition::UnitCostTable t;
@@ -45,7 +55,7 @@ double brute_force(const partition::UnitCostTable& t, const partition::Partition
     for (size_t i = 0; i < items.size(); ++i)
       if (mask & (1u << i)) {
         flags[items[i]] = true;
-        time += t.units[items[i]].forward_s;
+        time += t.units[items[i]].recompute_cost();
       }
     if (memory::stage_memory(t, p, s, o.micro_batches, flags, o.memory).total() <= o.budget_bytes)
       best = std::min(best, time);
@@ -58,7 +68,8 @@ TEST_CASE("adaptive recompute fits with the least recompute time (vs brute force
           "[memory][recompute]") {
   Rng rng(GENERATE(11, 12, 13, 14, 15, 16));
   for (int trial = 0; trial < 6; ++trial) {
-    const auto t = random_table(rng, 5, 6);  // 14 units
+    auto t = random_table(rng, 5, 6);  // 14 units
+    if (trial % 2) profile_checkpoints(rng, t);
     const partition::Partition p{{5, 4, 5}};
     memory::RecomputeOptions o;
     o.micro_batches = 1 + static_cast<int>(rng.below(6));
@@ -79,10 +90,41 @@ TEST_CASE("adaptive recompute fits with the least recompute time (vs brute force
       CHECK(plan.memory[s].total() <= o.budget_bytes);
       double time = 0;
       for (int u = p.begin(s); u < p.end(s); ++u)
-        if (plan.recompute[u]) time += t.units[u].forward_s;
+        if (plan.recompute[u]) time += t.units[u].recompute_cost();
       CHECK(time == Approx(brute_force(t, p, s, o)).margin(1e-9));
     }
   }
+}
+
+TEST_CASE("adaptive recompute prices a block by its profiled checkpointed times",
+          "[memory][recompute]") {
+  // Two LLM blocks of equal forward and activations; the budget leaves room to keep one. Without
+  // profiled checkpoint times the tie goes either way; block 1's checkpointed run is profiled
+  // cheaper, so it is the one recomputed, and the plan's time is its recompute cost.
+  partition::UnitCostTable t;
+  t.units = {{"llm_embed", UnitKind::LlmEmbed, 0.01, 0.02, kMiB, kMiB, true, kMiB},
+             {"llm_block.0", UnitKind::LlmBlock, 0.5, 1.0, 20 * kMiB, kMiB, true, kMiB},
+             {"llm_block.1", UnitKind::LlmBlock, 0.5, 1.0, 20 * kMiB, kMiB, true, kMiB},
+             {"head", UnitKind::Head, 0.05, 0.1, kMiB, kMiB, true, 0}};
+  t.units[1].checkpointed_forward_s = 0.45;  // block 0: + 0.45 + 1.5 - 0.5 - 1.0 = 0.45 s
+  t.units[1].checkpointed_backward_s = 1.5;
+  t.units[2].checkpointed_forward_s = 0.4;  // block 1: + 0.4 + 1.3 - 0.5 - 1.0 = 0.2 s
+  t.units[2].checkpointed_backward_s = 1.3;
+  CHECK(t.units[1].recompute_cost() == Approx(0.45));
+  CHECK(t.units[2].recompute_cost() == Approx(0.2));
+  const partition::Partition p{{3, 1}};  // stage 0 holds both blocks, 2 micro-batches in flight
+  memory::RecomputeOptions o;
+  o.micro_batches = 4;
+  o.memory.workspace_bytes = 0;
+  const auto full = memory::plan_full_recompute(t, p, o);
+  CHECK(full.recompute_s == Approx(0.65));
+  const std::vector<bool> one{false, false, true, false};
+  o.budget_bytes = memory::plan_with_flags(t, p, one, o).memory[0].total() + 0.5 * kMiB;
+  CHECK_FALSE(memory::plan_no_recompute(t, p, o).all_fit());
+  const auto plan = memory::plan_adaptive_recompute(t, p, o);
+  CHECK(plan.all_fit());
+  CHECK(plan.recompute == std::vector<bool>{false, false, true, false});
+  CHECK(plan.recompute_s == Approx(0.2));
 }
 
 TEST_CASE("full, none and per-stage counts", "[memory][recompute]") {

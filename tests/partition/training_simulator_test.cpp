@@ -209,6 +209,64 @@ TEST_CASE(
   CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("expected 2"));
 }
 
+namespace {
+/// LinearModel with profiled checkpointed times: a checkpointed block's forward 0.4 s and its
+/// backward 1.8 s (rerun 0.8 s) per 100 tokens, against the plain 0.5 s and 1 s.
+class CheckpointedModel : public LinearModel {
+ public:
+  UnitCostTable costs(const MicroBatchLoad& load) const override {
+    UnitCostTable t = LinearModel::costs(load);
+    const double k = load.computed_tokens() / 100.0;
+    for (auto& u : t.units) {
+      u.checkpointed_forward_s = 0.4 * k;
+      u.checkpointed_backward_s = 1.8 * k;
+    }
+    return t;
+  }
+};
+}  // namespace
+
+TEST_CASE("recomputation from profiled checkpointed times, and a fraction of its own",
+          "[partition][simulator]") {
+  const CheckpointedModel model;
+  SimulatorSetup s = setup_for(model, 1);
+  s.model = &model;
+  s.recompute = {true, true, false, false};
+  auto rep = simulate_step(s, uniform_loads(1, 2, 100));
+  // Stage 0: F 2 x 0.4 = 0.8 s, B 2 x 1 + 2 x 0.8 rerun = 3.6 s; stage 1: F 1, B 2.
+  // Stage 0: F0 [0,0.8] F1 [0.8,1.6]; stage 1: F0 [0.8,1.8] B0 [1.8,3.8] F1 [3.8,4.8]
+  // B1 [4.8,6.8]; stage 0: B0 [3.8,7.4] B1 [7.4,11].
+  CHECK(rep.step_s == Approx(11.0));
+  CHECK(rep.stages[0].forward_s == Approx(1.6));
+  CHECK(rep.stages[0].backward_s == Approx(7.2));
+  CHECK(rep.stages[0].checkpointed_s == Approx(2 * (0.8 + 1.6)));
+  CHECK(rep.stages[1].checkpointed_s == 0);
+  CHECK(rep.breakdown.recompute_s == Approx(2 * 1.6 / 2));  // device average
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+
+  // compute fraction 0.5 and checkpoint fraction -0.25 on stage 0: its checkpointed compute
+  // runs at 1.25 x, the plain backward at 1.5 x. F 0.8 x 1.25 = 1; B 2 x 1.5 + 1.6 x 1.25 = 5.
+  // Stage 0: F0 [0,1] F1 [1,2]; stage 1: F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]; stage 0:
+  // B0 [4,9] B1 [9,14].
+  s.overheads.compute_fraction = {0.5, 0.0};
+  s.overheads.checkpoint_fraction = {-0.25, 0.0};
+  rep = simulate_step(s, uniform_loads(1, 2, 100));
+  CHECK(rep.step_s == Approx(14.0));
+  CHECK(rep.stages[0].forward_s == Approx(2.0));
+  CHECK(rep.stages[0].backward_s == Approx(10.0));
+  CHECK(rep.stages[0].checkpointed_s == Approx(2 * (1.0 + 2.0)));
+  CHECK(rep.breakdown.recompute_s == Approx(2 * 2.0 / 2));
+  CHECK(rep.breakdown.total() == Approx(rep.step_s));
+  // Without recomputation the checkpoint fraction changes nothing: F 0.5 x 1.5 per block.
+  s.recompute.assign(4, false);
+  CHECK(simulate_step(s, uniform_loads(1, 2, 100)).stages[0].forward_s == Approx(2 * 1.5));
+  s.overheads.compute_fraction = {-0.5, 0.0};
+  s.overheads.checkpoint_fraction = {-0.5, 0.0};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("> -1"));
+  s.overheads.checkpoint_fraction = {0.1};
+  CHECK_THROWS_WITH(simulate_step(s, uniform_loads(1, 2, 100)), Catch::Contains("expected 2"));
+}
+
 TEST_CASE("host overheads under interleaved 1F1B: the micro-batch's cost split over the chunks",
           "[partition][simulator]") {
   const LinearModel model;

@@ -40,6 +40,41 @@ TEST_CASE("unit cost tables round-trip through JSON", "[partition][cost_table]")
   CHECK(back.units[2].activation_bytes == 2000);
   CHECK(back.checkpoint_bytes(2) == 400);
   CHECK(back.checkpoint_bytes(0) == 0);
+  CHECK_FALSE(back.units[2].checkpointed_forward_s);
+}
+
+TEST_CASE("profiled checkpointed times: round trip, fallbacks, recompute cost, scaling",
+          "[partition][cost_table]") {
+  auto t = small_table();
+  UnitCost& block = t.units[2];  // llm_block.0: forward 0.25, backward 0.5
+  // Without profiled times a checkpointed block costs one more forward in the backward.
+  CHECK(block.checkpointed_forward() == 0.25);
+  CHECK(block.checkpointed_backward() == 0.75);
+  CHECK(block.rerun_seconds() == 0.25);
+  CHECK(block.recompute_cost() == 0.25);
+  block.checkpointed_forward_s = 0.2;
+  block.checkpointed_backward_s = 0.7;
+  CHECK(block.rerun_seconds() == Approx(0.2));
+  CHECK(block.recompute_cost() == Approx(0.15));  // 0.2 + 0.7 - 0.25 - 0.5
+  const auto back = parse_unit_cost_table(unit_cost_table_json(t), "t.json");
+  REQUIRE(back.units[2].checkpointed_forward_s);
+  CHECK(*back.units[2].checkpointed_forward_s == 0.2);
+  CHECK(*back.units[2].checkpointed_backward_s == 0.7);
+  CHECK_FALSE(back.units[1].checkpointed_backward_s);
+  // Timing noise never makes recomputation pay: the costs are floored at 0.
+  block.checkpointed_forward_s = 0.1;
+  block.checkpointed_backward_s = 0.45;
+  CHECK(block.rerun_seconds() == 0);
+  CHECK(block.recompute_cost() == 0);
+  // They scale with the load like forward_s.
+  const auto twice = table_at_load(t, TableLoad{4, 200, 2});
+  CHECK(*twice.units[2].checkpointed_forward_s == Approx(0.2));
+  CHECK(*twice.units[2].checkpointed_backward_s == Approx(0.9));
+  std::string bad = unit_cost_table_json(t);
+  const std::string key = "\"checkpointed_forward_s\": 0.1";
+  bad.replace(bad.find(key), key.size(), "\"checkpointed_forward_s\": -0.1");
+  CHECK_THROWS_WITH(parse_unit_cost_table(bad, "t.json"),
+                    Catch::Contains("units[2]") && Catch::Contains("checkpointed_forward_s"));
 }
 
 TEST_CASE("bad cost tables name the unit and key", "[partition][cost_table]") {

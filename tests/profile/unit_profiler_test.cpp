@@ -193,3 +193,25 @@ TEST_CASE("unit profiler: --split-backward times W and counts what the deferred 
     }
   }
 }
+
+TEST_CASE("unit profiler: trainable ViT and LLM blocks are also timed checkpointed", "[profile]") {
+  const auto preset = load_model_preset("tiny");
+  auto o = tiny_options();
+  o.freeze = {UnitGroup::kVit};
+  const auto t = profile_units(preset, o).table;
+  int timed = 0;
+  for (const auto& u : t.units) {
+    INFO(u.name);
+    const bool block = u.kind == partition::UnitKind::LlmBlock;  // the frozen ViT's are not
+    CHECK(u.checkpointed_forward_s.has_value() == block);
+    CHECK(u.checkpointed_backward_s.has_value() == block);
+    if (!block) continue;
+    ++timed;
+    CHECK(*u.checkpointed_forward_s > 0);
+    CHECK(*u.checkpointed_backward_s > 0);
+  }
+  CHECK(timed == preset.llm.depth);
+  o.checkpointed = false;
+  for (const auto& u : profile_units(preset, o).table.units)
+    CHECK_FALSE(u.checkpointed_forward_s.has_value());
+}
