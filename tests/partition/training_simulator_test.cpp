@@ -229,8 +229,7 @@ class CheckpointedModel : public LinearModel {
 TEST_CASE("recomputation from profiled checkpointed times, and a fraction of its own",
           "[partition][simulator]") {
   const CheckpointedModel model;
-  SimulatorSetup s = setup_for(model, 1);
-  s.model = &model;
+  auto s = setup_for(model, 1);
   s.recompute = {true, true, false, false};
   auto rep = simulate_step(s, uniform_loads(1, 2, 100));
   // Stage 0: F 2 x 0.4 = 0.8 s, B 2 x 1 + 2 x 0.8 rerun = 3.6 s; stage 1: F 1, B 2.
