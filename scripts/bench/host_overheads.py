@@ -20,10 +20,9 @@ does not explain,
 (DP 1: the stage's figures; PP 1: the mean over DP ranks of their busy_s, against the simulated
 stage, which is the DP mean too), is fitted as
     y = a_s m + b_s T + c_s N + d_s S + f_s C + h_s K
-over the terms named by --terms (default loader,compute,checkpoint with a pipeline, PP > 1;
-compute,checkpoint at PP 1; loader alone when every observation comes from one configuration,
-whose m and packs barely vary) (mb: a_s, fixed per micro-batch,
-added to every forward; loader: the same fixed part per micro-batch on the first stage, but
+over the terms named by --terms (default loader,compute,checkpoint; loader alone when every
+observation comes from one configuration, whose m and packs barely vary) (mb: a_s, fixed per
+micro-batch, added to every forward; loader: the same fixed part per micro-batch on the first stage, but
 as work on the rank's core from the step's start (`--loader-overhead-s`): the first stage's
 loader workers build the next step's packs (pixel tensors) when the step takes its m packs,
 which traces show as the first one or two forwards running up to twice as long as the rest;
@@ -238,7 +237,7 @@ def main():
     ap.add_argument("--per-run", action="store_true",
                     help="one observation per run: the mean of its steps (default: every step)")
     ap.add_argument("--terms", help="of loader, mb, tile, token, sample, compute, checkpoint "
-                    "(default: loader,compute,checkpoint; compute,checkpoint at PP 1; loader alone for one configuration, whose steps cannot tell "
+                    "(default: loader,compute,checkpoint; loader alone for one configuration, whose steps cannot tell "
                     "them apart)")
     ap.add_argument("specs", nargs="+", help="RUNS: RUN_DIR[,RUN_DIR...]:SIM_JSON or "
                     "RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...]")
@@ -248,16 +247,8 @@ def main():
     obs = observations(a.specs, a.warmup)
     group = (lambda o: (o[0], o[1])) if a.per_run else (lambda o: (o[0], o[1], o[2]))
     dp, pp = obs[0][5]["dp"], obs[0][5]["pp"]
-    if a.terms is None and len({o[0] for o in obs}) == 1:
-        a.terms = "loader"
-    elif a.terms is None:
-        # Without a pipeline (PP 1) nothing tells a cost per micro-batch from a fraction of the
-        # compute: every configuration's busy time grows with m, and there is no bubble for the
-        # loader to hide in. Fitting both gave DP 2 loaders of 16-58 ms per micro-batch against
-        # compute fractions of -12 to -64 % (they trade off along the data), which missed m 2
-        # by 10-12 %; the compute fraction alone carries the loader's share, which scales with a
-        # pack's tiles like the compute does.
-        a.terms = "loader,compute,checkpoint" if pp > 1 else "compute,checkpoint"
+    if a.terms is None:
+        a.terms = "loader,compute,checkpoint" if len({o[0] for o in obs}) > 1 else "loader"
     names = [t for t in a.terms.split(",") if t]
     for t in names:
         if t not in TERMS:

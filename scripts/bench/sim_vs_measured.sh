@@ -4,7 +4,7 @@
 #   bash scripts/bench/sim_vs_measured.sh [--steps 12] [--warmup 4] [--rounds 12]
 #                                         [--max-load 2.5] [--out runs/bench-sim] [--analyse-only]
 #   bash scripts/bench/sim_vs_measured.sh --pool DIR,DIR[,...] --out POOL
-#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (host_overheads.py's default)
+#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (loader,compute,checkpoint)
 #
 # 1. lengths, profile, planner split (bench_common.sh's bench_prepare): `omnibal-plan scan` of
 #    the demo set, `omnibal-plan profile` under the trainer's conditions (profile_costs.sh), BMP
@@ -40,8 +40,8 @@
 #    WARMUP): per stage a fixed part per micro-batch (on the first stage work sharing its core
 #    from the step's start: its loader builds the next step's packs there) plus a fraction
 #    of the stage's table compute and a further fraction of its checkpointed compute (a
-#    recomputed block's forward and rerun; HOST_TERMS, default host_overheads.py's: PP 2
-#    loader,compute,checkpoint, DP 2 x PP 1 compute,checkpoint);
+#    recomputed block's forward and rerun; HOST_TERMS, default loader,compute,checkpoint; see
+#    host_overheads.py);
 #    with DP 2 the DP ranks' jitter (the slower rank's busy time is 1-6 % of a step above the
 #    mean beyond what the packs explain, and the reduction waits for it); then per step a cost per
 #    stage; prints the residuals. Two fits:
@@ -75,8 +75,7 @@ ADAPTIVE_BUDGET_GB=${ADAPTIVE_BUDGET_GB:-0.045}
 PROBE_REPEATS=${PROBE_REPEATS:-5}
 ANALYSE_ONLY=0
 POOL=
-TERMS_ARGS=()
-[ -n "${HOST_TERMS:-}" ] && TERMS_ARGS=(--terms "$HOST_TERMS")
+HOST_TERMS=${HOST_TERMS:-loader,compute,checkpoint}
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
@@ -339,7 +338,7 @@ fit_overheads() {  # stem, kind, configuration...: host overheads fitted to thos
   # ranks' jitter beyond their packs (nothing for DP 1); then the per-step cost from the step
   # time simulated with both.
   python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass micro-batch --per-run \
-    "${TERMS_ARGS[@]}" "${specs[@]}" > "$stem.mb.args" 2> "$stem.log"
+    --terms "$HOST_TERMS" "${specs[@]}" > "$stem.mb.args" 2> "$stem.log"
   read -r -a MB_FLAGS < "$stem.mb.args"
   specs=()
   for c in "$@"; do
