@@ -269,7 +269,7 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
     plan.recompute_source =
         o.budget_bytes > 0 ? fmt::format(
                                  "adaptive: knapsack per stage, budget {:.3f} GiB, m {}, recompute "
-                                 "{:.2f} ms of forward per micro-batch",
+                                 "cost {:.2f} ms per micro-batch",
                                  o.budget_bytes / kGiB, o.micro_batches, 1e3 * rp.recompute_s)
                            : std::string("adaptive: no memory budget, nothing recomputed");
   } else {

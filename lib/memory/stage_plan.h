@@ -13,7 +13,7 @@
 //              the predicted 1F1B step time pipeline_s; a judge picks among those K)
 //   recompute  the fixed rules (none | full | per-stage counts), or adaptive (the knapsack of
 //              recompute_planner.h per stage, min(m, P - s) micro-batches in flight)
-// Balanced + adaptive depend on each other (recomputed blocks cost a second forward, and the
+// Balanced + adaptive depend on each other (recomputed blocks add their recompute cost, and the
 // recompute plan depends on the split), so the search is repeated with the previous pick's
 // recompute flags, at most 3 rounds, stopping when the pick repeats: the memory-aware search.
 // Its first round assumes full recomputation (kFirstRoundRecompute below). The one loop serves

@@ -1,7 +1,8 @@
 // Event-driven simulation of training steps over TP x DP x PP. Each DP rank's pipeline walks the
 // instruction lists of its schedule (schedule/schedules.h: 1F1B, interleaved 1F1B, ZB-H1) with
 // per-micro-batch costs from a CostModel (micro-batches differ in shape), via
-// schedule::run_pipeline_timeline. Recomputed units add their forward time to the backward.
+// schedule::run_pipeline_timeline. A recomputed unit's forward costs its checkpointed forward and
+// its backward adds the rerun (UnitCost::checkpointed_forward, rerun_seconds).
 // Schedules: the split has P x v chunks in virtual-stage order (chunk k on pipeline rank k % P;
 // v = virtual_stages under interleaved, else 1). Under ZB-H1 each chunk's backward is split into
 // B = backward - W and W = the units' weight_backward_s() (unit_cost_table.h); recomputation and
@@ -21,7 +22,7 @@
 // Per device, step time = useful + padding + recompute + tp_comm + bubble + dp_wait + comm,
 // where
 //   padding   = compute spent on padded positions (padded minus unpadded compute),
-//   recompute = forward compute re-run in backward,
+//   recompute = the reruns of recomputed units in the backward (rerun_seconds),
 //   tp_comm   = the TP all-reduces (those of padded positions and of recomputation included),
 //   bubble    = pipeline idle before ReduceGrads + waiting after its own optimizer for the
 //               step's last stage,

@@ -58,12 +58,11 @@ double UnitCost::weight_backward_s() const {
 double UnitCost::checkpointed_forward() const { return checkpointed_forward_s.value_or(forward_s); }
 
 double UnitCost::checkpointed_backward() const {
-  return checkpointed_backward_s.value_or(forward_s + backward_s);
+  return checkpointed_backward_s ? std::max(*checkpointed_backward_s, backward_s)
+                                 : forward_s + backward_s;
 }
 
-double UnitCost::rerun_seconds() const {
-  return std::max(0.0, checkpointed_backward() - backward_s);
-}
+double UnitCost::rerun_seconds() const { return checkpointed_backward() - backward_s; }
 
 double UnitCost::recompute_cost() const {
   return std::max(0.0, checkpointed_forward() + checkpointed_backward() - forward_s - backward_s);
@@ -155,10 +154,15 @@ UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& 
     if (units[i].contains("weight_grad_bytes"))
       u.weight_grad_bytes = non_negative(units[i], "weight_grad_bytes", where);
     // Optional (tables without profiled recomputation: one more forward_s in the backward).
-    if (units[i].contains("checkpointed_forward_s"))
+    const bool cf = units[i].contains("checkpointed_forward_s");
+    OMNIBAL_CHECK(cf == units[i].contains("checkpointed_backward_s"), where,
+                  ": checkpointed_forward_s and checkpointed_backward_s come together (one "
+                  "checkpointed run), got only ",
+                  cf ? "checkpointed_forward_s" : "checkpointed_backward_s");
+    if (cf) {
       u.checkpointed_forward_s = non_negative(units[i], "checkpointed_forward_s", where);
-    if (units[i].contains("checkpointed_backward_s"))
       u.checkpointed_backward_s = non_negative(units[i], "checkpointed_backward_s", where);
+    }
     if (units[i].contains("tp_all_reduce")) {
       const auto& ar = units[i].at("tp_all_reduce");
       const std::string w = where + ": tp_all_reduce";

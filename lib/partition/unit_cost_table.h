@@ -90,11 +90,11 @@ struct UnitCost {
   double deferred_weight_bytes() const;
   /// Forward seconds of the unit when checkpointed: checkpointed_forward_s, or forward_s.
   double checkpointed_forward() const;
-  /// Backward seconds of the unit when checkpointed, the rerun included: checkpointed_backward_s,
-  /// or forward_s + backward_s.
+  /// Backward seconds of the unit when checkpointed, the rerun included: checkpointed_backward_s
+  /// (at least backward_s: timing noise never makes the rerun free), or forward_s + backward_s.
   double checkpointed_backward() const;
   /// Seconds the rerun adds to the backward when checkpointed: checkpointed_backward() -
-  /// backward_s, at least 0 (the breakdown's recompute time).
+  /// backward_s, >= 0 (the breakdown's recompute time).
   double rerun_seconds() const;
   /// Seconds checkpointing adds to one micro-batch's forward + backward: checkpointed_forward() +
   /// checkpointed_backward() - forward_s - backward_s, at least 0 (what recomputation costs; the

@@ -141,19 +141,33 @@ struct CheckpointedRun {
   double forward_s = 0, backward_s = 0;
 };
 
+/// Sets a unit's recompute flag for its lifetime (off again however the run ends).
+class RecomputeOn {
+ public:
+  explicit RecomputeOn(models::PipelineUnit& unit) : unit_(unit) { unit_.set_recompute(true); }
+  ~RecomputeOn() { unit_.set_recompute(false); }
+  RecomputeOn(const RecomputeOn&) = delete;
+  RecomputeOn& operator=(const RecomputeOn&) = delete;
+
+ private:
+  models::PipelineUnit& unit_;
+};
+
 CheckpointedRun run_checkpointed_once(models::PipelineUnit& unit, const UnitState& boundary,
                                       UnitMode mode, const torch::Device& device,
                                       ProfileClock clock) {
   UnitState in = boundary.with_hidden(boundary.hidden.detach().clone(), boundary.phase);
   if (mode.input_grad && in.hidden.is_floating_point()) in.hidden.requires_grad_(true);
-  unit.set_recompute(true);
   CheckpointedRun r;
-  sync(device);
-  const double t0 = clock_seconds(clock);
-  const UnitState out = models::run_unit(unit, in);
-  sync(device);
-  r.forward_s = clock_seconds(clock) - t0;
-  unit.set_recompute(false);
+  UnitState out;
+  {
+    const RecomputeOn on(unit);
+    sync(device);
+    const double t0 = clock_seconds(clock);
+    out = models::run_unit(unit, in);
+    sync(device);
+    r.forward_s = clock_seconds(clock) - t0;
+  }
   in = UnitState();
   const double t1 = clock_seconds(clock);
   torch::autograd::backward({out.hidden}, {torch::ones_like(out.hidden)});

@@ -312,8 +312,10 @@ busy = lambda t: sum(u["forward_s"] + u["backward_s"] for u in t["units"])
 def mean_table(names, dest, what):
     t = copy.deepcopy(probe[names[0]])
     for i, u in enumerate(t["units"]):
-        for k in ("forward_s", "backward_s"):
-            u[k] = sum(probe[n]["units"][i][k] for n in names) / len(names)
+        for k in ("forward_s", "backward_s", "backward_weight_s", "checkpointed_forward_s",
+                  "checkpointed_backward_s"):
+            if all(k in probe[n]["units"][i] for n in names):
+                u[k] = sum(probe[n]["units"][i][k] for n in names) / len(names)
     t["source"] += f" (mean of {what})"
     json.dump(t, open(dest, "w"), indent=1)
     return busy(t)

@@ -64,6 +64,7 @@ TEST_CASE("profiled checkpointed times: round trip, fallbacks, recompute cost, s
   // Timing noise never makes recomputation pay: the costs are floored at 0.
   block.checkpointed_forward_s = 0.1;
   block.checkpointed_backward_s = 0.45;
+  CHECK(block.checkpointed_backward() == 0.5);  // at least the plain backward
   CHECK(block.rerun_seconds() == 0);
   CHECK(block.recompute_cost() == 0);
   // They scale with the load like forward_s.
@@ -75,6 +76,10 @@ TEST_CASE("profiled checkpointed times: round trip, fallbacks, recompute cost, s
   bad.replace(bad.find(key), key.size(), "\"checkpointed_forward_s\": -0.1");
   CHECK_THROWS_WITH(parse_unit_cost_table(bad, "t.json"),
                     Catch::Contains("units[2]") && Catch::Contains("checkpointed_forward_s"));
+  // One checkpointed run gives both; a table with one of them is refused.
+  t.units[2].checkpointed_backward_s.reset();
+  CHECK_THROWS_WITH(parse_unit_cost_table(unit_cost_table_json(t), "t.json"),
+                    Catch::Contains("units[2]") && Catch::Contains("come together"));
 }
 
 TEST_CASE("bad cost tables name the unit and key", "[partition][cost_table]") {
