@@ -84,16 +84,15 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   OMNIBAL_CHECK(setup.dp_jitter >= 0, "simulator: dp_jitter is ", setup.dp_jitter,
                 ", expected >= 0");
   const auto& oh = setup.overheads;
-  OMNIBAL_CHECK(oh.compute_fraction.empty() || static_cast<int>(oh.compute_fraction.size()) == P,
-                "simulator: compute fractions for ", oh.compute_fraction.size(),
-                " stages, expected ", P, " pipeline ranks (or none)");
+  auto check_per_rank = [P](const std::vector<double>& v, const char* what) {
+    OMNIBAL_CHECK(v.empty() || static_cast<int>(v.size()) == P, "simulator: ", what, " for ",
+                  v.size(), " stages, expected ", P, " pipeline ranks (or none)");
+  };
+  check_per_rank(oh.compute_fraction, "compute fractions");
   for (size_t s = 0; s < oh.compute_fraction.size(); ++s)
     OMNIBAL_CHECK(oh.compute_fraction[s] > -1, "simulator: compute fraction of stage ", s, " is ",
                   oh.compute_fraction[s], ", expected > -1");
-  OMNIBAL_CHECK(oh.checkpoint_fraction.empty() ||
-                    static_cast<int>(oh.checkpoint_fraction.size()) == P,
-                "simulator: checkpoint fractions for ", oh.checkpoint_fraction.size(),
-                " stages, expected ", P, " pipeline ranks (or none)");
+  check_per_rank(oh.checkpoint_fraction, "checkpoint fractions");
   for (size_t s = 0; s < oh.checkpoint_fraction.size(); ++s) {
     const double f = oh.compute_fraction.empty() ? 0.0 : oh.compute_fraction[s];
     OMNIBAL_CHECK(f + oh.checkpoint_fraction[s] > -1, "simulator: compute fraction ", f,
@@ -102,8 +101,7 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
   }
   for (const auto* o : {&oh.per_micro_batch_s, &oh.per_tile_s, &oh.per_token_s, &oh.per_sample_s,
                         &oh.per_step_s, &oh.loader_per_micro_batch_s}) {
-    OMNIBAL_CHECK(o->empty() || static_cast<int>(o->size()) == P, "simulator: overheads for ",
-                  o->size(), " stages, expected ", P, " pipeline ranks (or none)");
+    check_per_rank(*o, "overheads");
     for (size_t s = 0; s < o->size(); ++s)
       OMNIBAL_CHECK((*o)[s] >= 0, "simulator: overhead of stage ", s, " is ", (*o)[s],
                     " s, expected >= 0");

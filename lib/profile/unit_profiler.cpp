@@ -82,6 +82,13 @@ struct UnitMode {
   bool backward = false;
 };
 
+/// A run's own copy of the unit's boundary state, requiring a gradient when the mode asks.
+UnitState fresh_input(const UnitState& boundary, UnitMode mode) {
+  UnitState in = boundary.with_hidden(boundary.hidden.detach().clone(), boundary.phase);
+  if (mode.input_grad && in.hidden.is_floating_point()) in.hidden.requires_grad_(true);
+  return in;
+}
+
 UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode mode,
                  MemoryMeter& meter, ProfileClock clock, bool split) {
   // ZB-H1: the forward and B record the linear layers' deferred weight gradients.
@@ -92,8 +99,7 @@ UnitRun run_once(models::PipelineUnit& unit, const UnitState& boundary, UnitMode
     recording.emplace(store, 0);
   }
   const torch::Device device = meter.device();
-  UnitState in = boundary.with_hidden(boundary.hidden.detach().clone(), boundary.phase);
-  if (mode.input_grad && in.hidden.is_floating_point()) in.hidden.requires_grad_(true);
+  UnitState in = fresh_input(boundary, mode);
   const int64_t input_bytes = bytes_of(in.hidden);
   UnitRun r;
   sync(device);
@@ -156,8 +162,7 @@ class RecomputeOn {
 CheckpointedRun run_checkpointed_once(models::PipelineUnit& unit, const UnitState& boundary,
                                       UnitMode mode, const torch::Device& device,
                                       ProfileClock clock) {
-  UnitState in = boundary.with_hidden(boundary.hidden.detach().clone(), boundary.phase);
-  if (mode.input_grad && in.hidden.is_floating_point()) in.hidden.requires_grad_(true);
+  UnitState in = fresh_input(boundary, mode);
   CheckpointedRun r;
   UnitState out;
   {

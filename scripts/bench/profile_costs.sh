@@ -26,15 +26,10 @@ P0=$!
 "${PIN1[@]}" "$PLAN" "${ARGS[@]}" --seed 2 --out "${OUT%.json}.core1.json" &
 P1=$!
 wait "$P0"; wait "$P1"
-python3 - "${OUT%.json}.core0.json" "${OUT%.json}.core1.json" "$OUT" <<'PY'
+PYTHONPATH="$(dirname "$0")" python3 - "${OUT%.json}.core0.json" "${OUT%.json}.core1.json" "$OUT" <<'PY'
 import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for ua, ub in zip(a["units"], b["units"]):
-    assert ua["name"] == ub["name"]
-    for k in ("forward_s", "backward_s", "backward_weight_s", "checkpointed_forward_s",
-              "checkpointed_backward_s"):
-        if k in ua:
-            ua[k] = 0.5 * (ua[k] + ub[k])
+from cost_tables import mean_cost_table
+a = mean_cost_table([json.load(open(p)) for p in sys.argv[1:3]])
 a["source"] += " (mean of two concurrent 1-thread profilers, one per core)"
 json.dump(a, open(sys.argv[3], "w"), indent=1)
 f = sum(u["forward_s"] for u in a["units"]); g = sum(u["backward_s"] for u in a["units"])

@@ -300,8 +300,9 @@ if [ "$ANALYSE_ONLY" = 0 ]; then
   cut -d' ' -f1-3 /proc/loadavg > "$OUT/load.after"
 fi
 # Per-run tables (the mean of the run's two probes) and the pooled table (of every probe).
-python3 - "$OUT" <<'PY'
-import copy, glob, json, os, re, sys
+PYTHONPATH=scripts/bench python3 - "$OUT" <<'PY'
+import glob, json, os, re, sys
+from cost_tables import mean_cost_table
 out = sys.argv[1]
 probe = {}  # name (p0, p1, ...) -> table
 for p in glob.glob(f"{out}/probes/p*.json"):
@@ -310,12 +311,7 @@ for p in glob.glob(f"{out}/probes/p*.json"):
         probe[name] = json.load(open(p))
 busy = lambda t: sum(u["forward_s"] + u["backward_s"] for u in t["units"])
 def mean_table(names, dest, what):
-    t = copy.deepcopy(probe[names[0]])
-    for i, u in enumerate(t["units"]):
-        for k in ("forward_s", "backward_s", "backward_weight_s", "checkpointed_forward_s",
-                  "checkpointed_backward_s"):
-            if all(k in probe[n]["units"][i] for n in names):
-                u[k] = sum(probe[n]["units"][i][k] for n in names) / len(names)
+    t = mean_cost_table([probe[n] for n in names])
     t["source"] += f" (mean of {what})"
     json.dump(t, open(dest, "w"), indent=1)
     return busy(t)
