@@ -5,7 +5,9 @@
 #   bench_prepare OUT   scan lengths, profile, planner split; sets SCAN_META, LENGTHS, COSTS,
 #                       SPLIT (BMP row), ADAPTIVE_SPLIT and ADAPTIVE_RECOMPUTE (memory-aware row); ISF_SET is set
 #                       on sourcing
-#   bench_train DIR STEPS [--set ...]   one PP 2 x DP 1 trainer run of the demo config
+#   bench_train DIR STEPS [--set ...]   one PP 2 x DP 1 trainer run of the demo config; writes
+#                       DIR.steal (the percent of CPU time the hypervisor took meanwhile) and
+#                       warns above BENCH_MAX_STEAL (2)
 # ISF budgets are fixed to what the demo's search picks at m 4 (Q_v 61, Q_t 1024, Q'_t 896), so
 # runs with other m pack the same way.
 ISF_SET=(--set balance.method=isf --set balance.q_vit=61 --set balance.q_tok=1024
@@ -48,9 +50,27 @@ bench_prepare() {
 
 bench_train() {
   local dir=$1 steps=$2; shift 2
+  local before
   rm -rf "$dir"
+  before=$(head -1 /proc/stat)
   mpirun -np 2 "$TRAIN" --config configs/demo.yaml \
     --set "data.meta=$SCAN_META" --set data.eval_meta= --set train.eval_every=0 \
     --set train.checkpoint_every=0 --set "train.steps=$steps" --set "runtime.run_dir=$dir" \
     "$@" > "$dir.log" 2>&1 || { echo "bench: $dir failed, see $dir.log" >&2; return 1; }
+  bench_steal "$before" "$(head -1 /proc/stat)" > "$dir.steal"
+  if awk -v s="$(cat "$dir.steal")" -v m="${BENCH_MAX_STEAL:-2}" 'BEGIN { exit !(s > m) }'; then
+    echo "bench: $dir: the hypervisor held back $(cat "$dir.steal") % of the CPU time during" \
+         "the run (steal; BENCH_MAX_STEAL ${BENCH_MAX_STEAL:-2}): its times are not this" \
+         "machine's own" >&2
+  fi
+}
+
+# Percent of the CPU time the hypervisor took (steal) between two `cpu` lines of /proc/stat:
+# a co-tenant of the VM slows the wall clock the runs are timed by while the load average and
+# the probes' CPU clocks stay quiet.
+bench_steal() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    n = split(a, x); split(b, y); total = 0
+    for (i = 2; i <= 9 && i <= n; i++) total += y[i] - x[i]  # guest time is in user already
+    printf "%.2f\n", (total > 0 ? 100 * (y[9] - x[9]) / total : 0) }'
 }

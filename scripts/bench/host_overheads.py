@@ -2,7 +2,7 @@
 """Host overheads for `omnibal-plan simulate`, fitted to held-out calibration runs.
 
     python3 scripts/bench/host_overheads.py --warmup W [--pass micro-batch|jitter|step|both] \\
-        [--terms loader,compute,checkpoint] RUNS [...] > flags.args
+        [--terms loader,compute,checkpoint] [--fixed TERM=V ...] RUNS [...] > flags.args
     python3 scripts/bench/host_overheads.py --warmup W RUN_DIR SIM_JSON > flags.args
 
 RUNS is RUN_DIR[,RUN_DIR...]:SIM_JSON or RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...] (sim_table.py).
@@ -39,8 +39,11 @@ deviations (iteratively reweighted least squares): a minority of slow steps, or 
 among several, moves the fit little. A term whose coefficient comes out negative is dropped
 and the rest refitted (the compute and checkpoint fractions may be negative, down to -0.9: the
 table was profiled while the host ran slower than during the runs; checkpointed units run
-faster in a step than in the profile). Prints --loader-overhead-s / --mb-overhead-s /
---tile-overhead-s / ... flags.
+faster in a step than in the profile). --fixed TERM=V takes a term from elsewhere instead
+(sim_vs_measured.sh gives DP 2 the compute and checkpoint fractions of the PP 2 fit, which 13
+configurations pin, where DP 2's two held-out ones cannot tell three terms apart): V times its
+regressor comes off y before the fit, and every stage gets V. Prints --loader-overhead-s /
+--mb-overhead-s / --tile-overhead-s / ... flags.
 
 --pass jitter (SIM_JSON: simulated with the micro-batch flags; DP > 1). The DP ranks' busy
 times differ by more than their packs explain: the host's speed varies per core and step, and
@@ -239,6 +242,10 @@ def main():
     ap.add_argument("--terms", help="of loader, mb, tile, token, sample, compute, checkpoint "
                     "(default: loader,compute,checkpoint; loader alone for one configuration, whose steps cannot tell "
                     "them apart)")
+    ap.add_argument("--fixed", action="append", default=[], metavar="TERM=V",
+                    help="a term known from elsewhere (another layout's fit), not fitted: V times "
+                    "its regressor is taken off the busy time first, and V is printed with the "
+                    "fitted terms; every stage gets V (repeatable)")
     ap.add_argument("specs", nargs="+", help="RUNS: RUN_DIR[,RUN_DIR...]:SIM_JSON or "
                     "RUN_DIR:SIM_JSON[,RUN_DIR:SIM_JSON...]")
     a = ap.parse_args()
@@ -253,6 +260,17 @@ def main():
     for t in names:
         if t not in TERMS:
             sys.exit(f"host_overheads: unknown term {t} (of {', '.join(TERMS)})")
+    fixed = {}
+    for f in a.fixed:
+        t, _, v = f.partition("=")
+        if t not in TERMS or t in ("loader", "mb"):
+            sys.exit(f"host_overheads: --fixed {f}: expected TERM=V with TERM one of "
+                     f"{', '.join(x for x in TERMS if x not in ('loader', 'mb'))}")
+        try:
+            fixed[t] = float(v)
+        except ValueError:
+            sys.exit(f"host_overheads: --fixed {f}: {v!r} is not a number")
+    names = [t for t in names if t not in fixed]
     configs = sorted({o[0] for o in obs})
     if a.which == "jitter":
         print(f"--dp-jitter {dp_jitter(obs, dp, configs):.6f}")
@@ -282,14 +300,17 @@ def main():
             x.append([load[t] for t in stage_names])
             b = measured_busy(row, s, dp)
             busy.append(b)
-            y.append(b - table)
+            y.append(b - table - sum(v * load[t] for t, v in fixed.items()))
         g_obs, (x, y, busy) = by_run(obs, group, [x, y, busy])
         c = fit_nonnegative(x, y, stage_names)
         coef.update({(t, s): v for t, v in zip(stage_names, c)})
+        coef.update({(t, s): v for t, v in fixed.items()})
         fitted = [yi - sum(ci * xi for ci, xi in zip(c, row)) for row, yi in zip(x, y)]
         print(f"host overheads (dp {dp}, pp {pp}; {', '.join(configs)}: {len(obs)} steps), "
               f"stage {s} per micro-batch: "
-              + ", ".join(f"{t} {UNIT[t][1] * v:.3f} {UNIT[t][0]}" for t, v in zip(stage_names, c)),
+              + ", ".join(f"{t} {UNIT[t][1] * v:.3f} {UNIT[t][0]}" for t, v in zip(stage_names, c))
+              + "".join(f", {t} {UNIT[t][1] * v:.3f} {UNIT[t][0]} (fixed)"
+                        for t, v in fixed.items()),
               file=sys.stderr)
         residual_report(g_obs, (fitted, busy), f"stage {s} busy")
     for s in range(pp):  # checkpointed compute runs at 1 + compute + checkpoint > 0.1 x the table

@@ -4,7 +4,10 @@
 #   bash scripts/bench/sim_vs_measured.sh [--steps 12] [--warmup 4] [--rounds 12]
 #                                         [--max-load 2.5] [--out runs/bench-sim] [--analyse-only]
 #   bash scripts/bench/sim_vs_measured.sh --pool DIR,DIR[,...] --out POOL
-#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (loader,compute,checkpoint)
+#   env: PROBE_REPEATS (5), ADAPTIVE_BUDGET_GB (0.045), HOST_TERMS (loader,compute,checkpoint),
+#        DP2_FROM_PP2 (compute,checkpoint: DP 2 takes these fractions from the PP 2 fit; set
+#        empty, DP 2 fits its own),
+#        BENCH_MAX_STEAL (2: % of CPU time taken by the hypervisor during a run, warned above)
 #
 # 1. lengths, profile, planner split (bench_common.sh's bench_prepare): `omnibal-plan scan` of
 #    the demo set, `omnibal-plan profile` under the trainer's conditions (profile_costs.sh), BMP
@@ -41,7 +44,8 @@
 #    from the step's start: its loader builds the next step's packs there) plus a fraction
 #    of the stage's table compute and a further fraction of its checkpointed compute (a
 #    recomputed block's forward and rerun; HOST_TERMS, default loader,compute,checkpoint; see
-#    host_overheads.py);
+#    host_overheads.py); DP 2 takes the compute and checkpoint fractions of the PP 2
+#    calibration fit (the mean of its stages; DP2_FROM_PP2) and fits its loader term alone;
 #    with DP 2 the DP ranks' jitter (the slower rank's busy time is 1-6 % of a step above the
 #    mean beyond what the packs explain, and the reduction waits for it); then per step a cost per
 #    stage; prints the residuals. Two fits:
@@ -76,6 +80,7 @@ PROBE_REPEATS=${PROBE_REPEATS:-5}
 ANALYSE_ONLY=0
 POOL=
 HOST_TERMS=${HOST_TERMS:-loader,compute,checkpoint}
+DP2_FROM_PP2=${DP2_FROM_PP2-compute,checkpoint}
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
@@ -118,6 +123,8 @@ for d in dirs:
         new = f"{name}-r{base + int(r)}"
         ln(f"{d}/{run}", f"{out}/{new}")
         ln(f"{d}/{run}.log", f"{out}/{new}.log")
+        if os.path.exists(f"{d}/{run}.steal"):
+            ln(f"{d}/{run}.steal", f"{out}/{new}.steal")
         brackets.append(f"{new} p{offset + int(a[1:])} p{offset + int(b[1:])}\n")
     for k in loads:
         loads[k].append(open(f"{d}/load.{k}").read().strip())
@@ -325,6 +332,18 @@ print(f"probes: {len(probe)}, whole model forward + backward per pack {1e3 * tot
 PY
 LOAD_AFTER=$(cat "$OUT/load.after")
 echo "sim_vs_measured: load average after: $LOAD_AFTER"
+python3 - "$OUT" "${BENCH_MAX_STEAL:-2}" <<'PY'
+import glob, os, sys
+out, limit = sys.argv[1], float(sys.argv[2])
+steal = {os.path.basename(p)[:-len(".steal")]: float(open(p).read())
+         for p in glob.glob(f"{out}/*.steal")}
+if steal:
+    worst = max(steal, key=steal.get)
+    over = sorted(n for n, v in steal.items() if v > limit)
+    print(f"sim_vs_measured: hypervisor steal during the runs: median "
+          f"{sorted(steal.values())[len(steal) // 2]:.2f} %, max {steal[worst]:.2f} % ({worst})"
+          + (f"; above {limit:g} %: {', '.join(over)}" if over else ""))
+PY
 
 fit_overheads() {  # stem, kind, configuration...: host overheads fitted to those configurations'
   # runs (TABLES); the simulator flags go to FIT_FLAGS, the fit's log to stem.log
@@ -336,7 +355,7 @@ fit_overheads() {  # stem, kind, configuration...: host overheads fitted to thos
   # ranks' jitter beyond their packs (nothing for DP 1); then the per-step cost from the step
   # time simulated with both.
   python3 scripts/bench/host_overheads.py --warmup "$WARMUP" --pass micro-batch --per-run \
-    --terms "$HOST_TERMS" "${specs[@]}" > "$stem.mb.args" 2> "$stem.log"
+    --terms "$HOST_TERMS" "${FIT_FIXED[@]}" "${specs[@]}" > "$stem.mb.args" 2> "$stem.log"
   read -r -a MB_FLAGS < "$stem.mb.args"
   specs=()
   for c in "$@"; do
@@ -367,14 +386,35 @@ same_layout() {  # layout, except: the compared configurations of that layout bu
   done
   return 0
 }
+shared_terms() {  # PP 2 flags -> host_overheads.py --fixed arguments, one a line: the terms of
+  # DP2_FROM_PP2 at the mean of the PP 2 stages' values. A DP 2 rank runs the same units the same
+  # way as the two PP 2 stages together, and 13 configurations pin the PP 2 fractions, while DP 2
+  # has two held-out configurations, only one of them recomputing (and with random
+  # micro-batches): fitted there, the loader, compute and checkpoint terms trade against each
+  # other (38 ms of loader a micro-batch against -35 % compute in one run), and the checkpoint
+  # fraction took up what random micro-batches cost beyond their table (ISF at m 2 with full
+  # recomputation came out 6-11 % slow in six runs; 2-9 % with the PP 2 fractions)
+  python3 - "$1" "$DP2_FROM_PP2" <<'PY'
+import sys
+flags, terms = sys.argv[1].split(), [t for t in sys.argv[2].split(",") if t]
+for t in terms:
+    if f"--{t}-fraction" not in flags:  # PP 2 fitted without it (nothing recomputed)
+        continue
+    values = [float(v) for v in flags[flags.index(f"--{t}-fraction") + 1].split(",")]
+    print("--fixed")
+    print(f"{t}={sum(values) / len(values):.9g}")
+PY
+}
 analyse() {  # TABLES (bracket | pooled): fit the host overheads, simulate, print the tables
   local layout c name calib flags others
   local -A FLAGS
   for name in "${NAMES[@]}" "${CALIB_PP2[@]}" "${CALIB_DP2[@]}"; do
     simulate "$name" "$TABLES.raw"
   done
+  FIT_FIXED=()
   for layout in pp2 dp2; do
     mapfile -t calib < <(calib_of "$layout")
+    [ "$layout" = dp2 ] && mapfile -t FIT_FIXED < <(shared_terms "${FLAGS[pp2]}")
     fit_overheads "$OUT/overheads-$TABLES-$layout" calib "${calib[@]}"
     FLAGS[$layout]=$FIT_FLAGS
     echo "$layout: $FIT_FLAGS" > "$OUT/overheads-$TABLES-$layout.args"
@@ -400,6 +440,8 @@ analyse() {  # TABLES (bracket | pooled): fit the host overheads, simulate, prin
     layout=${LAYOUT[$name]:-pp2}
     mapfile -t calib < <(calib_of "$layout")
     mapfile -t others < <(same_layout "$layout" "$name")
+    FIT_FIXED=()
+    [ "$layout" = dp2 ] && mapfile -t FIT_FIXED < <(shared_terms "${FLAGS[pp2]}")
     fit_overheads "$OUT/overheads-$TABLES-loo-$name" loo "${calib[@]}" "${others[@]}"
     read -r -a flags <<< "$FIT_FLAGS"
     simulate "$name" "$TABLES.loo" "${flags[@]}"

@@ -71,4 +71,18 @@ with tempfile.TemporaryDirectory() as root:
     check(flags["--checkpoint-fraction"] == [0.0], f"checkpoint fraction without recomputation: "
           f"{flags['--checkpoint-fraction']}")
     check(abs(flags["--compute-fraction"][0] - COMPUTE) < 2e-3, f"compute {flags}")
+    # A term fixed from elsewhere is not fitted but taken off first, so the recomputing
+    # configurations alone pin the compute fraction; a wrong fixed value (0 instead of -0.25)
+    # lands in it: -0.25 K / C of these configurations, about -0.14.
+    flags = fit(specs[2:], "--terms", "compute,checkpoint", "--fixed", f"checkpoint={CHECKPOINT}")
+    check(flags["--checkpoint-fraction"] == [CHECKPOINT], f"fixed checkpoint {flags}")
+    check(abs(flags["--compute-fraction"][0] - COMPUTE) < 2e-3, f"compute with fixed {flags}")
+    flags = fit(specs[2:], "--terms", "compute,checkpoint", "--fixed", "checkpoint=0")
+    check(flags["--checkpoint-fraction"] == [0.0], f"fixed checkpoint 0 {flags}")
+    check(abs(flags["--compute-fraction"][0] - (COMPUTE + CHECKPOINT * 0.04 / 0.07)) < 0.01,
+          f"compute fraction with a wrong fixed checkpoint fraction: {flags}")
+    bad = subprocess.run([sys.executable, SCRIPT, "--warmup", "2", "--pass", "micro-batch",
+                          "--fixed", "loader=1", *specs], capture_output=True, text=True)
+    check(bad.returncode != 0 and "--fixed loader=1" in bad.stderr,
+          f"--fixed of a per-micro-batch term accepted: {bad.returncode} {bad.stderr}")
 print("PASS")
