@@ -50,16 +50,17 @@ bench_prepare() {
 
 bench_train() {
   local dir=$1 steps=$2; shift 2
-  local before
+  local before steal
   rm -rf "$dir"
   before=$(head -1 /proc/stat)
   mpirun -np 2 "$TRAIN" --config configs/demo.yaml \
     --set "data.meta=$SCAN_META" --set data.eval_meta= --set train.eval_every=0 \
     --set train.checkpoint_every=0 --set "train.steps=$steps" --set "runtime.run_dir=$dir" \
     "$@" > "$dir.log" 2>&1 || { echo "bench: $dir failed, see $dir.log" >&2; return 1; }
-  bench_steal "$before" "$(head -1 /proc/stat)" > "$dir.steal"
-  if awk -v s="$(cat "$dir.steal")" -v m="${BENCH_MAX_STEAL:-2}" 'BEGIN { exit !(s > m) }'; then
-    echo "bench: $dir: the hypervisor held back $(cat "$dir.steal") % of the CPU time during" \
+  steal=$(bench_steal "$before" "$(head -1 /proc/stat)")
+  echo "$steal" > "$dir.steal"
+  if awk -v s="$steal" -v m="${BENCH_MAX_STEAL:-2}" 'BEGIN { exit !(s > m) }'; then
+    echo "bench: $dir: the hypervisor held back $steal % of the CPU time during" \
          "the run (steal; BENCH_MAX_STEAL ${BENCH_MAX_STEAL:-2}): its times are not this" \
          "machine's own" >&2
   fi

@@ -261,11 +261,13 @@ def main():
         if t not in TERMS:
             sys.exit(f"host_overheads: unknown term {t} (of {', '.join(TERMS)})")
     fixed = {}
+    # loader and mb are set by stage position (first / later), not one value for every stage
+    fixable = [t for t in TERMS if t not in ("loader", "mb")]
     for f in a.fixed:
         t, _, v = f.partition("=")
-        if t not in TERMS or t in ("loader", "mb"):
+        if t not in fixable:
             sys.exit(f"host_overheads: --fixed {f}: expected TERM=V with TERM one of "
-                     f"{', '.join(x for x in TERMS if x not in ('loader', 'mb'))}")
+                     f"{', '.join(fixable)}")
         try:
             fixed[t] = float(v)
         except ValueError:

@@ -411,10 +411,12 @@ analyse() {  # TABLES (bracket | pooled): fit the host overheads, simulate, prin
   for name in "${NAMES[@]}" "${CALIB_PP2[@]}" "${CALIB_DP2[@]}"; do
     simulate "$name" "$TABLES.raw"
   done
-  FIT_FIXED=()
+  local dp2_fixed=()  # from the PP 2 calibration fit; the leave-one-out DP 2 fits take it too
   for layout in pp2 dp2; do
     mapfile -t calib < <(calib_of "$layout")
-    [ "$layout" = dp2 ] && mapfile -t FIT_FIXED < <(shared_terms "${FLAGS[pp2]}")
+    [ "$layout" = dp2 ] && mapfile -t dp2_fixed < <(shared_terms "${FLAGS[pp2]}")
+    FIT_FIXED=()
+    [ "$layout" = dp2 ] && FIT_FIXED=("${dp2_fixed[@]}")
     fit_overheads "$OUT/overheads-$TABLES-$layout" calib "${calib[@]}"
     FLAGS[$layout]=$FIT_FLAGS
     echo "$layout: $FIT_FLAGS" > "$OUT/overheads-$TABLES-$layout.args"
@@ -441,7 +443,7 @@ analyse() {  # TABLES (bracket | pooled): fit the host overheads, simulate, prin
     mapfile -t calib < <(calib_of "$layout")
     mapfile -t others < <(same_layout "$layout" "$name")
     FIT_FIXED=()
-    [ "$layout" = dp2 ] && mapfile -t FIT_FIXED < <(shared_terms "${FLAGS[pp2]}")
+    [ "$layout" = dp2 ] && FIT_FIXED=("${dp2_fixed[@]}")
     fit_overheads "$OUT/overheads-$TABLES-loo-$name" loo "${calib[@]}" "${others[@]}"
     read -r -a flags <<< "$FIT_FLAGS"
     simulate "$name" "$TABLES.loo" "${flags[@]}"
