@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/host_heap.h"
 #include "core/model_preset.h"
 #include "partition/unit_cost_table.h"
 #include "profile/unit_profiler.h"
@@ -22,6 +23,7 @@ struct ProfileArgs {
   profile::ProfileOptions options;
   std::vector<std::string> freeze;  ///< --freeze group names
   int threads = 0;
+  int heap_keep_mb = 1024;  ///< as runtime.heap_keep_mb, so the table matches the trainer
   bool cpu_clock = false;
   std::string statistic = "median";  ///< --statistic
 };
@@ -59,6 +61,7 @@ void print_table(const profile::ProfileResult& r, const std::string& statistic_n
 
 int run_profile(ProfileArgs& a) {
   if (a.threads > 0) torch::set_num_threads(a.threads);
+  fmt::print("{}\n", configure_host_heap(a.heap_keep_mb).describe());
   a.options.device = torch::Device(a.device);
   for (const auto& g : a.freeze) a.options.freeze.push_back(parse_choice<UnitGroup>(g, "--freeze"));
   if (a.cpu_clock) {
@@ -107,6 +110,9 @@ void register_profile_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--freeze", a->freeze, "train.freeze groups: vit, projector, llm");
   cmd->add_option("--seed", a->options.pack.seed, "seed of the pack's lengths and values");
   cmd->add_option("--threads", a->threads, "intra-op threads (default: LibTorch's)");
+  cmd->add_option("--heap-keep-mb", a->heap_keep_mb,
+                  "MiB of freed memory malloc keeps, as the trainer's runtime.heap_keep_mb "
+                  "(0 = allocator defaults)");
   cmd->add_flag("--cpu-clock", a->cpu_clock,
                 "time by the thread's CPU clock (with --threads 1; robust to busy shared cores)");
   cmd->add_option("--device", a->device, "cpu or cuda[:i] (CUDA LibTorch builds)");

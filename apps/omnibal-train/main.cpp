@@ -18,6 +18,7 @@
 #include "comm/stop_signal.h"
 #include "comm/thread_setup.h"
 #include "core/config.h"
+#include "core/host_heap.h"
 #include "core/log.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
@@ -41,6 +42,7 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
   }
   comm::install_stop_handler();
   comm::configure_threads(cfg.runtime.threads, mpi.local_size());  // logs each rank's plan
+  omnibal::log_info("{}", omnibal::configure_host_heap(cfg.runtime.heap_keep_mb).describe());
   const comm::ProcessGrid grid = comm::make_process_grid(cfg.parallel, mpi.size());
   comm::WaitPolicy policy{cfg.comm.timeout_s, std::make_shared<comm::ErrorForwarder>(),
                           cfg.comm.stop_grace_s};

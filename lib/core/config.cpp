@@ -235,6 +235,8 @@ void RuntimeConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!run_dir.empty(), w, "run_dir: expected a directory path");
   for (const int s : trace_steps)
     OMNIBAL_CHECK(s >= 0, w, "trace_steps: expected global steps >= 0, got ", s);
+  OMNIBAL_CHECK(heap_keep_mb >= 0, w, "heap_keep_mb: expected MiB >= 0 (0 = allocator defaults), got ",
+                heap_keep_mb);
 }
 
 void CommConfig::validate(const std::string& w) const {

@@ -195,10 +195,14 @@ struct RuntimeConfig {
   /// Global steps (0-based) written as Chrome trace-event JSON to <run_dir>/trace/step-N.json
   /// (Perfetto, chrome://tracing); default the two steps after a 2-step warm-up; [] = none.
   std::vector<int> trace_steps{2, 3};
+  /// MiB of freed host memory glibc's malloc keeps for the next micro-batch instead of
+  /// returning it to the kernel (core/host_heap.h); 0 = the allocator's defaults.
+  int heap_keep_mb = 1024;
   template <class V> void visit_fields(V& v) {
     v("threads", threads);
     v("run_dir", run_dir);
     v("trace_steps", trace_steps);
+    v("heap_keep_mb", heap_keep_mb);
   }
   void validate(const std::string& where) const;
 };

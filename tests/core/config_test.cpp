@@ -144,6 +144,13 @@ TEST_CASE("train.exit_after_steps and train.exit_duration_min", "[core][config]"
                     Catch::Contains("train.exit_duration_min: expected minutes >= 0"));
 }
 
+TEST_CASE("runtime.heap_keep_mb: MiB >= 0, default 1024", "[core][config]") {
+  CHECK(parse_config("", "t.yaml").runtime.heap_keep_mb == 1024);
+  CHECK(parse_config("runtime:\n  heap_keep_mb: 0\n", "t.yaml").runtime.heap_keep_mb == 0);
+  CHECK_THROWS_WITH(parse_config("runtime:\n  heap_keep_mb: -5\n", "t.yaml"),
+                    Catch::Contains("runtime.heap_keep_mb: expected MiB >= 0"));
+}
+
 TEST_CASE("model.init_from, model.allow_missing and loss.reduction", "[core][config]") {
   const auto c = parse_config(
       "model:\n  init_from: /ckpt/InternVL-Chat-V1-5\n  allow_missing: ['projector.*']\n"
