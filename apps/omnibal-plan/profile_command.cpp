@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/host_heap.h"
 #include "core/model_preset.h"
@@ -23,7 +24,7 @@ struct ProfileArgs {
   profile::ProfileOptions options;
   std::vector<std::string> freeze;  ///< --freeze group names
   int threads = 0;
-  int heap_keep_mb = 1024;  ///< as runtime.heap_keep_mb, so the table matches the trainer
+  int heap_keep_mb = RuntimeConfig{}.heap_keep_mb;  ///< the trainer's default: tables match it
   bool cpu_clock = false;
   std::string statistic = "median";  ///< --statistic
 };

@@ -6,8 +6,8 @@
 // glibc's defaults serve blocks above a dynamic threshold (128 KiB at start) with mmap and trim
 // the heap's free top above 128 KiB; each such block then costs a fresh page fault per 4 KiB
 // page it touches, every micro-batch. Measured at DP 2 x PP 1 on the demo with ISF packs:
-// about 200k minor faults per rank in 24 steps and 0.31-0.36 s/step, against 52k faults and
-// 0.25-0.26 s/step with the heap kept (docs/results.md). Keeping the heap is what LibTorch's
+// 147-226k minor faults per rank in 24 steps and 329 ms a step (median of 3), against 52k
+// faults and 249 ms with the heap kept (docs/results.md, "The host heap"). Keeping the heap is what LibTorch's
 // CUDA caching allocator, jemalloc and tcmalloc do for their own memory.
 
 #include <cstdint>
@@ -21,7 +21,8 @@ struct HostHeapPolicy {
   int64_t mmap_threshold = 0;    ///< bytes: blocks at or above it are mmap'ed (0 = default)
   int64_t trim_threshold = 0;    ///< bytes of free heap top kept before trimming (0 = default)
   bool applied = false;          ///< false where the C library is not glibc or keep_mib is 0
-  /// One line for the start-up log, e.g. "host heap: keep 1024 MiB (mmap >= 32 MiB)".
+  /// One line for the start-up log, e.g.
+  /// "host heap: keep 1024 MiB of freed memory (mmap for blocks >= 32 MiB)".
   std::string describe() const;
 };
 
