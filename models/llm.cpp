@@ -1,6 +1,7 @@
 #include "models/llm.h"
 
 #include "core/error.h"
+#include "models/mixed_precision.h"
 #include "models/rotary.h"
 #include "models/tensor_parallel.h"
 #include "models/varlen_attention.h"
@@ -42,12 +43,12 @@ UnitState LlmEmbedUnit::forward(const UnitState& state) {
   const TensorParallel& tp = tensor_parallel();
   torch::Tensor x;  // [T, d]
   if (!tp.active()) {
-    x = tok_embeddings->forward(ids);
+    x = embedding_lookup(tok_embeddings->weight, ids);
   } else {  // this rank's rows of the vocabulary; the others' ids embed as 0, then summed
     const int64_t rows = tok_embeddings->weight.size(0), start = tp.rank * rows;
     const torch::Tensor mine = ids.ge(start).logical_and(ids.lt(start + rows));
     const torch::Tensor local = (ids - start).masked_fill(mine.logical_not(), 0);
-    x = reduce_from_tp(torch::embedding(tok_embeddings->weight, local)
+    x = reduce_from_tp(embedding_lookup(tok_embeddings->weight, local)
                            .masked_fill(mine.logical_not().unsqueeze(1), 0),
                        tp);
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/mixed_precision.h"
 
 namespace omnibal::models {
 
@@ -36,7 +37,9 @@ UnitState ProjectorUnit::forward(const UnitState& state) {
   const torch::Tensor grid = x.narrow(1, 1, patches).reshape({tiles, side, side, d});
   const torch::Tensor shuffled = pixel_shuffle_v2(grid).reshape({tiles, patches / 4, 4 * d});
   const torch::Tensor projected =
-      linear_layer(torch::gelu(linear_layer(norm->forward(shuffled), fc1->weight, fc1->bias)),
+      linear_layer(torch::gelu(linear_layer(layer_norm_fp32(shuffled, norm->weight, norm->bias,
+                                                            norm->options.eps()),
+                                            fc1->weight, fc1->bias)),
                    fc2->weight,
                    fc2->bias);  // [tiles, side^2/4, d_llm]
   OMNIBAL_CHECK(state.image_flags.defined() && state.image_flags.size(0) == tiles,

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "models/mixed_precision.h"
+
 namespace omnibal::models {
 
 /// weight * xf / sqrt(mean_sq + eps) with the normalisation in fp32, cast to `dtype` (the
@@ -38,7 +40,8 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-/// LayerNorm or RMSNorm chosen by name ("layernorm" | "rmsnorm"), as InternViT's norm_type.
+/// LayerNorm or RMSNorm chosen by name ("layernorm" | "rmsnorm"), as InternViT's norm_type, both
+/// computed in fp32 for bf16 inputs (layer_norm_fp32, mixed_precision.h).
 /// Parameters: weight [dim], and bias [dim] for layernorm only.
 class VitNormImpl : public torch::nn::Module {
  public:
@@ -49,7 +52,7 @@ class VitNormImpl : public torch::nn::Module {
   }
   /// x [..., dim] -> [..., dim].
   torch::Tensor forward(const torch::Tensor& x) {
-    if (!rms_) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps_);
+    if (!rms_) return layer_norm_fp32(x, weight, bias, eps_);
     const torch::Tensor xf = x.to(torch::kFloat32);
     return rms_scale(xf, x.scalar_type(), weight, xf.pow(2).mean(-1, true), eps_);
   }
