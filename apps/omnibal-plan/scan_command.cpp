@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "core/config.h"
 #include "core/model_preset.h"
+#include "data/input_checks.h"
 #include "data/length_scanner.h"
 
 namespace omnibal::plan {
@@ -33,9 +34,7 @@ int run_scan(const ScanArgs& a) {
   const ModelPreset preset = load_model_preset(config.model.preset);
   const auto policy = config.data.on_bad_sample;
   const data::Tokenizer tokenizer(config.data.tokenizer);
-  OMNIBAL_CHECK(tokenizer.vocab_size() <= preset.llm.vocab_size, "tokenizer '",
-                config.data.tokenizer, "' has ", tokenizer.vocab_size(),
-                " pieces, more than the preset's llm.vocab_size ", preset.llm.vocab_size);
+  data::check_tokenizer_fits(tokenizer, preset, config.model.preset);
   const data::SampleProcessor processor(tokenizer, data::sample_options(config.data, preset));
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -46,6 +45,11 @@ int run_scan(const ScanArgs& a) {
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto result = data::scan_lengths(dataset, processor, policy, threads);
   const auto t2 = Clock::now();
+  std::vector<data::SampleLengths> flat;
+  for (const auto& l : result.lengths) flat.insert(flat.end(), l.begin(), l.end());
+  for (const auto& warning :
+       data::check_empty_datasets(a.meta, dataset, flat, config.data.allow_empty_datasets))
+    fmt::print("{}\n", warning);
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
   fmt::print("read {} samples in {:.3f} s; scanned them with {} thread(s) in {:.3f} s\n",
              dataset.size(), seconds(t1 - t0), threads, seconds(t2 - t1));

@@ -2,25 +2,32 @@
 // DP x PP grid of MPI ranks.
 //   mpirun -np N omnibal-train --config configs/X.yaml [--set key=value ...] [--resume auto|PATH]
 // N must equal parallel.dp * parallel.pp. The app parses the command line, loads the config,
-// sets up threads and the process grid, finds the checkpoint to resume and settles every `auto`
-// of the config (train/run_config.h), runs the trainer and maps errors to `[rank r] ...` on
-// stderr and a job abort (comm::run_guarded); SIGTERM/SIGINT stop the job at the next step
-// boundary with a checkpoint and exit 0, as do train.exit_after_steps / exit_duration_min.
+// sets up threads and the process grid, locks the run directory (rank 0, core/run_dir_lock.h:
+// a second launch on it is refused, naming the holder), finds the checkpoint to resume and
+// settles every `auto` of the config (train/run_config.h), runs the trainer and maps errors to
+// `[rank r] ...` on stderr and a job abort (comm::run_guarded); SIGTERM/SIGINT stop the job at
+// the next step boundary with a checkpoint and exit 0, as do train.exit_after_steps /
+// exit_duration_min; during start-up planning (profile, partition trials) within seconds, with
+// no checkpoint and exit 0 too (train/startup_stop.h).
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/job_guard.h"
 #include "comm/mpi_runtime.h"
 #include "comm/parallel_comms.h"
+#include "comm/run_on_root.h"
 #include "comm/stop_signal.h"
 #include "comm/thread_setup.h"
 #include "core/config.h"
 #include "core/host_heap.h"
 #include "core/log.h"
+#include "core/run_dir_lock.h"
 #include "train/run_config.h"
+#include "train/startup_stop.h"
 #include "train/trainer.h"
 
 namespace comm = omnibal::comm;
@@ -47,15 +54,25 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
   comm::WaitPolicy policy{cfg.comm.timeout_s, std::make_shared<comm::ErrorForwarder>(),
                           cfg.comm.stop_grace_s};
   comm::ParallelComms comms(grid, policy);
+  // One launch per run directory: rank 0 locks it before anything is written there and holds
+  // the lock until this process ends; a refusal ends every rank with rank 0's message.
+  std::optional<omnibal::RunDirLock> run_dir_lock;
+  const auto lock_run_dir = [&] { run_dir_lock.emplace(cfg.runtime.run_dir, "omnibal-train"); };
+  comm::run_on_root(comms.world(), lock_run_dir, "locking runtime.run_dir");
   // Every `auto` is settled here, once (the checkpoint resumed decides model.hf_style before
   // init_from's config.json does); below this line the config is const.
   const omnibal::train::ResumePoint resume = omnibal::train::find_resume_point(cfg, args.resume);
   const omnibal::Config run_cfg = omnibal::train::resolve_run_config(cfg, resume);
-  omnibal::train::Trainer trainer(run_cfg, comms, policy.errors, resume);
-  const auto outcome = trainer.run();
-  if (outcome.stopped)
-    omnibal::log_info("stopped ({}) after step {}; checkpoint written, continue with --resume auto",
-                      outcome.stop_reason, outcome.steps_done);
+  try {
+    omnibal::train::Trainer trainer(run_cfg, comms, policy.errors, resume);
+    const auto outcome = trainer.run();
+    if (outcome.stopped)
+      omnibal::log_info(
+          "stopped ({}) after step {}; checkpoint written, continue with --resume auto",
+          outcome.stop_reason, outcome.steps_done);
+  } catch (const omnibal::train::StartupStopped& stop) {  // agreed by every rank: exit 0
+    omnibal::log_info("{}", stop.what());
+  }
   return 0;
 }
 

@@ -19,6 +19,7 @@ nlohmann::json CheckpointManifest::to_json() const {
   nlohmann::json j = {{"format", kFormat},         {"version", kVersion}, {"step", step},
                       {"world_size", world_size},  {"files", files_json}, {"tensors", tensors},
                       {"config_file", kConfigFile}};
+  if (all_finite) j["all_finite"] = true;
   j[kChecksumKey] = to_hex64(xxh3_of(j.dump()));
   return j;
 }
@@ -47,6 +48,7 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
       m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(),
                          f.at("xxh3_64").get<std::string>()});
     m.tensors = j.at("tensors").get<std::map<std::string, std::string>>();
+    m.all_finite = j.value("all_finite", false);
   } catch (const nlohmann::json::exception& e) {
     OMNIBAL_FAIL(origin, ": malformed manifest: ", e.what());
   }

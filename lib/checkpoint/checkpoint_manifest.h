@@ -6,12 +6,15 @@
 //   {"format": "omnibal-checkpoint", "version": 2, "step": 120, "world_size": 4,
 //    "files": [{"name": "rank-0.safetensors", "bytes": 123, "xxh3_64": "0f1e..."}, ...],
 //    "tensors": {"llm_block_3.attention.wq.weight": "rank-1.safetensors", ...},
-//    "config_file": "config.yaml", "manifest_xxh3_64": "9a0b..."}
+//    "config_file": "config.yaml", "all_finite": true, "manifest_xxh3_64": "9a0b..."}
 //
 // manifest_xxh3_64 checks the manifest itself: the XXH3-64 of the compact JSON of every other
 // field (nlohmann's dump(), keys sorted), so an edited or damaged manifest is refused before
 // its file list is trusted (`--resume auto` then skips the checkpoint). Version 1 manifests,
 // written before the field existed, are read without that check.
+// all_finite: every floating tensor of every shard was checked finite at save (the store refuses
+// a NaN / Inf, tensor_finiteness.h); absent in checkpoints written before that check, whose
+// tensors readers scan instead.
 //
 // Not here: writing shards, renaming, pruning (checkpoint_store.h).
 #pragma once
@@ -43,6 +46,9 @@ struct CheckpointManifest {
   int world_size = 0;                          ///< ranks that wrote shards
   std::vector<ManifestFile> files;             ///< every file but manifest.json
   std::map<std::string, std::string> tensors;  ///< tensor name -> file holding it
+  /// The store checked every floating tensor finite at save (written only when true; false for
+  /// checkpoints from before the check).
+  bool all_finite = false;
 
   /// The manifest with its own checksum (manifest_xxh3_64).
   nlohmann::json to_json() const;

@@ -3,6 +3,7 @@
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/durable_file.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/tensor_finiteness.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -17,6 +18,19 @@ std::string join_lines(const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& l : lines) out += "\n  - " + l;
   return out;
+}
+
+// What makes `dir` unusable: its differences from the manifest, else (a checkpoint written
+// before saves checked them) its non-finite tensors.
+std::vector<std::string> checkpoint_problems(const std::string& dir) {
+  std::vector<std::string> problems = checkpoint_differences(dir);
+  if (!problems.empty()) return problems;
+  problems = checkpoint_nonfinite_tensors(dir);
+  if (!problems.empty())
+    problems.push_back(
+        "the tensors above are not finite: a diverged run's weights or optimizer state, "
+        "written before checkpoint saves refused them");
+  return problems;
 }
 
 }  // namespace
@@ -53,7 +67,7 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
     try {
       const CheckpointManifest manifest = CheckpointManifest::read(dir);
       OMNIBAL_CHECK(manifest.step == step, dir, ": manifest says step ", manifest.step);
-      const auto problems = checkpoint_differences(dir);
+      const auto problems = checkpoint_problems(dir);
       if (problems.empty()) return dir;
       log_info("checkpoint: skipping {}:{}", dir, join_lines(problems));
     } catch (const Error& e) {
@@ -67,6 +81,11 @@ void verify_checkpoint(const std::string& dir) {
   const auto problems = checkpoint_differences(dir);
   OMNIBAL_CHECK(problems.empty(), "checkpoint ", dir,
                 " does not match its manifest:", join_lines(problems));
+  const auto nonfinite = checkpoint_nonfinite_tensors(dir);
+  OMNIBAL_CHECK(nonfinite.empty(), "checkpoint ", dir,
+                " holds non-finite (NaN / Inf) tensors - a diverged run's, written before "
+                "checkpoint saves refused them; resume from an earlier checkpoint:",
+                join_lines(nonfinite));
 }
 
 std::vector<std::string> checkpoint_tensor_names(const std::string& dir) {

@@ -16,11 +16,14 @@
 namespace omnibal::checkpoint {
 
 /// Throws omnibal::Error listing everything in `dir` that differs from its manifest (missing
-/// file, size, checksum), or that the manifest itself is missing or malformed.
+/// file, size, checksum), or that the manifest itself is missing or malformed, or - for a
+/// checkpoint without the manifest's "all_finite" mark (written before saves checked it) - every
+/// tensor holding a NaN / Inf (tensor_finiteness.h).
 void verify_checkpoint(const std::string& dir);
 
-/// Path of the newest <root>/step-N whose manifest verifies, or nullopt. Damaged or incomplete
-/// directories and *.tmp leftovers are skipped with a log line saying why.
+/// Path of the newest <root>/step-N whose manifest verifies and whose tensors are finite (see
+/// verify_checkpoint), or nullopt. Damaged, incomplete or non-finite directories and *.tmp
+/// leftovers are skipped with a log line saying why.
 std::optional<std::string> find_latest_checkpoint(const std::string& root);
 
 /// The tensors `names` from whichever shard files of `dir` hold them (CPU, zero-copy views of

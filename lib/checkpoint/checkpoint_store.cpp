@@ -5,8 +5,11 @@
 #include "checkpoint/durable_file.h"
 #include "checkpoint/file_digest.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/tensor_finiteness.h"
 #include "core/error.h"
 #include "core/log.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -19,7 +22,42 @@ std::string shard_file(int rank) { return shard_file_name(rank); }
 std::string state_file(int rank) { return state_file_name(rank); }
 
 // Columns of the per-rank digest table all-reduced after the writes.
-enum DigestColumn { kTensorBytes, kTensorHash, kStateBytes, kStateHash, kFailed, kColumns };
+enum DigestColumn {
+  kTensorBytes,
+  kTensorHash,
+  kStateBytes,
+  kStateHash,
+  kFailed,
+  kNonFinite,  // the rank's shard holds a NaN / Inf: nothing written
+  kColumns
+};
+
+// "1, 3": the ranks whose row of the all-reduced table has `column` set.
+std::string ranks_with(const torch::Tensor& table, int column) {
+  std::string ranks;
+  for (int64_t r = 0; r < table.size(0); ++r)
+    if (table[r][column].item<int64_t>() != 0)
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  return ranks;
+}
+
+// Writes, fsyncs and digests rank `rank`'s two files of `shard` into `tmp`; fills its `row` of
+// the digest table. Throws on any I/O failure.
+void write_shard(const std::string& tmp, int rank, int64_t step, const Shard& shard, int64_t* row) {
+  const std::string tensors_path = (fs::path(tmp) / shard_file(rank)).string();
+  const std::string state_path = (fs::path(tmp) / state_file(rank)).string();
+  write_safetensors(tensors_path, shard.tensors,
+                    {{"format", "pt"},
+                     {"omnibal_step", std::to_string(step)},
+                     {"omnibal_rank", std::to_string(rank)}});
+  write_text_file_durable(state_path, shard.state.dump(1) + "\n");
+  const FileDigest t = digest_file(tensors_path);
+  const FileDigest s = digest_file(state_path);
+  row[kTensorBytes] = static_cast<int64_t>(t.bytes);
+  row[kTensorHash] = static_cast<int64_t>(t.xxh3);
+  row[kStateBytes] = static_cast<int64_t>(s.bytes);
+  row[kStateHash] = static_cast<int64_t>(s.xxh3);
+}
 
 }  // namespace
 
@@ -57,41 +95,38 @@ void CheckpointStore::save(int64_t step, const Shard& shard,
     OMNIBAL_FAIL(what, " not saved: rank 0 could not create ", tmp,
                  rank == 0 ? ": " + error : std::string(" (see rank 0's error)"));
 
-  // 2. Every rank writes, fsyncs and digests its own files.
+  // 2. Every rank checks its tensors are finite, then writes, fsyncs and digests its own files.
   torch::Tensor table = torch::zeros({size, kColumns}, torch::kLong);
   int64_t* row = table.data_ptr<int64_t>() + static_cast<int64_t>(rank) * kColumns;
-  try {
-    const std::string tensors_path = (fs::path(tmp) / shard_file(rank)).string();
-    const std::string state_path = (fs::path(tmp) / state_file(rank)).string();
-    write_safetensors(tensors_path, shard.tensors,
-                      {{"format", "pt"},
-                       {"omnibal_step", std::to_string(step)},
-                       {"omnibal_rank", std::to_string(rank)}});
-    write_text_file_durable(state_path, shard.state.dump(1) + "\n");
-    const FileDigest t = digest_file(tensors_path);
-    const FileDigest s = digest_file(state_path);
-    row[kTensorBytes] = static_cast<int64_t>(t.bytes);
-    row[kTensorHash] = static_cast<int64_t>(t.xxh3);
-    row[kStateBytes] = static_cast<int64_t>(s.bytes);
-    row[kStateHash] = static_cast<int64_t>(s.xxh3);
-  } catch (const std::exception& e) {
-    error = e.what();
-    row[kFailed] = 1;
+  const std::vector<std::string> nonfinite = nonfinite_tensors(shard.tensors);
+  if (!nonfinite.empty()) {
+    row[kNonFinite] = 1;
+    error = nonfinite.front() + (nonfinite.size() > 1
+                                     ? fmt::format(" (and {} more tensors)", nonfinite.size() - 1)
+                                     : std::string());
+  } else {
+    try {
+      write_shard(tmp, rank, step, shard, row);
+    } catch (const std::exception& e) {
+      error = e.what();
+      row[kFailed] = 1;
+    }
   }
   world_.all_reduce(table, comm::ReduceOp::kSum, what + ": shard digests");
 
-  std::vector<int> failed;
-  for (int r = 0; r < size; ++r)
-    if (table[r][kFailed].item<int64_t>() != 0) failed.push_back(r);
-  if (!failed.empty()) {
+  const std::string failed = ranks_with(table, kFailed);
+  const std::string unfinite = ranks_with(table, kNonFinite);
+  if (!failed.empty() || !unfinite.empty()) {
     if (rank == 0) {
       std::error_code ec;
       fs::remove_all(tmp, ec);
     }
-    std::string ranks;
-    for (int r : failed) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    OMNIBAL_FAIL(what, " not saved: writing the shard failed on rank(s) ", ranks,
-                 error.empty() ? std::string() : " (this rank: " + error + ")",
+    const std::string mine = error.empty() ? std::string() : " (this rank: " + error + ")";
+    if (!unfinite.empty())
+      OMNIBAL_FAIL(what, " refused: the tensors of rank(s) ", unfinite,
+                   " are not all finite (NaN / Inf)", mine,
+                   "; nothing was written and earlier checkpoints are untouched");
+    OMNIBAL_FAIL(what, " not saved: writing the shard failed on rank(s) ", failed, mine,
                  "; earlier checkpoints are untouched");
   }
 
@@ -121,6 +156,7 @@ void CheckpointStore::finalize(int64_t step, const std::vector<uint64_t>& digest
   CheckpointManifest manifest;
   manifest.step = step;
   manifest.world_size = size;
+  manifest.all_finite = true;  // save() refused any shard with a NaN / Inf
   for (int r = 0; r < size; ++r) {
     const uint64_t* row = digests.data() + static_cast<size_t>(r) * kColumns;
     manifest.files.push_back({shard_file(r), row[kTensorBytes], to_hex64(row[kTensorHash])});

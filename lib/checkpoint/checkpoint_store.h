@@ -9,11 +9,13 @@
 //                         tensor name -> file (checkpoint_manifest.h)
 //
 // save() protocol (collective over `world`): rank 0 creates <root>/step-N.tmp/ (removing a
-// stale one); every rank writes and fsyncs its two files; every rank computes the size and
-// checksum of its own files; an all-reduce tells every rank whether all writes succeeded (a
-// failure anywhere aborts the save everywhere: the .tmp is removed, earlier checkpoints stay
-// as they were, and every rank throws naming the failed ranks); rank 0 writes config.yaml and
-// manifest.json, fsyncs them and the directory, renames step-N.tmp -> step-N, fsyncs <root>,
+// stale one); every rank checks that its floating tensors are finite (tensor_finiteness.h; a
+// NaN / Inf is not written), writes and fsyncs its two files; every rank computes the size and
+// checksum of its own files; an all-reduce tells every rank whether all checks and writes
+// succeeded (a failure anywhere aborts the save everywhere: the .tmp is removed, earlier
+// checkpoints stay as they were, and every rank throws naming the failed ranks, and the
+// tensor on its own); rank 0 writes config.yaml and manifest.json ("all_finite": true), fsyncs
+// them and the directory, renames step-N.tmp -> step-N, fsyncs <root>,
 // and prunes to the `keep_last` newest step-* directories (and removes older *.tmp leftovers);
 // a last all-reduce makes rank 0's failure everyone's failure.
 // A crash at any point leaves either no step-N or a complete one (rename is atomic on POSIX
@@ -54,13 +56,14 @@ class CheckpointStore {
 
   /// Collective: saves this rank's `shard` as part of checkpoint `step` (>= 0), with the resolved
   /// config (rank 0's copy is written). Replaces an existing step-N only once the new one is
-  /// complete. Throws omnibal::Error on every rank when any rank failed; then no step-N is
-  /// created and earlier checkpoints are untouched.
+  /// complete. Throws omnibal::Error on every rank when any rank failed, or held a NaN / Inf in
+  /// a floating tensor ("checkpoint step N refused: ...", the tensor named on its rank); then
+  /// no step-N is created and earlier checkpoints are untouched.
   void save(int64_t step, const Shard& shard, const std::string& resolved_config_yaml);
 
-  /// Path of the newest step-N whose manifest verifies (sizes and checksums), or nullopt.
-  /// Damaged or incomplete directories and *.tmp leftovers are skipped with a log line saying
-  /// why. Not collective; reads every file of the candidates it checks.
+  /// Path of the newest step-N whose manifest verifies (sizes and checksums) and whose tensors
+  /// are finite (checkpoint_reader.h), or nullopt. Damaged, incomplete or non-finite
+  /// directories and *.tmp leftovers are skipped with a log line saying why. Not collective; reads every file of the candidates it checks.
   std::optional<std::string> find_latest() const;
 
   /// Throws omnibal::Error listing everything in `dir` that differs from its manifest (missing

@@ -48,6 +48,11 @@ enum class PlaceBy { kCount, kTime };
 /// or is left out and counted (kSkip).
 enum class OnBadSample { kError, kSkip };
 
+/// `train.on_nonfinite`: a step whose loss or gradient norm is not finite (NaN / Inf, agreed over
+/// every rank) stops the run with an error (kStop) or is not applied and counted (kSkip, at most
+/// `train.max_nonfinite_skips` in a row).
+enum class OnNonFinite { kStop, kSkip };
+
 /// `model.hf_style`: the Hugging Face LLM naming of init_from / export. kAuto is settled once at
 /// start-up (train/run_config.h: the resumed checkpoint's, else init_from's config.json, else
 /// internlm2).
@@ -114,6 +119,11 @@ template <> struct Choices<PlaceBy> {
 template <> struct Choices<OnBadSample> {
   static constexpr std::array<std::pair<OnBadSample, std::string_view>, 2> names{
       {{OnBadSample::kError, "error"}, {OnBadSample::kSkip, "skip"}}};
+  static constexpr std::size_t parsed = 2;
+};
+template <> struct Choices<OnNonFinite> {
+  static constexpr std::array<std::pair<OnNonFinite, std::string_view>, 2> names{
+      {{OnNonFinite::kStop, "stop"}, {OnNonFinite::kSkip, "skip"}}};
   static constexpr std::size_t parsed = 2;
 };
 template <> struct Choices<HfStyle> {

@@ -203,6 +203,8 @@ void DataConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(max_tiles >= min_tiles, w, "max_tiles: expected >= min_tiles (", min_tiles,
                 "), got ", max_tiles);
   OMNIBAL_CHECK(workers >= 1, w, "workers: expected >= 1, got ", workers);
+  OMNIBAL_CHECK(max_image_pixels >= 0, w,
+                "max_image_pixels: expected pixels >= 0 (0 = no limit), got ", max_image_pixels);
 }
 
 void TrainConfig::validate(const std::string& w) const {
@@ -224,6 +226,7 @@ void TrainConfig::validate(const std::string& w) const {
                 exit_after_steps);
   OMNIBAL_CHECK(std::isfinite(exit_duration_min) && exit_duration_min >= 0, w,
                 "exit_duration_min: expected minutes >= 0 (0 = off), got ", exit_duration_min);
+  check_positive(w + "max_nonfinite_skips", max_nonfinite_skips);
 }
 
 void DebugConfig::validate(const std::string& w) const {

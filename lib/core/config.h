@@ -54,6 +54,10 @@ struct ParallelConfig {
   /// Per-unit cost table (omnibal-plan profile / partition --cost-table) for balanced and
   /// adaptive; empty = profile the model at start-up under the run's largest pack.
   std::string cost_table;
+  /// Reuse the stage plan (split, recompute, schedule) of an earlier run: a run directory (its
+  /// stage_plan.json) or a stage_plan.json file; empty = plan at start-up. Refused when that plan
+  /// does not fit this run's pp, v or model.
+  std::string plan_from;
   template <class V> void visit_fields(V& v) {
     v("dp", dp);
     v("pp", pp);
@@ -68,6 +72,7 @@ struct ParallelConfig {
     v("partition_radius", partition_radius);
     v("partition_top_k", partition_top_k);
     v("cost_table", cost_table);
+    v("plan_from", plan_from);
   }
   void validate(const std::string& where) const;
 };
@@ -122,6 +127,11 @@ struct DataConfig {
   int max_tiles = 6;  ///< dynamic tiling: most tiles per sample, split over images
   int workers = 2;    ///< loader threads materialising packs ahead of training
   OnBadSample on_bad_sample = OnBadSample::kError;  ///< error | skip (counted)
+  /// Largest width x height of an image, read from its header at the start-up scan (a
+  /// decompression bomb guard; PIL's Image.MAX_IMAGE_PIXELS); 0 = no limit.
+  int64_t max_image_pixels = 89478485;
+  /// A dataset of the meta file with no samples: an error (false) or a warning (true).
+  bool allow_empty_datasets = false;
   template <class V> void visit_fields(V& v) {
     v("meta", meta);
     v("eval_meta", eval_meta);
@@ -131,6 +141,8 @@ struct DataConfig {
     v("max_tiles", max_tiles);
     v("workers", workers);
     v("on_bad_sample", on_bad_sample);
+    v("max_image_pixels", max_image_pixels);
+    v("allow_empty_datasets", allow_empty_datasets);
   }
   void validate(const std::string& where) const;
 };
@@ -165,6 +177,12 @@ struct TrainConfig {
   /// Console progress line every N steps (ETA, samples/s, bubble, Dist Ratio), one updating
   /// line on a terminal; metrics.jsonl keeps every step. The first and last step always print.
   int log_every = 10;
+  /// A step whose loss or gradient norm is NaN / Inf on any rank: stop (an error naming the
+  /// step, the quantity and the stage / rank) or skip (the update is not applied; counted in
+  /// summary.json).
+  OnNonFinite on_nonfinite = OnNonFinite::kStop;
+  /// Under on_nonfinite skip: the most consecutive skipped steps before the run stops; >= 1.
+  int max_nonfinite_skips = 3;
   template <class V> void visit_fields(V& v) {
     v("steps", steps);
     v("lr", lr);
@@ -184,6 +202,8 @@ struct TrainConfig {
     v("precision", precision);
     v("zero1", zero1);
     v("log_every", log_every);
+    v("on_nonfinite", on_nonfinite);
+    v("max_nonfinite_skips", max_nonfinite_skips);
   }
   void validate(const std::string& where) const;
 };

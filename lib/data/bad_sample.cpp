@@ -9,6 +9,7 @@ const char* reason_name(BadSampleReason reason) {
     case BadSampleReason::kMalformedJson: return "malformed_json";
     case BadSampleReason::kMissingImage: return "missing_image";
     case BadSampleReason::kCorruptImage: return "corrupt_image";
+    case BadSampleReason::kImageTooLarge: return "image_too_large";
     case BadSampleReason::kImageCountMismatch: return "image_count_mismatch";
     case BadSampleReason::kEmptyConversation: return "empty_conversation";
     case BadSampleReason::kNonAlternating: return "non_alternating";

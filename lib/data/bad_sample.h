@@ -19,6 +19,7 @@ enum class BadSampleReason : int {
   kMalformedJson = 0,   ///< the line (or array element) is not a JSON object of the format
   kMissingImage,        ///< an image file does not exist
   kCorruptImage,        ///< an image file exists but cannot be decoded / its header read
+  kImageTooLarge,       ///< an image over data.max_image_pixels (or too large for stb to decode)
   kImageCountMismatch,  ///< `<image>` placeholders do not match the record's images
   kEmptyConversation,   ///< no turns, or no assistant reply to learn from
   kNonAlternating,      ///< turns are not human, gpt, human, gpt, ...

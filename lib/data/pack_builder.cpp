@@ -57,6 +57,31 @@ std::vector<SampleLengths> load_meta_lengths(const ConversationDataset& dataset)
   return all;
 }
 
+ProcessedSample PackBuilder::process(int64_t id, const SampleParts& parts) const {
+  // Only failures found while decoding are remembered, and only decoding builds use them: a
+  // later stage that does not decode (under kError) trusts the record's width/height as the
+  // scan did, so a sample whose pixels failed may still be fine for it.
+  if (parts.pixels) {
+    std::lock_guard<std::mutex> lock(bad_mutex_);
+    const auto known = bad_.find(id);
+    if (known != bad_.end()) throw known->second;
+  }
+  const AnnotationEntry& entry = dataset_.entry(id);
+  if (entry.error) throw *entry.error;
+  try {
+    ++processed_;
+    return processor_.process(*entry.record, dataset_.root_of(id), parts);
+  } catch (const BadSampleError& e) {
+    // Whether a sample's images decode is a property of its files: decoding a bad one again
+    // (every epoch, under skip) would only repeat the failure, or the decompression bomb.
+    if (parts.pixels) {
+      std::lock_guard<std::mutex> lock(bad_mutex_);
+      bad_.emplace(id, e);
+    }
+    throw;
+  }
+}
+
 models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, const PackParts& parts,
                                      BadSampleCounts* counts) const {
   OMNIBAL_CHECK(policy_ == OnBadSample::kError || counts != nullptr,
@@ -69,10 +94,8 @@ models::PackBatch PackBuilder::build(const std::vector<int64_t>& sample_ids, con
   std::vector<ProcessedSample> samples;
   models::PackBatch batch;
   for (int64_t id : sample_ids) {
-    const AnnotationEntry& entry = dataset_.entry(id);
     try {
-      if (entry.error) throw *entry.error;
-      samples.push_back(processor_.process(*entry.record, dataset_.root_of(id), sample_parts));
+      samples.push_back(process(id, sample_parts));
       check_lengths(id, samples.back());
       batch.sample_ids.push_back(id);
     } catch (const BadSampleError& e) {

@@ -5,7 +5,10 @@
 // expensive part and only the first stage needs it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "data/bad_sample.h"
@@ -48,7 +51,9 @@ class PackBuilder {
   /// the same samples. Tensors:
   /// pixel_values [tiles, 3, S, S] float32; image_flags [tiles], input_ids / labels /
   /// position_ids [T], cu_seqlens [n + 1], all int64. A pack whose every sample was skipped has
-  /// n = 0, T = 0 and no tiles.
+  /// n = 0, T = 0 and no tiles. A sample found bad while decoding is remembered (thread-safe)
+  /// and not processed again by a decoding build: later packs (the next epoch, another loader
+  /// worker) rethrow or count its first BadSampleError without reopening its images.
   models::PackBatch build(const std::vector<int64_t>& sample_ids, const PackParts& parts,
                           BadSampleCounts* counts = nullptr) const;
 
@@ -60,13 +65,22 @@ class PackBuilder {
   /// The dataset packs refer to.
   const ConversationDataset& dataset() const { return dataset_; }
 
+  /// Samples run through SampleProcessor::process so far (their images decoded when the parts
+  /// need pixels or under kSkip); a sample remembered as bad is not run again.
+  int64_t samples_processed() const { return processed_.load(); }
+
  private:
   void check_lengths(int64_t id, const ProcessedSample& sample) const;
+  ProcessedSample process(int64_t id, const SampleParts& parts) const;
 
   const ConversationDataset& dataset_;
   const SampleProcessor& processor_;
   OnBadSample policy_;
   std::vector<SampleLengths> expected_;  ///< empty = no check
+  mutable std::mutex bad_mutex_;
+  /// By global id: samples found bad while decoding.
+  mutable std::unordered_map<int64_t, BadSampleError> bad_;
+  mutable std::atomic<int64_t> processed_{0};
 };
 
 /// The lengths listed by the meta file's token_lengths files, concatenated in dataset order

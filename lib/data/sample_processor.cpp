@@ -17,6 +17,7 @@ SampleOptions sample_options(const DataConfig& config, const ModelPreset& preset
   }
   o.tokens_per_tile = preset.tokens_per_tile();
   o.max_tokens = preset.llm.max_seq_len;
+  o.max_image_pixels = config.max_image_pixels;
   o.template_name = choice_name(config.template_name);
   return o;
 }
@@ -25,6 +26,19 @@ std::ostream& operator<<(std::ostream& os, const SampleLengths& l) {
   return os << "{vit_num " << l.vit_num << ", token_num " << l.token_num << ", image_flags "
             << l.image_flags << "}";
 }
+
+namespace {
+
+BadSampleReason reason_of(ImageFault fault) {
+  switch (fault) {
+    case ImageFault::kMissing: return BadSampleReason::kMissingImage;
+    case ImageFault::kCorrupt: return BadSampleReason::kCorruptImage;
+    case ImageFault::kTooLarge: return BadSampleReason::kImageTooLarge;
+  }
+  return BadSampleReason::kCorruptImage;
+}
+
+}  // namespace
 
 std::string image_path(const std::string& root, const std::string& path) {
   const std::filesystem::path p(path);
@@ -55,17 +69,19 @@ std::vector<ImageSize> SampleProcessor::sizes_without_decoding(const SampleRecor
         throw BadSampleError(BadSampleReason::kMissingImage, record.origin,
                              "image file '" + path + "' does not exist");
       }
-      sizes.push_back(record.sizes[k]);
+      const ImageSize& s = record.sizes[k];
+      if (over_pixel_limit(s.width, s.height, options_.max_image_pixels)) {
+        throw BadSampleError(BadSampleReason::kImageTooLarge, record.origin,
+                             over_pixel_limit_message(path, s.width, s.height,
+                                                      options_.max_image_pixels,
+                                                      "the record's width and height"));
+      }
+      sizes.push_back(s);
       continue;
     }
-    bool missing = false;
-    std::string why;
-    const auto size = probe_image(path, missing, why);
-    if (!size) {
-      throw BadSampleError(missing ? BadSampleReason::kMissingImage
-                                   : BadSampleReason::kCorruptImage,
-                           record.origin, why);
-    }
+    ImageError error;
+    const auto size = probe_image(path, options_.max_image_pixels, error);
+    if (!size) throw BadSampleError(reason_of(error.fault), record.origin, error.why);
     sizes.push_back(*size);
   }
   return sizes;
@@ -95,19 +111,16 @@ SampleLengths SampleProcessor::measure(const SampleRecord& record, const std::st
 
 namespace {
 
-// Decodes every image of a record, checking it against the record's width/height when given.
-std::vector<RgbImage> decode_all(const SampleRecord& record, const std::string& root) {
+// Decodes every image of a record (each header checked against `max_pixels` first), checking
+// it against the record's width/height when given.
+std::vector<RgbImage> decode_all(const SampleRecord& record, const std::string& root,
+                                 int64_t max_pixels) {
   std::vector<RgbImage> images;
   for (size_t k = 0; k < record.images.size(); ++k) {
     const std::string path = image_path(root, record.images[k]);
-    bool missing = false;
-    std::string why;
-    auto image = decode_image(path, missing, why);
-    if (!image) {
-      throw BadSampleError(missing ? BadSampleReason::kMissingImage
-                                   : BadSampleReason::kCorruptImage,
-                           record.origin, why);
-    }
+    ImageError error;
+    auto image = decode_image(path, max_pixels, error);
+    if (!image) throw BadSampleError(reason_of(error.fault), record.origin, error.why);
     if (!record.sizes.empty() &&
         (record.sizes[k].width != image->width || record.sizes[k].height != image->height)) {
       throw BadSampleError(BadSampleReason::kCorruptImage, record.origin,
@@ -129,7 +142,7 @@ ProcessedSample SampleProcessor::process(const SampleRecord& record, const std::
   std::vector<RgbImage> images;
   std::vector<ImageSize> sizes;
   if (parts.pixels) {
-    images = decode_all(record, root);
+    images = decode_all(record, root, options_.max_image_pixels);
     for (const auto& im : images) sizes.push_back({im.width, im.height});
   } else {
     sizes = sizes_without_decoding(record, root);

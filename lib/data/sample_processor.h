@@ -23,11 +23,14 @@ struct SampleOptions {
   PixelNorm norm;             ///< preset vit.mean / vit.std
   int tokens_per_tile = 256;  ///< ModelPreset::tokens_per_tile()
   int64_t max_tokens = 4096;  ///< pack token budget: a longer sample is bad (over_budget)
+  /// data.max_image_pixels: most width x height of one image (0 = no limit); a larger image
+  /// makes its sample bad (image_too_large), checked from the header before any decoding.
+  int64_t max_image_pixels = DataConfig{}.max_image_pixels;
   std::string template_name = "internlm2-chat";
 };
 
 /// Options for `config` and `preset`: tile size, normalisation, tokens per tile and max_seq_len
-/// from the preset; min/max tiles and the template from `config`.
+/// from the preset; min/max tiles, the pixel limit and the template from `config`.
 SampleOptions sample_options(const DataConfig& config, const ModelPreset& preset);
 
 /// One sample's loads in the OmniBal length format (docs/paper.md). A sample skipped as bad is
@@ -67,12 +70,14 @@ class SampleProcessor {
   SampleProcessor(const Tokenizer& tokenizer, SampleOptions options);
 
   /// Lengths without decoding pixels: image sizes from the record's width/height when present,
-  /// else from the file headers (stbi_info). Throws BadSampleError (missing_image,
-  /// corrupt_image, over_budget).
+  /// else from the file headers (image_io.h's probe_image), either checked against
+  /// max_image_pixels. Throws BadSampleError (missing_image, corrupt_image, image_too_large,
+  /// over_budget).
   SampleLengths measure(const SampleRecord& record, const std::string& root) const;
 
   /// Builds `parts` of a sample. With pixels, images are decoded (and must match the record's
-  /// width/height when given); without, sizes come as in measure(). Throws BadSampleError.
+  /// width/height when given), each header checked against max_image_pixels first; without,
+  /// sizes come as in measure(). Throws BadSampleError.
   ProcessedSample process(const SampleRecord& record, const std::string& root,
                           const SampleParts& parts) const;
 

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
+#include "partition/pick_margin.h"
 #include "schedule/schedules.h"
 
 namespace omnibal::memory {
@@ -71,6 +73,46 @@ RecomputeFlags search_flags(const UnitCostTable& table, const RecomputeSpec& spe
   return RecomputeFlags::none(n);
 }
 
+/// The candidates' indices, most preferred first, by nothing that is timed: the fewest
+/// parameter bytes on the fullest pipeline rank (chunk k on rank k % P), then the split's unit
+/// counts in lexicographic order.
+std::vector<int> split_preference(const std::vector<PlanCandidate>& c, const UnitCostTable& table,
+                                  int stages) {
+  std::vector<double> fullest;
+  for (const auto& cand : c) {
+    std::vector<double> rank(stages, 0.0);
+    for (int k = 0; k < cand.partition.stages(); ++k)
+      for (int u = cand.partition.begin(k); u < cand.partition.end(k); ++u)
+        rank[k % stages] += table.units.at(u).parameter_bytes;
+    fullest.push_back(*std::max_element(rank.begin(), rank.end()));
+  }
+  std::vector<int> order(c.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (fullest[a] != fullest[b]) return fullest[a] < fullest[b];
+    return c[a].partition.sizes < c[b].partition.sizes;
+  });
+  return order;
+}
+
+/// Moves the margin's pick among `c` (partition/pick_margin.h) to the front, the others keeping
+/// their order; returns what the margin decided ("" when it kept the fastest or is 0).
+std::string put_margin_pick_first(std::vector<PlanCandidate>& c, const UnitCostTable& table,
+                                  const StagePlannerOptions& o) {
+  if (o.pick_margin <= 0 || c.size() < 2) return "";
+  std::vector<double> seconds;
+  std::vector<std::string> names;
+  for (const auto& cand : c) {
+    seconds.push_back(cand.pipeline_s);
+    names.push_back(cand.partition.to_string());
+  }
+  const int pick =
+      partition::pick_within_margin(seconds, split_preference(c, table, o.stages), o.pick_margin);
+  const std::string note = partition::margin_note(seconds, names, pick, o.pick_margin);
+  std::rotate(c.begin(), c.begin() + pick, c.begin() + pick + 1);
+  return note;
+}
+
 /// BMP over `table`; for adaptive recomputation the search repeats with the pick's flags.
 void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
                    const StagePlannerOptions& o, const CandidateJudge& judge, StagePlan& plan,
@@ -83,6 +125,7 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
   RecomputeFlags flags = search_flags(table, spec);
   partition::PartitionSearchResult search;
   Partition pick;
+  std::string margin;  // what the pick margin decided in the last round
   int rounds = 0;
   for (int round = 0; round < (adaptive ? 3 : 1); ++round) {
     auto in = search_input(table, flags, o);
@@ -99,6 +142,7 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
     plan.candidates.clear();
     for (const auto& c : search.top)
       plan.candidates.push_back({c.partition, c.pipeline_s, {}, o.schedule, chunks_per_rank(o)});
+    margin = put_margin_pick_first(plan.candidates, table, o);
     plan.chosen = judge ? judge(plan.candidates) : judge_by_pipeline_time(plan.candidates);
     OMNIBAL_CHECK(plan.chosen >= 0 && plan.chosen < static_cast<int>(plan.candidates.size()),
                   "stage plan: the candidate judge chose ", plan.chosen, " of ",
@@ -117,6 +161,10 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
       chunks_per_rank(o) > 1 ? fmt::format(" v {}", chunks_per_rank(o)) : std::string(), o.radius,
       o.top_k, rounds, rounds > 1 ? "s" : "", search.exact_anchor.to_string(),
       search.greedy_anchor.to_string(), search.refined_anchor.to_string());
+  if (o.pick_margin > 0)
+    plan.partition_source +=
+        fmt::format("; pick margin {:.1f} % (the profile's spread){}", 100.0 * o.pick_margin,
+                    margin.empty() ? std::string() : ": " + margin);
   if (!o.host_micro_batch_s.empty()) {
     std::string ms;
     for (double h : o.host_micro_batch_s)
@@ -316,17 +364,6 @@ StagePlan plan_one_schedule(const UnitCostTable& table, const PartitionSpec& par
   return plan;
 }
 
-/// The schedules `auto` compares (file comment), with their v.
-std::vector<std::pair<PipelineSchedule, int>> auto_schedules(const StagePlannerOptions& o,
-                                                             int units) {
-  std::vector<std::pair<PipelineSchedule, int>> out = {{PipelineSchedule::k1F1B, 1},
-                                                       {PipelineSchedule::kZbH1, 1}};
-  const int v = o.virtual_stages >= 2 ? o.virtual_stages : 2;
-  if (o.stages > 1 && o.micro_batches % o.stages == 0 && o.stages * v <= units)
-    out.push_back({PipelineSchedule::kInterleaved, v});
-  return out;
-}
-
 bool plan_fits(const StagePlan& p) {
   if (p.budget_bytes <= 0) return true;
   return std::all_of(p.predicted_bytes.begin(), p.predicted_bytes.end(),
@@ -334,6 +371,16 @@ bool plan_fits(const StagePlan& p) {
 }
 
 }  // namespace
+
+std::vector<std::pair<PipelineSchedule, int>> auto_schedule_choices(int stages, int micro_batches,
+                                                                    int virtual_stages, int units) {
+  std::vector<std::pair<PipelineSchedule, int>> out = {{PipelineSchedule::k1F1B, 1},
+                                                       {PipelineSchedule::kZbH1, 1}};
+  const int v = virtual_stages >= 2 ? virtual_stages : 2;
+  if (stages > 1 && micro_batches % stages == 0 && stages * v <= units)
+    out.push_back({PipelineSchedule::kInterleaved, v});
+  return out;
+}
 
 StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
                       const RecomputeSpec& recompute, const StagePlannerOptions& o,
@@ -349,11 +396,14 @@ StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
                 o.memory_table ? o.memory_table->units.size() : 0, " units, the cost table ", n);
   if (o.schedule != PipelineSchedule::kAuto)
     return plan_one_schedule(table, part, recompute, o, judge, last_search);
-  // auto: plan each schedule, keep the fastest predicted step that fits.
-  std::optional<StagePlan> best;
-  partition::PartitionSearchResult best_search;
+  // auto: plan each schedule, keep the fastest predicted step that fits (within the pick
+  // margin: the first in auto's order).
+  std::vector<StagePlan> fitting;
+  std::vector<partition::PartitionSearchResult> searches;
+  std::vector<std::string> names;
   std::string compared, refused;
-  for (const auto& [kind, v] : auto_schedules(o, n)) {
+  for (const auto& [kind, v] :
+       auto_schedule_choices(o.stages, o.micro_batches, o.virtual_stages, n)) {
     StagePlannerOptions one = o;
     one.schedule = kind;
     one.virtual_stages = v;
@@ -366,21 +416,29 @@ StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
         continue;
       }
       compared += fmt::format("{}{} {:.4f} s", compared.empty() ? "" : ", ", name, p.pipeline_s);
-      if (!best || p.pipeline_s < best->pipeline_s) {
-        best = std::move(p);
-        best_search = search;
-      }
+      fitting.push_back(std::move(p));
+      searches.push_back(search);
+      names.push_back(name);
     } catch (const Error& e) {
       refused += fmt::format("{}{}: {}", refused.empty() ? "" : "; ", name, e.what());
     }
   }
-  OMNIBAL_CHECK(best, "parallel.schedule: auto found no schedule that fits (", refused, ")");
-  best->partition_source =
-      fmt::format("auto: {} (pipeline_s {}{}{}); ", choice_name(best->schedule), compared,
-                  refused.empty() ? "" : "; not fitting: ", refused) +
-      best->partition_source;
-  if (last_search && part.method == PartitionMethod::kBalanced) *last_search = best_search;
-  return *best;
+  OMNIBAL_CHECK(!fitting.empty(), "parallel.schedule: auto found no schedule that fits (", refused,
+                ")");
+  std::vector<double> seconds;
+  for (const auto& p : fitting) seconds.push_back(p.pipeline_s);
+  std::vector<int> order(fitting.size());
+  std::iota(order.begin(), order.end(), 0);
+  const int pick = partition::pick_within_margin(seconds, order, o.pick_margin);
+  const std::string note = partition::margin_note(seconds, names, pick, o.pick_margin);
+  StagePlan& best = fitting[pick];
+  best.partition_source =
+      fmt::format("auto: {} (pipeline_s {}{}{}{}); ", choice_name(best.schedule), compared,
+                  note.empty() ? "" : "; pick margin: ", note,
+                  refused.empty() ? std::string() : "; not fitting: " + refused) +
+      best.partition_source;
+  if (last_search && part.method == PartitionMethod::kBalanced) *last_search = searches[pick];
+  return best;
 }
 
 nlohmann::json stage_plan_json(const StagePlan& p) {

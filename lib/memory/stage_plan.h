@@ -10,7 +10,9 @@
 //   partition  the fixed rules of stage_rules.h (uniform | parameters over the table's parameter
 //              bytes | manual), or balanced (BMP: partition_search.h around the exact, greedy
 //              and refined anchors, candidates within radius r that fit the budget, the top K by
-//              the predicted 1F1B step time pipeline_s; a judge picks among those K)
+//              the predicted 1F1B step time pipeline_s; with a pick margin (the profile's
+//              spread, partition/pick_margin.h) the preferred split within the margin of the
+//              fastest goes first; a judge picks among those K, candidate 0 unless it measures)
 //   recompute  the fixed rules (none | full | per-stage counts), or adaptive (the knapsack of
 //              recompute_planner.h per stage, min(m, P - s) micro-batches in flight)
 // Balanced + adaptive depend on each other (recomputed blocks add their recompute cost, and the
@@ -24,7 +26,8 @@
 // 1F1B and ZB-H1), searched, ranked (pipeline_s under that schedule) and memory-planned (per rank,
 // memory_model.h) under it. `auto` plans 1F1B, ZB-H1 and interleaved (v = virtual_stages if >= 2,
 // else 2; only where m % P == 0 and P v <= units) and keeps the fastest predicted pipeline_s that
-// fits the budget; the plan names the schedule picked and the source lists every one compared.
+// fits the budget (with a pick margin: the first of that order within the margin of the
+// fastest); the plan names the schedule picked and the source lists every one compared.
 // Not here: obtaining the cost table (profiling, lib/profile), running trials, LibTorch, MPI.
 #pragma once
 
@@ -33,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -96,9 +100,11 @@ struct StagePlan {
   std::string describe_stages() const;
 };
 
-/// Picks one of a round's top-K candidates (ranked by pipeline_s, best first; at least one) and
-/// returns its index. It may record what it measured in each candidate's trial_s. It must
-/// decide the same on every rank (a collective judge runs on all ranks in the same order).
+/// Picks one of a round's top-K candidates (at least one; candidate 0 is the planner's pick:
+/// the best pipeline_s, or under StagePlannerOptions::pick_margin the preferred split within
+/// the margin; the rest by pipeline_s) and returns its index. It may record what it measured in
+/// each candidate's trial_s. It must decide the same on every rank (a collective judge runs on
+/// all ranks in the same order).
 using CandidateJudge = std::function<int(std::vector<PlanCandidate>& candidates)>;
 
 /// The default judge: the best predicted 1F1B step time, i.e. candidate 0.
@@ -136,7 +142,21 @@ struct StagePlannerOptions {
   /// The table memory is predicted from (e.g. the heaviest pack) when it differs from the one
   /// stage times are taken from (e.g. the mean pack); unset: the same table.
   std::optional<partition::UnitCostTable> memory_table;
+  /// Relative margin of the reproducible pick (partition/pick_margin.h), e.g. 0.03: among a
+  /// balanced round's top K, and among auto's schedules, the preferred one is kept unless
+  /// another's pipeline_s is lower by more than this fraction (splits: fewest parameter bytes on
+  /// the fullest rank first, then the split; schedules: 1F1B, ZB-H1, interleaved). The trainer
+  /// sets the start-up profile's repeat spread; 0: the fastest predicted (a table read from a
+  /// file, the same at every launch).
+  double pick_margin = 0;
 };
+
+/// The (schedule, v) pairs parallel.schedule auto plans for P `stages`, m `micro_batches`,
+/// parallel.virtual_stages and a model of `units` units, in its order of preference: 1F1B,
+/// ZB-H1, then interleaved at v = virtual_stages if >= 2, else 2 (only where P > 1,
+/// m % P == 0 and P v <= units).
+std::vector<std::pair<PipelineSchedule, int>> auto_schedule_choices(int stages, int micro_batches,
+                                                                    int virtual_stages, int units);
 
 /// Plans the partition and the recompute flags from `table` (one micro-batch at the run's pack
 /// load: seconds and bytes per unit) under `partition` and `recompute` (config specs). Under

@@ -251,7 +251,10 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
       UnitState::from_pack(pack, o.device, vo.dtype)};  // input state of each unit
   {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i + 1 < n; ++i) inputs.push_back(units[i]->forward(inputs[i]));
+    for (size_t i = 0; i + 1 < n; ++i) {
+      if (o.between_units) o.between_units();
+      inputs.push_back(units[i]->forward(inputs[i]));
+    }
   }
   std::vector<UnitMode> modes(n);
   for (size_t i = 0, seen = 0; i < n; ++i) {
@@ -270,6 +273,7 @@ ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) 
   MemoryMeter meter(o.device);
   for (int r = 0; r < o.warmup + o.repeats; ++r)
     for (size_t i = 0; i < n; ++i) {
+      if (o.between_units) o.between_units();
       const UnitRun run =
           run_once(*units[i], inputs[i], modes[i], meter, o.clock, o.split_backward);
       if (r >= o.warmup) runs[i].push_back(run);

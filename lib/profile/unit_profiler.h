@@ -33,6 +33,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +85,10 @@ struct ProfileOptions {
   /// Also time each trainable ViT / LLM block checkpointed (checkpointed_forward_s and
   /// checkpointed_backward_s; about 2x the blocks' profiling time).
   bool checkpointed = true;
+  /// Called before each unit's run (the input pass and every warm-up and timed run), e.g. to
+  /// end the profile on a stop signal by throwing (lib/train/startup_stop.h); what it throws
+  /// leaves profile_units as it is. Empty: nothing.
+  std::function<void()> between_units;
 };
 
 /// The table plus what the table format has no field for.
@@ -107,7 +112,8 @@ std::string table_unit_name(const std::string& model_unit_name);
 
 /// Profiles every unit of `preset` (see the file comment). source = "profiled:<device>";
 /// load = the pack's tiles, tokens, samples and squared sample lengths (token_sq_sum). Throws omnibal::Error on bad options (pack
-/// options as profiling_pack_layout(), repeats < 1, warmup < 0).
+/// options as profiling_pack_layout(), repeats < 1, warmup < 0), and whatever
+/// options.between_units throws.
 ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& options);
 
 }  // namespace omnibal::profile

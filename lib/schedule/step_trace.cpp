@@ -1,6 +1,8 @@
 #include "schedule/step_trace.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -90,7 +92,9 @@ void write_trace_file(const std::string& path, const nlohmann::json& doc) {
     std::ofstream f(tmp);
     OMNIBAL_CHECK(f.good(), "trace: cannot write '", tmp, "'");
     f << doc.dump() << "\n";
-    OMNIBAL_CHECK(f.good(), "trace: error while writing '", tmp, "'");
+    f.flush();  // ofstream buffers: only the flush shows a full disk
+    OMNIBAL_CHECK(f.good(), "trace: error while writing '", tmp, "' (", std::strerror(errno),
+                  ") - is the disk full?");
   }
   std::filesystem::rename(tmp, path, ec);
   OMNIBAL_CHECK(!ec, "trace: cannot rename '", tmp, "' to '", path, "': ", ec.message());

@@ -172,6 +172,7 @@ double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
                .sum();
   }
   torch::Tensor sq = acc.to(torch::kCPU);
+  local_grad_sq_ = sq.item<double>();
   if (options_.zero1 && shard_.size > 1) {
     OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group for the gradient norm");
     dp_->all_reduce(sq, comm::ReduceOp::kSum, "ZeRO-1 gradient norm over DP");
@@ -183,6 +184,9 @@ double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
 }
 
 double DistributedOptimizer::clip(double norm, double max_norm) {
+  OMNIBAL_CHECK(std::isfinite(norm), "DistributedOptimizer::clip: the gradient norm is ", norm,
+                "; a non-finite step must be skipped (skip_step) or stopped before clipping "
+                "(train/nonfinite_guard.h)");
   if (max_norm <= 0) return 1.0;
   const double coef = std::min(1.0, max_norm / (norm + 1e-6));
   if (coef < 1.0) {
@@ -215,6 +219,8 @@ void DistributedOptimizer::step(double lr) {
     }
   }
 }
+
+void DistributedOptimizer::skip_step() { zero_grad(); }
 
 std::vector<std::string> DistributedOptimizer::names() const {
   std::vector<std::string> out;

@@ -15,7 +15,9 @@
 // Step. reduce_grads(): each bucket of main gradient is all-reduced (ZeRO-1: reduce-scattered)
 // over DP, in comm.grad_reduce_dtype; grad_norm(): the global L2 norm over this rank's reduced
 // part, summed over DP (ZeRO-1) and the pipeline; clip(); step(): AdamW on this rank's part, the
-// master weights copied into the param buffer, and (ZeRO-1) each bucket all-gathered over DP.
+// master weights copied into the param buffer, and (ZeRO-1) each bucket all-gathered over DP;
+// or, for a step whose loss or gradient norm is not finite (train/nonfinite_guard.h decides on
+// every rank alike), skip_step(): nothing applied, nothing of the state changed.
 // The update is AdamW's formula (adamw.h) per parameter segment. Every optimised parameter
 // steps every step: one that no micro-batch reached has a zero gradient, and its weight decay
 // and momentum still apply (as DP > 1 did before and Megatron does). ZeRO-1 sums the norm in
@@ -92,12 +94,23 @@ class DistributedOptimizer {
   double grad_norm(comm::Communicator* pipeline, const std::set<std::string>& exclude = {},
                    comm::Communicator* tp = nullptr,
                    const std::set<std::string>& tp_replicated = {});
+  /// This rank's part of the last grad_norm()'s sum of squares, before the reductions over DP,
+  /// the pipeline and TP: not finite exactly when this rank's counted reduced gradient holds a
+  /// NaN / Inf (train/nonfinite_guard.h names the rank from it).
+  double local_grad_sq() const { return local_grad_sq_; }
   /// Scales this rank's reduced gradient by min(1, max_norm / (norm + 1e-6)); returns the
-  /// factor. No-op when max_norm <= 0.
+  /// factor. No-op when max_norm <= 0. Throws omnibal::Error on a NaN / Inf `norm` (the factor
+  /// would be 1 or 0 and pass the non-finite gradient on): such a step must be skipped
+  /// (skip_step) or stopped before, as train/nonfinite_guard.h does.
   double clip(double norm, double max_norm);
   /// Collective over DP under ZeRO-1: AdamW at learning rate `lr` on this rank's part, then the
   /// parameters updated everywhere (copy from the master weights, all-gather over DP).
   void step(double lr);
+  /// Instead of step(): drops the step's gradients (zero_grad) and applies nothing, so master
+  /// weights, AdamW moments, parameters and the step counter (bias correction) stay exactly as
+  /// they were. Not collective; every rank must skip the same step (the ZeRO-1 all-gather of
+  /// step() is left out on all of them).
+  void skip_step();
 
   /// Updates done so far (the bias-correction counter).
   int64_t steps() const { return steps_; }
@@ -157,6 +170,7 @@ class DistributedOptimizer {
   torch::Tensor param_buffer_;  ///< parameters' dtype [total]
   torch::Tensor main_grad_;     ///< fp32 [total]
   int64_t steps_ = 0;
+  double local_grad_sq_ = 0;  ///< see local_grad_sq()
 };
 
 }  // namespace omnibal::train

@@ -11,11 +11,13 @@
 #include <cmath>
 #include <limits>
 
+#include "comm/stop_signal.h"
 #include "core/error.h"
 #include "models/vlm.h"
 #include "pipeline/stage_executor.h"
 #include "profile/unit_profiler.h"
 #include "schedule/one_f_one_b.h"
+#include "train/startup_stop.h"
 
 namespace omnibal::train {
 namespace {
@@ -37,8 +39,13 @@ class GeneratorStateGuard {
   at::Tensor state_;
 };
 
+/// Phase named by StartupStopped.
+constexpr const char* kTrialPhase = "partition trials";
+
 /// One timed repeat of one candidate: `warmup` untimed steps, then steps_per_repeat timed ones;
-/// returns the slowest rank's mean seconds per timed step.
+/// returns the slowest rank's mean seconds per timed step. The ranks agree on a stop signal
+/// before the timed steps (in place of a barrier) and after them (in the time's all-reduce), so
+/// no check adds a collective; throws StartupStopped on every rank alike.
 double time_candidate(const partition::Partition& split, const TrialSetup& setup,
                       comm::ParallelComms& comms, comm::TensorMessenger* pipe) {
   const int stage = comms.coord().pp, stages = split.stages();
@@ -70,13 +77,16 @@ double time_candidate(const partition::Partition& split, const TrialSetup& setup
     executor.run_step(program, packs, 1e-3);
   };
   for (int r = 0; r < setup.warmup; ++r) step();
-  comms.world().barrier("partition trial");
+  stop_point(comms.world(), kTrialPhase);  // also the barrier the timing starts after
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < setup.steps_per_repeat; ++r) step();
   const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  torch::Tensor t = torch::full({1}, local / setup.steps_per_repeat, torch::kFloat64);
-  comms.world().all_reduce(t, comm::ReduceOp::kMax, "partition trial time");
-  return t.item<double>();  // units, loader, gradients and activations die here
+  torch::Tensor t =
+      torch::tensor({local / setup.steps_per_repeat, comm::stop_requested() ? 1.0 : 0.0},
+                    torch::kFloat64);
+  comms.world().all_reduce(t, comm::ReduceOp::kMax, "partition trial time and stop flag");
+  if (t[1].item<double>() > 0) throw StartupStopped(kTrialPhase);
+  return t[0].item<double>();  // units, loader, gradients and activations die here
 }
 
 }  // namespace

@@ -92,7 +92,8 @@ void summarise_trials(const std::vector<partition::Partition>& candidates, Trial
 
 /// Collective over comms.world(): runs every candidate (all ranks in the same order, rounds
 /// alternating forward and reverse) and decides. Throws omnibal::Error when repeats < 3, steps_per_repeat < 1, the
-/// loader runs out of packs or a step fails.
+/// loader runs out of packs or a step fails; StartupStopped (startup_stop.h) on every rank when
+/// any rank got a stop signal, agreed before and after each repeat's timed steps.
 TrialOutcome run_partition_trials(const std::vector<partition::Partition>& candidates,
                                   const TrialSetup& setup, comm::ParallelComms& comms);
 

@@ -27,8 +27,9 @@ struct ResumePoint {
 };
 
 /// Finds the checkpoint `resume` names under `config.runtime.run_dir`/checkpoints: "" = a fresh
-/// start, "auto" = the newest one whose manifest verifies (damaged ones are skipped with a log
-/// line; none = a fresh start), a path = that checkpoint, verified. Not collective (every rank
+/// start, "auto" = the newest one whose manifest verifies and whose tensors are finite (damaged
+/// ones, and older ones holding a NaN / Inf, are skipped with a log line; none = a fresh start),
+/// a path = that checkpoint, verified (checkpoint/checkpoint_reader.h). Not collective (every rank
 /// reads the same files). Throws omnibal::Error when a fresh start (or `auto` finding none that
 /// verifies) would overwrite checkpoints of an earlier run in the run directory, when the path
 /// is damaged, or when the checkpoint is of another model.preset.

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -18,6 +20,24 @@ namespace omnibal::train {
 namespace fs = std::filesystem;
 
 namespace {
+
+// A failed write to the run directory (a full disk, a quota) is an error naming the file, not a
+// silently cut metrics.jsonl. Call after flush(): ofstream buffers, so only the flush writes.
+void check_written(const std::ostream& out, const std::string& path, const std::string& what) {
+  const int err = errno;
+  OMNIBAL_CHECK(out.good(), path, ": writing ", what, " failed (",
+                err != 0 ? std::strerror(err) : "stream error", ") - is the disk full?");
+}
+
+/// Writes `text` as the whole file `path`; throws omnibal::Error naming it on failure.
+void write_run_file(const std::string& path, const std::string& text, const std::string& what) {
+  errno = 0;
+  std::ofstream out(path, std::ios::trunc);
+  OMNIBAL_CHECK(out.is_open(), path, ": cannot create ", what, " (", std::strerror(errno), ")");
+  out << text;
+  out.flush();
+  check_written(out, path, what);
+}
 
 // Keeps the lines of `path` whose "step" is < keep_below (resume), drops the rest.
 void truncate_after(const std::string& path, int64_t keep_below) {
@@ -32,6 +52,8 @@ void truncate_after(const std::string& path, int64_t keep_below) {
   in.close();
   std::ofstream out(path, std::ios::trunc);
   for (const auto& l : keep) out << l << "\n";
+  out.flush();
+  check_written(out, path, "the records kept for the resume");
 }
 
 std::string duration(double s) {
@@ -69,14 +91,14 @@ RunLog::RunLog(std::string dir, bool active, const std::string& config_yaml, int
       start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
   fs::create_directories(dir_);
-  std::ofstream(dir_ + "/config.yaml") << config_yaml;
+  write_run_file(dir_ + "/config.yaml", config_yaml, "the resolved config");
   // metrics.jsonl's "step" is the 0-based step index (steps 0 .. first_step - 1 are done),
   // eval.jsonl's the number of steps done when it ran (an evaluation at first_step ran before
   // the checkpoint the run resumes from).
   for (const auto& [name, keep_below] :
        {std::pair<const char*, int64_t>{"/metrics.jsonl", first_step},
         std::pair<const char*, int64_t>{"/eval.jsonl", first_step + 1}}) {
-    if (first_step == 0) std::ofstream(dir_ + name, std::ios::trunc);
+    if (first_step == 0) write_run_file(dir_ + name, "", "an empty log");
     else truncate_after(dir_ + name, keep_below);
   }
   metrics_.open(dir_ + "/metrics.jsonl", std::ios::app);
@@ -86,9 +108,11 @@ RunLog::RunLog(std::string dir, bool active, const std::string& config_yaml, int
 
 void RunLog::step(const nlohmann::json& m) {
   if (!active_) return;
+  const int64_t step = m.at("step").get<int64_t>();
+  errno = 0;
   metrics_ << m.dump() << "\n";
   metrics_.flush();
-  const int64_t step = m.at("step").get<int64_t>();
+  check_written(metrics_, dir_ + "/metrics.jsonl", fmt::format("the step {} record", step));
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done = step + 1 - first_step_;
@@ -126,8 +150,10 @@ void RunLog::end_line() {
 void RunLog::eval(int64_t step, const EvalResult& r) {
   if (!active_) return;
   end_line();
+  errno = 0;
   eval_ << eval_json(step, r).dump() << "\n";
   eval_.flush();
+  check_written(eval_, dir_ + "/eval.jsonl", fmt::format("the evaluation record of step {}", step));
   fmt::print("eval @ step {}: {:<28} {:>7} {:>8} {:>8} {:>9}\n", step, "task", "samples", "loss",
              "exact", "majority");
   auto row = [](const TaskScore& t) {
@@ -147,12 +173,15 @@ void RunLog::eval(int64_t step, const EvalResult& r) {
 void RunLog::finish(const nlohmann::json& s) {
   if (!active_) return;
   end_line();
-  std::ofstream(dir_ + "/summary.json") << s.dump(2) << "\n";
+  write_run_file(dir_ + "/summary.json", s.dump(2) + "\n", "the run summary");
   fmt::print(
-      "done: {} steps in {} ({:.2f} s/step), final loss {:.4f}, {} samples, param hash {}"
+      "done: {} steps in {} ({:.2f} s/step), final loss {}, {} samples, param hash {}"
       "{}\n",
       s.at("steps").get<int64_t>(), duration(s.at("seconds").get<double>()),
-      s.at("seconds_per_step").get<double>(), s.at("final_loss").get<double>(),
+      s.at("seconds_per_step").get<double>(),
+      s.at("final_loss").is_number()  // null: no step ran in this launch (train.steps 0)
+          ? fmt::format("{:.4f}", s.at("final_loss").get<double>())
+          : std::string("n/a"),
       s.at("samples").get<int64_t>(), s.at("param_hash").get<std::string>(),
       s.contains("eval") ? fmt::format(", exact match {:.1f}%",
                                        100 * s["eval"]["overall"]["exact_match"].get<double>())

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -14,15 +15,19 @@
 #include "balance/sample_table.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "comm/stop_signal.h"
 #include "memory/memory_model.h"
+#include "memory/plan_file.h"
 #include "memory/plan_sources.h"
 #include "models/vlm.h"
 #include "partition/cost_model.h"
+#include "partition/pick_margin.h"
 #include "profile/memory_meter.h"
 #include "profile/profiling_pack.h"
 #include "profile/unit_profiler.h"
 #include "train/distributed_optimizer.h"
 #include "train/partition_trials.h"
+#include "train/startup_stop.h"
 #include "train/tp_group.h"
 #include "train/training_data.h"
 
@@ -32,6 +37,12 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 /// Epoch-0 packs timed per rank for the host cost per micro-batch (after one untimed).
 constexpr int kHostCostPacks = 5;
+/// Largest pick margin taken from a profile's spread (partition/pick_margin.h): a profile
+/// that noisy cannot rank splits at all, and a preferred split more than 10 % slower than the
+/// fastest predicted should not be kept on its account.
+constexpr double kMaxPickMargin = 0.10;
+/// Phases named by StartupStopped.
+constexpr const char* kProfilePhase = "start-up profiling";
 
 /// Rank 0's `text` on every rank (length, then bytes).
 std::string broadcast_text(comm::Communicator& world, const std::string& text, bool root) {
@@ -54,16 +65,42 @@ profile::ProfilingPackOptions pack_options(const StartupPlanContext& c,
   return {load.tiles, tokens, samples, c.config->train.seed, c.img_context_id};
 }
 
+/// Rank 0's `value` on every rank.
+double broadcast_value(comm::Communicator& world, double value, const char* what) {
+  torch::Tensor t = torch::full({1}, value, torch::kFloat64);
+  world.broadcast(t, 0, what);
+  return t.item<double>();
+}
+
+/// The repeat spread of a profile over every unit's forward and backward times
+/// (partition::timing_spread).
+double profile_spread(const profile::ProfileResult& r) {
+  std::vector<double> median, low, high;
+  for (size_t u = 0; u < r.table.units.size(); ++u) {
+    median.insert(median.end(), {r.table.units[u].forward_s, r.table.units[u].backward_s});
+    low.insert(low.end(), {r.forward_min_s[u], r.backward_min_s[u]});
+    high.insert(high.end(), {r.forward_max_s[u], r.backward_max_s[u]});
+  }
+  return partition::timing_spread(median, low, high);
+}
+
+/// The cost table every rank plans with, and the spread of its timings.
+struct ObtainedTable {
+  partition::UnitCostTable table;
+  double spread = 0;  ///< the start-up profile's repeat spread; 0 for parallel.cost_table
+};
+
 /// Rank 0 reads or profiles the table; every rank parses rank 0's text. A failure on rank 0
-/// reaches every rank as the same error (sent instead of the table).
-partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
-                                           const partition::TableLoad& load) {
+/// reaches every rank as the same error (sent instead of the table), a stop signal during the
+/// profile as StartupStopped.
+ObtainedTable obtain_cost_table(const StartupPlanContext& c, const partition::TableLoad& load) {
   const Config& cfg = *c.config;
   auto& world = c.comms->world();
   const bool root = c.comms->rank() == 0;
   const std::string& path = cfg.parallel.cost_table;
   std::string text, origin = path.empty() ? std::string("start-up profile") : path;
-  constexpr char kFailed = '\x01';
+  double spread = 0;
+  constexpr char kFailed = '\x01', kStopped = '\x02';
   if (root) {
     try {
       if (!path.empty()) {
@@ -83,13 +120,22 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
                             cfg.parallel.schedule == PipelineSchedule::kAuto;
         // Recomputation is priced by the blocks' checkpointed times when it may be used.
         po.checkpointed = cfg.memory.recompute.mode != RecomputeMode::kNone;
-        text = partition::unit_cost_table_json(profile::profile_units(*c.preset, po).table);
+        po.between_units = [] {
+          if (comm::stop_requested()) throw StartupStopped(kProfilePhase);
+        };
+        const profile::ProfileResult result = profile::profile_units(*c.preset, po);
+        text = partition::unit_cost_table_json(result.table);
+        spread = profile_spread(result);
       }
+    } catch (const StartupStopped&) {
+      text = std::string(1, kStopped);
     } catch (const Error& e) {
       text = std::string(1, kFailed) + e.what();
     }
   }
   text = broadcast_text(world, text, root);
+  if (text.size() == 1 && text[0] == kStopped) throw StartupStopped(kProfilePhase);
+  spread = broadcast_value(world, spread, "profile spread");
   OMNIBAL_CHECK(text.empty() || text[0] != kFailed,
                 "parallel.cost_table: ", path.empty() ? "start-up profiling" : "'" + path + "'",
                 " failed on rank 0: ", text.substr(1));
@@ -111,7 +157,30 @@ partition::UnitCostTable obtain_cost_table(const StartupPlanContext& c,
   // train.freeze decides what trains in this run, whatever the table was profiled with.
   const auto trainable = profile::trainable_units(*c.preset, cfg.train.freeze);
   for (size_t u = 0; u < names.size(); ++u) table.units[u].trainable = trainable[u];
-  return partition::table_at_load(table, load);
+  return {partition::table_at_load(table, load), spread};
+}
+
+/// The pick margin of this run's planning (partition/pick_margin.h) from the table's spread,
+/// at most kMaxPickMargin, logged on rank 0.
+double pick_margin(const StartupPlanContext& c, double spread) {
+  const double margin = std::min(spread, kMaxPickMargin);
+  const bool picks = c.config->parallel.partition.method == PartitionMethod::kBalanced ||
+                     c.config->parallel.schedule == PipelineSchedule::kAuto;
+  if (c.comms->rank() != 0 || !picks) return margin;  // nothing is picked: nothing to log
+  if (!c.config->parallel.cost_table.empty())
+    log_info(
+        "stage plan: pick margin 0 (parallel.cost_table: the same table at every launch); the "
+        "fastest simulated split wins");
+  else
+    log_info(
+        "stage plan: pick margin {:.1f} % (the start-up profile's repeat spread {:.1f} %{}: "
+        "slowest minus fastest repeat over the units' total): a split (or schedule) replaces the "
+        "preferred one (fewest parameter bytes on the fullest rank; 1F1B, ZB-H1, interleaved) "
+        "only when its simulated step is faster by more than that",
+        100.0 * margin, 100.0 * spread,
+        spread > kMaxPickMargin ? fmt::format(", capped at {:.0f} %", 100.0 * kMaxPickMargin)
+                                : std::string());
+  return margin;
 }
 
 /// Planner options of this run: m, r, K, trainer memory accounting and the budget.
@@ -279,7 +348,9 @@ void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& 
   std::ofstream out(path);
   OMNIBAL_CHECK(out.good(), "cannot write the stage plan to '", path, "'");
   out << memory::stage_plan_json(plan).dump(2) << "\n";
-  OMNIBAL_CHECK(out.good(), "error while writing '", path, "'");
+  out.flush();  // ofstream buffers: only the flush shows a full disk
+  OMNIBAL_CHECK(out.good(), path, ": writing the stage plan failed (", std::strerror(errno),
+                ") - is the disk full?");
 }
 
 std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const std::string& dir) {
@@ -324,7 +395,8 @@ double default_memory_budget_bytes(const torch::Device& device) {
 }
 
 memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset& preset,
-                                            const StoredPlan* stored, bool log) {
+                                            const StoredPlan* stored, bool log,
+                                            const memory::PlanFile* plan_from) {
   memory::StagePlanRequest r;
   r.model = preset.name;
   r.unit_names = models::unit_names(preset);
@@ -340,6 +412,10 @@ memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset
     r.stored = &stored->plan;
     r.stored_origin = "checkpoint " + stored->checkpoint;
   }
+  if (!cfg.parallel.plan_from.empty())
+    r.plan_from_origin =
+        "parallel.plan_from '" + (plan_from ? plan_from->path : cfg.parallel.plan_from) + "'";
+  if (plan_from) r.plan_from = &plan_from->plan;
   r.log = log;
   return r;
 }
@@ -347,15 +423,24 @@ memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset
 StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool root = c.comms->rank() == 0;
+  const StoredPlan* stored = c.stored ? &*c.stored : nullptr;
+  // A resumed checkpoint's plan comes first: parallel.plan_from is read (by every rank, as the
+  // config) only when that plan does not serve.
+  std::optional<memory::PlanFile> plan_from;
+  if (!c.config->parallel.plan_from.empty() &&
+      !memory::stored_plan_fits(stage_plan_request(*c.config, *c.preset, stored, false)))
+    plan_from = memory::read_plan_file(c.config->parallel.plan_from);
   const memory::StagePlanRequest request =
-      stage_plan_request(*c.config, *c.preset, c.stored ? &*c.stored : nullptr, root);
+      stage_plan_request(*c.config, *c.preset, stored, root, plan_from ? &*plan_from : nullptr);
   // Asked for only when the split is searched or the recompute flags planned (collective).
   std::optional<partition::UnitCostTable> table_used;
   const auto inputs = [&c, &table_used] {
     memory::PlanningInputs in;
     const EpochPackLoads loads = epoch0_pack_loads(*c.data);
     const partition::TableLoad& load = loads.largest;
-    const partition::UnitCostTable largest = obtain_cost_table(c, load);
+    const ObtainedTable obtained = obtain_cost_table(c, load);
+    stop_point(c.comms->world(), kProfilePhase);  // a signal to any rank during the profile
+    const partition::UnitCostTable& largest = obtained.table;
     table_used = largest;
     // Stage times at the mean pack (the search times m identical micro-batches: the typical
     // one), memory at the largest (the peak).
@@ -364,6 +449,7 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
     in.options = planner_options(c, &in.table);
     in.options.memory_table = largest;
     in.options.host_micro_batch_s = measure_host_costs(c);
+    in.options.pick_margin = pick_margin(c, obtained.spread);
     if (c.comms->rank() == 0)
       log_info(
           "stage plan: stage times at the mean epoch-0 pack ({} tiles, {} tokens), memory at "

@@ -3,12 +3,17 @@
 // any stage is built. The decision is torch-free (memory/plan_sources.h), two questions:
 //   where the split comes from      config (uniform | parameters over the preset's parameter
 //                                   counts | manual; wins over a stored plan, logged) |
-//                                   checkpoint | single stage (pp 1) | search (balanced)
-//   where the flags come from       config (none | full | per-stage counts) | checkpoint |
+//                                   stored (checkpoint, else parallel.plan_from) | single
+//                                   stage (pp 1) | search (balanced)
+//   where the flags come from       config (none | full | per-stage counts) | stored |
 //                                   planner (adaptive)
-// 1. On resume, a plan stored in the checkpoint is reused as it is: a balanced split when the
-//    stage count still matches, adaptive recomputation when the split and m also match. No new
-//    search, so a resumed run keeps its split whatever the timings now say.
+// 1. On resume, a plan stored in the checkpoint is reused as it is when it fits the run (model,
+//    units, stage count, schedule and v; under parallel.schedule auto its schedule, which auto
+//    picked then): a balanced split, and adaptive recomputation when m also matches. No new
+//    search, so a resumed run keeps its split whatever the timings now say. Otherwise
+//    parallel.plan_from's plan (an earlier run directory's stage_plan.json, or the file) serves
+//    the same way, read only then and refused when it does not fit. Either: no profile, no
+//    trials (unless adaptive recomputation must be planned for another m).
 // 2. Otherwise, when the split is searched or the flags planned, the per-unit cost table comes
 //    from `parallel.cost_table` (a file from `omnibal-plan profile`, scaled linearly to the run's
 //    pack load) or from profiling the whole model on world rank 0 under one synthetic pack of
@@ -29,6 +34,11 @@
 //    (partition_trials.h: real epoch-0 packs from a loader of their own,
 //    parallel.partition_trial_rounds rounds of parallel.partition_trial_steps steps; each split
 //    timed once); the predicted pick stands unless a t test over the rounds finds another faster.
+//    The predicted pick is reproducible where the profile cannot separate the candidates: a
+//    split replaces the preferred one only when its simulated step is faster by more than the
+//    profile's repeat spread (StagePlannerOptions::pick_margin, partition/pick_margin.h; logged).
+// A stop signal during the profile or the trials ends start-up on every rank with
+// StartupStopped (startup_stop.h).
 // Memory options follow the trainer: weights, gradients and AdamW moments in the table's bytes
 // per parameter (fp32 on the CPU), no ZeRO-1 sharding, no workspace on the CPU.
 #pragma once
@@ -41,6 +51,7 @@
 #include "comm/parallel_comms.h"
 #include "core/config.h"
 #include "core/model_preset.h"
+#include "memory/plan_file.h"
 #include "memory/plan_sources.h"
 #include "memory/stage_plan.h"
 #include "partition/unit_cost_table.h"
@@ -78,13 +89,16 @@ struct StartupPlan {
 
 /// The start-up decision's inputs of this run (memory/plan_sources.h): the preset's units and
 /// parameter counts (the `parameters` rule), parallel.pp, m, parallel.partition,
-/// memory.recompute and `stored` (may be null; must outlive the request); `log` on rank 0.
+/// memory.recompute, `stored` and `plan_from` (parallel.plan_from's plan; either may be null and
+/// must outlive the request); `log` on rank 0.
 memory::StagePlanRequest stage_plan_request(const Config& config, const ModelPreset& preset,
-                                            const StoredPlan* stored, bool log);
+                                            const StoredPlan* stored, bool log,
+                                            const memory::PlanFile* plan_from = nullptr);
 
 /// Collective over comms->world(). Throws omnibal::Error naming the key on a bad cost table
-/// (unreadable, another preset, other units), a budget too small for adaptive, no balanced
-/// candidate that fits, or ranks that disagree on the plan.
+/// (unreadable, another preset, other units), a parallel.plan_from that cannot be read or does
+/// not fit, a budget too small for adaptive, no balanced candidate that fits, or ranks that
+/// disagree on the plan; StartupStopped on every rank after a stop signal (startup_stop.h).
 StartupPlan plan_stages_at_startup(const StartupPlanContext& context);
 
 /// Writes `plan` as JSON (memory::stage_plan_json) to `<run_dir>/stage_plan.json`; throws

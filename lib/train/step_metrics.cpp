@@ -109,6 +109,7 @@ nlohmann::json metrics_record(const StepMetrics& m, const StepScalars& s) {
     out["cost_dist_dp"] = s.predicted.dist_dp;
     out["cost_dist_mb"] = s.predicted.dist_mb;
   }
+  if (s.nonfinite_skipped) out["nonfinite_skipped"] = true;
   return out;
 }
 

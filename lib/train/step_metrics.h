@@ -79,6 +79,9 @@ struct StepScalars {
   /// shared data plan and the trainer's pack time model (pack_time_source.h); empty rank_s:
   /// not recorded.
   balance::StepTime predicted;
+  /// The step's loss or gradient norm was not finite and train.on_nonfinite skip left it out
+  /// (nonfinite_guard.h): no parameter changed.
+  bool nonfinite_skipped = false;
 };
 
 /// The metrics.jsonl object of a step: step, loss, lr, grad_norm, samples, tokens, label_tokens,
@@ -86,7 +89,8 @@ struct StepScalars {
 /// gradient all-reduce), bubble_fraction (mean idle share of the stages), epoch,
 /// micro_batch_mean_loss, stages: [{forward_s, backward_s, idle_s}], dp_ranks: [{tiles, tokens,
 /// busy_s}], and with scalars.predicted: predicted_rank_s (by DP rank), cost_dist_dp,
-/// cost_dist_mb.
+/// cost_dist_mb; on a step skipped as non-finite "nonfinite_skipped": true (absent otherwise).
+/// A NaN / Inf loss or gradient norm is written as null (JSON has no NaN).
 nlohmann::json metrics_record(const StepMetrics& metrics, const StepScalars& scalars);
 
 }  // namespace omnibal::train

@@ -35,6 +35,8 @@ struct TrainCounters {
   uint64_t plan_hash = 0;     ///< epoch 0's plan hash
   nlohmann::json stage_plan;  ///< the stage plan in use (memory/stage_plan.h JSON; metadata)
   std::string model_architecture;  ///< preset_architecture_yaml of the run (resume refuses another)
+  /// Steps not applied under train.on_nonfinite skip, over the run's launches (0 when absent).
+  int64_t nonfinite_skipped_steps = 0;
   nlohmann::json to_json() const;
   static TrainCounters from_json(const nlohmann::json& j);
 };

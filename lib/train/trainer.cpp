@@ -19,6 +19,7 @@
 #include "train/init_weights.h"
 #include "train/loss_normaliser.h"
 #include "train/lr_schedule.h"
+#include "train/nonfinite_guard.h"
 #include "train/pack_time_source.h"
 #include "train/run_log.h"
 #include "train/startup_planner.h"
@@ -146,6 +147,7 @@ struct Trainer::State {
   std::unique_ptr<Evaluator> evaluator;
   std::unique_ptr<TrainCheckpoint> checkpoints;
   std::unique_ptr<RunLog> log;
+  std::unique_ptr<NonFiniteGuard> nonfinite;  ///< train.on_nonfinite (nonfinite_guard.h)
   schedule::StageSchedules programs;
   TrainCounters counters;
   int64_t last_checkpoint = 0;  ///< step of the newest checkpoint of this run (or its start)
@@ -542,6 +544,9 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.restore(resume);
   s.log = std::make_unique<RunLog>(config.runtime.run_dir, comms.rank() == 0, s.config_yaml,
                                    s.counters.step, config.train.steps, config.train.log_every);
+  s.nonfinite =
+      std::make_unique<NonFiniteGuard>(config.train.on_nonfinite, config.train.max_nonfinite_skips,
+                                       config.train.steps, comms.grid());
   if (!config.runtime.trace_steps.empty())
     s.clock_offsets_us = measure_clock_offsets(comms.world());
   if (comms.rank() == 0) write_stage_plan_file(config.runtime.run_dir, s.plan);
@@ -556,7 +561,8 @@ TrainOutcome Trainer::run() {
   s.run_started = Clock::now();
   const int64_t first = s.counters.step;
   s.last_checkpoint = first;
-  if (first >= s.cfg.train.steps) {  // a finished run relaunched: leave its files as they are
+  // A finished run relaunched: leave its files as they are (train.steps 0: finish() saves step-0).
+  if (first >= s.cfg.train.steps && s.cfg.train.steps > 0) {
     if (s.comms.rank() == 0)
       log_info(
           "resumed at step {} = train.steps: nothing to train (raise train.steps to "
@@ -575,6 +581,12 @@ TrainOutcome Trainer::run() {
     after_step(step);
   }
   finish(out, first);
+  if (s.cfg.train.steps == 0 && s.comms.rank() == 0)
+    log_info(
+        "train.steps 0: saved the initial weights as step-0 in {}/checkpoints with "
+        "summary.json, nothing trained (export them: omnibal-plan export --checkpoint DIR; "
+        "train from them: raise train.steps, --resume auto)",
+        s.cfg.runtime.run_dir);
   return out;
 }
 
@@ -610,9 +622,18 @@ double Trainer::train_step(int64_t step) {
   const double norm =
       s.optimizer->grad_norm(s.stages > 1 ? &s.comms.pipeline() : nullptr, s.tied->norm_excluded(),
                              s.tp.active() ? &s.comms.tp_group() : nullptr, s.tp_replicated);
-  s.optimizer->clip(norm, cfg.train.grad_clip);
   const double lr = learning_rate(cfg.train, step);
-  s.optimizer->step(lr);
+  const bool apply =
+      s.nonfinite->check(step,
+                         {s.is_last_stage(), r.loss_term_sum, s.optimizer->local_grad_sq(), norm},
+                         s.comms.world()) == StepVerdict::kApply;  // or throws
+  if (apply) {
+    s.optimizer->clip(norm, cfg.train.grad_clip);
+    s.optimizer->step(lr);
+  } else {
+    s.optimizer->skip_step();
+    ++s.counters.nonfinite_skipped_steps;
+  }
   const double optimizer_end_us = pipeline::trace_clock_us();
   s.counters.step = step + 1;
   const double seconds = since(t0);
@@ -623,6 +644,7 @@ double Trainer::train_step(int64_t step) {
   scalars.step = step;
   scalars.lr = lr;
   scalars.grad_norm = norm;
+  scalars.nonfinite_skipped = !apply;
   scalars.label_tokens = n.label_tokens;
   scalars.normaliser = n.normaliser;
   scalars.seconds = seconds;
@@ -692,11 +714,12 @@ void Trainer::finish(TrainOutcome& out, int64_t first) {
                             {"steps_this_run", run_steps},
                             {"seconds", seconds},
                             {"seconds_per_step", run_steps ? seconds / run_steps : 0.0},
-                            {"final_loss", out.final_loss},
+                            {"final_loss", run_steps ? nlohmann::json(out.final_loss) : nullptr},
                             {"samples", s.counters.samples},
                             {"tokens", s.counters.tokens},
                             {"stopped", out.stopped},
                             {"stop_reason", out.stop_reason},
+                            {"nonfinite_skipped_steps", s.counters.nonfinite_skipped_steps},
                             {"param_hash", s.param_hash_text()},
                             {"balance_method", choice_name(s.cfg.balance.method)},
                             {"precision", choice_name(s.cfg.train.precision)},

@@ -7,6 +7,7 @@
 #include "balance/repeat_time.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/input_checks.h"
 #include "data/length_scanner.h"
 
 namespace omnibal::train {
@@ -44,6 +45,7 @@ LoadedSet load_set(const std::string& meta_path, const Config& config, const Mod
                    const data::Tokenizer& tokenizer, int threads, bool repeat) {
   LoadedSet set;
   const auto policy = config.data.on_bad_sample;
+  data::check_tokenizer_fits(tokenizer, preset, config.model.preset);
   set.dataset = std::make_unique<data::ConversationDataset>(
       data::ConversationDataset::load(meta_path, policy));
   set.processor =
@@ -60,6 +62,9 @@ LoadedSet load_set(const std::string& meta_path, const Config& config, const Mod
       set.lengths.insert(set.lengths.end(), per_dataset.begin(), per_dataset.end());
   }
   for (const auto& l : set.lengths) set.bad_samples += l.vit_num < 0 ? 1 : 0;
+  for (const auto& warning : data::check_empty_datasets(meta_path, *set.dataset, set.lengths,
+                                                        config.data.allow_empty_datasets))
+    log_line(warning);
   set.table = table_from_lengths(*set.dataset, set.lengths, config.balance.seed, repeat);
   set.builder->expect_lengths(set.lengths);
   set.max_seq_len = preset.llm.max_seq_len;

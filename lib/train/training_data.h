@@ -61,7 +61,10 @@ struct LoadedSet {
 
 /// Loads `meta_path` with the tokenizer and options of `config` (scan with `threads` when the
 /// meta has no token_lengths); the table repeats each dataset per its repeat_time with seed
-/// balance.seed. Throws omnibal::Error / data::BadSampleError on bad input.
+/// balance.seed. Throws omnibal::Error / data::BadSampleError on bad input, before any
+/// training: a tokenizer larger than the preset's vocabulary, a dataset without a usable sample
+/// (a warning under data.allow_empty_datasets), a bad sample under on_bad_sample: error
+/// (data/input_checks.h).
 /// `repeat` false reads every sample once whatever the meta's repeat_time (evaluation sets).
 LoadedSet load_set(const std::string& meta_path, const Config& config, const ModelPreset& preset,
                    const data::Tokenizer& tokenizer, int threads, bool repeat = true);

@@ -1,8 +1,12 @@
 // The checkpoint store under 1 and 2 ranks (ctest runs this binary with mpiexec -n 1 and -n 2):
 // save/load round trip across files, find_latest skipping truncated, flipped and leftover
-// directories and edited manifests, keep_last pruning, and a failed write on the last rank leaving the previous
-// checkpoint verified and loadable.
+// directories and edited manifests, keep_last pruning, a failed write on the last rank leaving the previous
+// checkpoint verified and loadable, a NaN / Inf tensor refused at save on every rank, and an
+// older unchecked checkpoint holding a NaN skipped by find_latest and named by verify.
+#include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/checkpoint_store.h"
+#include "checkpoint/file_digest.h"
+#include "checkpoint/safetensors.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "tests/checkpoint/mpi_world.h"
@@ -13,10 +17,12 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 namespace fs = std::filesystem;
+using omnibal::checkpoint::CheckpointManifest;
 using omnibal::checkpoint::CheckpointStore;
 using omnibal::checkpoint::Shard;
 using omnibal::checkpoint::testing::flip_byte;
@@ -224,5 +230,99 @@ TEST_CASE("a checkpoint root that cannot be created fails on every rank", "[stor
   CHECK_THROWS_WITH(store.save(1, make_shard(world->rank(), 1), "x: 1\n"),
                     Catch::Contains("checkpoint step 1 not saved: rank 0 could not create"));
   CHECK_FALSE(store.find_latest().has_value());
+  world->barrier();
+}
+
+TEST_CASE("a shard with a NaN or Inf tensor is refused on every rank; the last good one stays",
+          "[store][nonfinite]") {
+  auto world = world_comm();
+  auto dir = shared_dir(*world, "ckpt_nonfinite");
+  const int last = world->size() - 1;
+  CheckpointStore store(dir->str(), 2, *world);
+  store.save(5, make_shard(world->rank(), 5), "x: 1\n");
+  CHECK(CheckpointManifest::read(dir->file("step-5")).all_finite);
+  Shard bad = make_shard(world->rank(), 6);
+  const std::string victim = "unit_" + std::to_string(last) + ".w";
+  if (world->rank() == last) {
+    bad.tensors.at(victim)[1][2] = NAN;
+    bad.tensors.at("unit_" + std::to_string(last) + ".w_bf16")[0] = INFINITY;
+  }
+  std::string message;
+  try {
+    store.save(6, bad, "x: 2\n");
+  } catch (const omnibal::Error& e) {
+    message = e.what();
+  }
+  CHECK_THAT(message, Catch::Contains("checkpoint step 6 refused: the tensors of rank(s) " +
+                                      std::to_string(last) + " are not all finite") &&
+                          Catch::Contains("earlier checkpoints are untouched"));
+  if (world->rank() == last)  // the rank that holds it names the tensor
+    CHECK_THAT(message, Catch::Contains("'" + victim +
+                                        "' holds 1 nan and 0 inf of 12 values (and 1 more "
+                                        "tensors)"));
+  world->barrier();
+  CHECK(step_dirs(dir->str()) == std::vector<std::string>{"step-5"});
+  const auto latest = store.find_latest();
+  REQUIRE(latest == dir->file("step-5"));
+  CHECK(torch::equal(store.load_tensors(*latest, {victim}).at(victim),
+                     make_shard(last, 5).tensors.at(victim)));
+  world->barrier();
+}
+
+namespace {
+
+/// Rank 0: copies `from` to step-`step` as a checkpoint written before saves checked tensors (no
+/// "all_finite" in its manifest), with rank-0's `poison` tensor (if not empty) set to NaN at
+/// element 0; the manifest's sizes, checksums and own checksum are made to match.
+void copy_as_unchecked(const std::string& from, const std::string& root, int64_t step,
+                       const std::string& poison) {
+  const std::string to = root + "/step-" + std::to_string(step);
+  fs::copy(from, to, fs::copy_options::recursive);
+  CheckpointManifest m = CheckpointManifest::read(to);
+  m.step = step;
+  m.all_finite = false;
+  if (!poison.empty()) {
+    const std::string path = to + "/rank-0.safetensors";
+    std::map<std::string, torch::Tensor> tensors;
+    {
+      const omnibal::checkpoint::SafetensorsFile file(path);
+      for (const auto& name : file.names()) tensors[name] = file.tensor(name).clone();
+    }
+    tensors.at(poison).view(-1)[0] = NAN;
+    omnibal::checkpoint::write_safetensors(path, tensors);
+    for (auto& f : m.files)
+      if (f.name == "rank-0.safetensors") {
+        const auto d = omnibal::checkpoint::digest_file(path);
+        f.bytes = d.bytes;
+        f.xxh3_64 = d.hex();
+      }
+  }
+  std::ofstream(to + "/manifest.json") << m.to_json().dump(1) << "\n";
+}
+
+}  // namespace
+
+TEST_CASE("find_latest skips an older checkpoint holding a NaN; verify names the tensor",
+          "[store][nonfinite]") {
+  auto world = world_comm();
+  auto dir = shared_dir(*world, "ckpt_old_nan");
+  CheckpointStore store(dir->str(), 0, *world);
+  store.save(2, make_shard(world->rank(), 2), "x: 1\n");
+  if (world->rank() == 0) {
+    // step-3: unchecked and NaN (a diverged run of an older build); step-1: unchecked, finite.
+    copy_as_unchecked(dir->file("step-2"), dir->str(), 3, "unit_0.w");
+    copy_as_unchecked(dir->file("step-2"), dir->str(), 1, "");
+  }
+  world->barrier();
+  CHECK_NOTHROW(store.verify(dir->file("step-1")));  // checksums match: only the NaN differs
+  CHECK_THROWS_WITH(store.verify(dir->file("step-3")),
+                    Catch::Contains("holds non-finite (NaN / Inf) tensors") &&
+                        Catch::Contains("rank-0.safetensors: 'unit_0.w' holds 1 nan and 0 inf "
+                                        "of 12 values"));
+  CHECK(store.find_latest() == dir->file("step-2"));
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir->file("step-2"));
+  world->barrier();
+  CHECK(store.find_latest() == dir->file("step-1"));  // an unchecked but finite one still loads
   world->barrier();
 }

@@ -1,11 +1,13 @@
 // Collectives and the process-grid communicators at 4 ranks (registered as `mpiexec -n 4`):
 // all-reduce (fp32/64, int, bf16), reduce-scatter, all-gather and broadcast values, the hash agreement (same_on_every_rank), DP groups and
-// pipelines of a dp 2 x pp 2 grid, and the SIGTERM stop agreement (should_stop) when one rank
-// has the flag.
+// pipelines of a dp 2 x pp 2 grid, the SIGTERM stop agreement (should_stop) when one rank
+// has the flag, and rank 0's decision made collective (run_on_root).
 #include "comm/parallel_comms.h"
+#include "comm/run_on_root.h"
 #include "comm/stop_signal.h"
 #include "comm/tensor_message.h"
 #include "comm/thread_setup.h"
+#include "core/error.h"
 #include "mpi_test_support.h"
 
 #include <unistd.h>
@@ -153,4 +155,24 @@ TEST_CASE("collective: should_stop agrees when one rank has the flag", "[collect
   if (comm->rank() == 3) request_stop();
   CHECK(stop_requested() == (comm->rank() == 3));
   CHECK(should_stop(*comm));  // every rank sees it at the same call
+}
+
+TEST_CASE("collective: run_on_root runs on rank 0 only and gives every rank its error",
+          "[collective]") {
+  auto comm = world_comm();
+  const int r = comm->rank();
+  int runs = 0;
+  const auto count = [&] { ++runs; };
+  run_on_root(*comm, count, "counting");
+  CHECK(runs == (r == 0 ? 1 : 0));
+  const auto refuse = [] { throw omnibal::Error("runtime.run_dir x is in use by pid 7"); };
+  if (r == 0) {
+    CHECK_THROWS_WITH(run_on_root(*comm, refuse, "locking runtime.run_dir"),
+                      "runtime.run_dir x is in use by pid 7");  // rank 0's own exception
+  } else {
+    CHECK_THROWS_WITH(run_on_root(*comm, refuse, "locking runtime.run_dir"),
+                      Contains("locking runtime.run_dir failed on rank 0: runtime.run_dir x is "
+                               "in use by pid 7"));
+  }
+  comm->barrier("after run_on_root");  // the communicator is still in step on every rank
 }

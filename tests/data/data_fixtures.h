@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,52 @@ inline void write_split_png(const std::string& path, int width, int height, uint
       px[static_cast<size_t>(y) * width + x] = x < width / 2 ? left : right;
   }
   write_png(path, width, height, 1, px.data());
+}
+
+/// The bytes of file `path`.
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  OMNIBAL_CHECK(in.good(), "cannot read ", path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Writes `bytes` to `path`.
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  OMNIBAL_CHECK(out.good(), "cannot write ", path);
+}
+
+/// CRC-32 of PNG chunks (ISO 3309 / zlib polynomial 0xEDB88320).
+inline uint32_t png_crc32(const uint8_t* p, size_t n) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return crc ^ 0xFFFFFFFFu;
+}
+
+/// Rewrites the IHDR width and height of the PNG at `path` (its CRC recomputed), so its header
+/// claims width x height whatever its image data holds.
+inline void patch_png_size(const std::string& path, uint32_t width, uint32_t height) {
+  std::vector<uint8_t> b = read_bytes(path);
+  OMNIBAL_CHECK(b.size() > 33 && b[12] == 'I' && b[13] == 'H', path, ": no IHDR at byte 12");
+  for (int i = 0; i < 4; ++i) {
+    b[16 + i] = static_cast<uint8_t>(width >> (24 - 8 * i));
+    b[20 + i] = static_cast<uint8_t>(height >> (24 - 8 * i));
+  }
+  const uint32_t crc = png_crc32(b.data() + 12, 17);  // chunk type + 13 data bytes
+  for (int i = 0; i < 4; ++i) b[29 + i] = static_cast<uint8_t>(crc >> (24 - 8 * i));
+  write_bytes(path, b);
+}
+
+/// A PNG whose header claims width x height but whose data holds 4 rows of 64 grey pixels (a
+/// decompression bomb as seen from its header; decoding it fails for want of pixels).
+inline void write_claiming_png(const std::string& path, uint32_t width, uint32_t height) {
+  write_split_png(path, 64, 4, 0, 255);
+  patch_png_size(path, width, height);
 }
 
 /// Path of a BPE SentencePiece model with the special tokens, trained once per process on a

@@ -170,3 +170,56 @@ TEST_CASE("pack: under skip a pack whose every sample is bad is an empty micro-b
   CHECK(mixed.sample_ids == std::vector<int64_t>{2});
   CHECK(mixed.skipped.size() == 1);
 }
+
+TEST_CASE("pack: a sample found bad is remembered and not decoded again", "[data][pack][bad]") {
+  // Line 4: a header that passes the scan over image data that cannot be decoded.
+  Fixture f(
+      R"({"image": "short.png", "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
+      "\n");
+  testing::write_claiming_png(f.dir.file("short.png"), 64, 64);
+  const auto scan = scan_lengths(*f.ds, *f.proc, OnBadSample::kSkip, 1);
+  CHECK(scan.bad.total() == 0);
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kSkip);
+  BadSampleCounts counts;
+  auto pack = builder.build({3, 0}, PackParts::all(), &counts);
+  CHECK(builder.samples_processed() == 2);
+  CHECK(pack.sample_ids == std::vector<int64_t>{0});
+  REQUIRE(pack.skipped.size() == 1);
+  CHECK_THAT(pack.skipped[0],
+             Catch::Contains("a.jsonl:4: bad sample (corrupt_image)") &&
+                 Catch::Contains("(PNG, 64 x 64) has truncated or corrupt image data (stb: "));
+  // The next epoch skips it again, counted, with the same message, without decoding it.
+  pack = builder.build({0, 3}, PackParts::all(), &counts);
+  CHECK(builder.samples_processed() == 3);
+  REQUIRE(pack.skipped.size() == 1);
+  CHECK_THAT(pack.skipped[0], Catch::Contains("has truncated or corrupt image data"));
+  CHECK(counts.count(BadSampleReason::kCorruptImage) == 2);
+  // Loader workers share the memory (thread-safe): 2 workers, 8 packs holding it.
+  std::vector<std::vector<int64_t>> packs(8, std::vector<int64_t>{3, 1});
+  PackLoader loader(builder, packs, LoaderOptions{2, 4, PackParts::for_stage(1, 2)});
+  while (const auto p = loader.next()) CHECK(p->sample_ids == std::vector<int64_t>{1});
+  CHECK(loader.bad_samples().count(BadSampleReason::kCorruptImage) == 8);
+  CHECK(builder.samples_processed() == 3 + 8);  // sample 1 in each pack, never sample 3
+  // Under error the remembered failure is rethrown as it was.
+  const PackBuilder strict(*f.ds, *f.proc, OnBadSample::kError);
+  CHECK_THROWS_WITH(strict.build({3}, PackParts::all()), Catch::Contains("a.jsonl:4"));
+  CHECK_THROWS_WITH(strict.build({3}, PackParts::all()), Catch::Contains("corrupt image data"));
+  CHECK(strict.samples_processed() == 1);
+}
+
+TEST_CASE("pack: max_image_pixels is checked again from the header before decoding",
+          "[data][pack][image]") {
+  // The record's width/height pass the scan; the file's header says otherwise (the file
+  // changed, or the record is wrong): decoding refuses it from its header.
+  Fixture f(
+      R"({"image": "big.png", "width": 56, "height": 56, "conversations": [{"from": "human", "value": "<image>\nWhat item is shown?"}, {"from": "gpt", "value": "Bag"}]})"
+      "\n");
+  testing::write_claiming_png(f.dir.file("big.png"), 30000, 30000);
+  CHECK(scan_lengths(*f.ds, *f.proc, OnBadSample::kError, 1).bad.total() == 0);
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kError);
+  CHECK_THROWS_WITH(builder.build({3}, PackParts::all()),
+                    Catch::Contains("a.jsonl:4: bad sample (image_too_large): image '" +
+                                    f.dir.file("big.png") +
+                                    "' is 30000 x 30000 = 900000000 pixels, over "
+                                    "data.max_image_pixels 89478485"));
+}

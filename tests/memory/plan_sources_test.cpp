@@ -1,8 +1,12 @@
 // The start-up planner's two questions (memory/plan_sources.h): where the split and where the
-// recompute flags come from, and that a cost table is asked for only when one is needed.
+// recompute flags come from, and that a cost table is asked for only when one is needed; which
+// stored plan fits (each mismatch named), reuse under parallel.schedule auto, and
+// parallel.plan_from after a resumed checkpoint's plan.
 #include "memory/plan_sources.h"
 
 #include <catch2/catch.hpp>
+
+#include <functional>
 
 using namespace omnibal;
 using memory::RecomputeSource;
@@ -73,20 +77,21 @@ TEST_CASE("plan sources: the split and the recompute flags each come from one pl
   CHECK(memory::split_source(r) == SplitSource::kSingleStage);
   // A stored plan of the same stage count and units serves a resume.
   memory::StagePlan stored;
+  stored.model = "tiny";
   stored.partition = Partition{{2, 8}};
   stored.unit_names = kNames;
   stored.micro_batches = 4;
   stored.recompute = memory::RecomputeFlags::none(10);
   r = request("balanced", "adaptive");
   r.stored = &stored;
-  CHECK(memory::split_source(r) == SplitSource::kCheckpoint);
-  CHECK(memory::recompute_source(r, SplitSource::kCheckpoint, stored.partition) ==
-        RecomputeSource::kCheckpoint);
+  CHECK(memory::split_source(r) == SplitSource::kStored);
+  CHECK(memory::recompute_source(r, SplitSource::kStored, stored.partition) ==
+        RecomputeSource::kStored);
   // Another split (the config's) or another m: the flags are planned again.
   CHECK(memory::recompute_source(r, SplitSource::kConfig, Partition{{5, 5}}) ==
         RecomputeSource::kPlanner);
   r.micro_batches = 2;
-  CHECK(memory::recompute_source(r, SplitSource::kCheckpoint, stored.partition) ==
+  CHECK(memory::recompute_source(r, SplitSource::kStored, stored.partition) ==
         RecomputeSource::kPlanner);
   // Another stage count: the stored plan does not fit, the split is searched.
   r = request("balanced", "adaptive");
@@ -156,4 +161,196 @@ TEST_CASE("fixed rules: parameters over counts or bytes of one dtype give the sa
   // Empty flags are no longer a thing: none and full are both one flag per unit.
   CHECK(memory::RecomputeFlags::none(10).units() == 10);
   CHECK(memory::RecomputeFlags::full(memory::block_units(kNames)).count(0, 10) == 6);
+}
+
+namespace {
+
+/// A stored 2-stage plan of the tiny chain under `schedule` with v chunks per rank.
+memory::StagePlan stored_plan(PipelineSchedule schedule = PipelineSchedule::k1F1B, int v = 1) {
+  memory::StagePlan p;
+  p.model = "tiny";
+  p.unit_names = kNames;
+  p.micro_batches = 4;
+  p.schedule = schedule;
+  p.virtual_stages = v;
+  p.partition = v == 1 ? Partition{{2, 8}} : Partition{{2, 3, 2, 3}};
+  p.recompute = memory::RecomputeFlags::none(10);
+  p.partition_source = "balanced: test";
+  p.recompute_source = "adaptive: test";
+  return p;
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("plan misfits: each mismatch names the plan's value and this run's key",
+          "[memory][plan_sources]") {
+  struct Case {
+    const char* what;
+    std::function<void(memory::StagePlanRequest&, memory::StagePlan&)> change;
+    const char* expected;  // "" = fits
+  };
+  const std::vector<Case> cases = {
+      {"same", [](auto&, auto&) {}, ""},
+      {"pp", [](auto& r, auto&) { r.stages = 4; }, "2 pipeline stages vs parallel.pp 4"},
+      {"model", [](auto&, auto& p) { p.model = "small"; }, "model 'small' vs model.preset 'tiny'"},
+      {"unit count",
+       [](auto&, auto& p) {
+         p.unit_names.push_back("llm_block_4");
+         p.partition = Partition{{2, 9}};
+       },
+       "11 units vs the model's 10"},
+      {"unit name", [](auto&, auto& p) { p.unit_names[3] = "proj"; },
+       "unit 3 'proj' vs the model's 'projector'"},
+      {"schedule", [](auto& r, auto&) { r.schedule = PipelineSchedule::kZbH1; },
+       "schedule 1f1b vs parallel.schedule zb-h1"},
+      {"v",
+       [](auto& r, auto& p) {
+         p = stored_plan(PipelineSchedule::kInterleaved, 2);
+         r.schedule = PipelineSchedule::kInterleaved;
+         r.virtual_stages = 3;
+       },
+       "v 2 vs parallel.virtual_stages 3"},
+      {"auto: another v",
+       [](auto& r, auto& p) {
+         p = stored_plan(PipelineSchedule::kInterleaved, 2);
+         r.schedule = PipelineSchedule::kAuto;
+         r.virtual_stages = 3;
+       },
+       "schedule interleaved v 2 vs parallel.schedule auto, which plans interleaved at v 3"},
+      {"auto: m not a multiple of pp",
+       [](auto& r, auto& p) {
+         p = stored_plan(PipelineSchedule::kInterleaved, 2);
+         r.schedule = PipelineSchedule::kAuto;
+         r.micro_batches = 3;
+       },
+       "parallel.micro_batches (3) is a multiple of parallel.pp (2)"},
+      {"auto: zb-h1 fits",
+       [](auto& r, auto& p) {
+         p.schedule = PipelineSchedule::kZbH1;
+         r.schedule = PipelineSchedule::kAuto;
+       },
+       ""},
+      {"two at once",
+       [](auto& r, auto& p) {
+         r.stages = 3;
+         p.model = "small";
+       },
+       "model 'small' vs model.preset 'tiny'; 2 pipeline stages vs parallel.pp 3"},
+  };
+  for (const auto& c : cases) {
+    auto r = request("balanced", "adaptive");
+    auto plan = stored_plan();
+    c.change(r, plan);
+    CAPTURE(c.what);
+    const std::string why = joined(memory::plan_misfits(plan, r));
+    if (std::string(c.expected).empty()) {
+      CHECK(why.empty());
+    } else {
+      CHECK_THAT(why, Catch::Contains(c.expected));
+    }
+    r.stored = &plan;
+    CHECK(memory::stored_plan_fits(r) == why.empty());
+  }
+}
+
+TEST_CASE("plan sources: a resume under schedule auto reuses the stored plan and its schedule",
+          "[memory][plan_sources]") {
+  const auto [schedule, v] = GENERATE(std::make_pair(PipelineSchedule::k1F1B, 1),
+                                      std::make_pair(PipelineSchedule::kZbH1, 1),
+                                      std::make_pair(PipelineSchedule::kInterleaved, 2));
+  const memory::StagePlan stored = stored_plan(schedule, v);
+  auto r = request("balanced", "adaptive");
+  r.schedule = PipelineSchedule::kAuto;
+  r.stored = &stored;
+  CHECK(memory::split_source(r) == SplitSource::kStored);
+  CHECK(memory::recompute_source(r, SplitSource::kStored, stored.partition) ==
+        RecomputeSource::kStored);
+  int calls = 0;
+  const auto plan = memory::resolve_stage_plan(r, [&] {
+    ++calls;
+    return inputs();
+  });
+  CHECK(calls == 0);  // no profile, no search, no schedule comparison
+  CHECK(plan.schedule == schedule);
+  CHECK(plan.virtual_stages == v);
+  CHECK(plan.partition == stored.partition);
+  CHECK(plan.partition_source == "checkpoint ckpt/step_3 (balanced: test)");
+  // Under auto with a fixed split rule, the stored schedule is kept and the rule applied at its v.
+  r.partition.method = PartitionMethod::kUniform;
+  r.recompute.mode = RecomputeMode::kNone;
+  const auto uniform = memory::resolve_stage_plan(r, [&] {
+    ++calls;
+    return inputs();
+  });
+  CHECK(calls == 0);
+  CHECK(uniform.schedule == schedule);
+  CHECK(uniform.partition.stages() == 2 * v);
+  // A stored plan auto would not pick for this run (m 3: no interleaved) is planned again.
+  if (schedule == PipelineSchedule::kInterleaved) {
+    r = request("balanced", "adaptive");
+    r.schedule = PipelineSchedule::kAuto;
+    r.micro_batches = 3;
+    r.stored = &stored;
+    CHECK(memory::split_source(r) == SplitSource::kSearch);
+  }
+}
+
+TEST_CASE(
+    "plan sources: parallel.plan_from after the checkpoint's plan, refused when it does "
+    "not fit",
+    "[memory][plan_sources]") {
+  int calls = 0;
+  const auto counted = [&] {
+    ++calls;
+    return inputs();
+  };
+  memory::StagePlan from = stored_plan();
+  from.partition = Partition{{3, 7}};
+  from.recompute.per_unit[1] = true;
+  memory::StagePlan checkpoint = stored_plan();  // [2, 8]
+  auto r = request("balanced", "adaptive");
+  r.plan_from = &from;
+  r.plan_from_origin = "parallel.plan_from 'runs/a/stage_plan.json'";
+  // No checkpoint: the split, the flags and the schedule of plan_from; nothing profiled.
+  auto plan = memory::resolve_stage_plan(r, counted);
+  CHECK(calls == 0);
+  CHECK(plan.partition == Partition{{3, 7}});
+  CHECK(plan.recompute == from.recompute);
+  CHECK(plan.partition_source == "parallel.plan_from 'runs/a/stage_plan.json' (balanced: test)");
+  CHECK(plan.recompute_source == "parallel.plan_from 'runs/a/stage_plan.json' (adaptive: test)");
+  // Another m: the split is reused, the adaptive flags planned for it (a table, no search).
+  r.micro_batches = 8;
+  plan = memory::resolve_stage_plan(r, counted);
+  CHECK(calls == 1);
+  CHECK(plan.partition == Partition{{3, 7}});
+  CHECK(plan.recompute_source.rfind("adaptive", 0) == 0);
+  r.micro_batches = 4;
+  // A resumed checkpoint's plan comes first.
+  r.stored = &checkpoint;
+  CHECK(memory::resolve_stage_plan(r, counted).partition == Partition{{2, 8}});
+  // A checkpoint's plan that does not fit: plan_from's serves.
+  checkpoint.model = "small";
+  CHECK(memory::resolve_stage_plan(r, counted).partition == Partition{{3, 7}});
+  // plan_from that does not fit: refused, naming the file and both values.
+  r.stored = nullptr;
+  r.stages = 4;
+  CHECK_THROWS_WITH(memory::resolve_stage_plan(r, counted),
+                    Catch::Contains("parallel.plan_from 'runs/a/stage_plan.json': that plan "
+                                    "does not fit this run: 2 pipeline stages vs parallel.pp 4"));
+  CHECK_THROWS_WITH(memory::split_source(r), Catch::Contains("parallel.pp 4"));
+  r.stages = 2;
+  r.schedule = PipelineSchedule::kZbH1;
+  CHECK_THROWS_WITH(memory::resolve_stage_plan(r, counted),
+                    Catch::Contains("schedule 1f1b vs parallel.schedule zb-h1"));
+  CHECK(calls == 1);
+  // With the checkpoint's plan fitting, a plan_from that does not fit is not consulted.
+  memory::StagePlan zb = stored_plan(PipelineSchedule::kZbH1);
+  r.stored = &zb;
+  CHECK(memory::resolve_stage_plan(r, counted).schedule == PipelineSchedule::kZbH1);
 }

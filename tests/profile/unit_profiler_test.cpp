@@ -215,3 +215,23 @@ TEST_CASE("unit profiler: trainable ViT and LLM blocks are also timed checkpoint
   for (const auto& u : profile_units(preset, o).table.units)
     CHECK_FALSE(u.checkpointed_forward_s.has_value());
 }
+
+TEST_CASE("unit profiler: between_units runs before every unit run and may end the profile",
+          "[profile]") {
+  const auto preset = load_model_preset("tiny");
+  auto o = tiny_options();
+  o.checkpointed = false;
+  int calls = 0;
+  o.between_units = [&] { ++calls; };
+  const auto t = profile_units(preset, o).table;
+  const int n = static_cast<int>(t.units.size());
+  CHECK(calls == (n - 1) + n * (o.warmup + o.repeats));  // the input pass, then every run
+  // A stop request (lib/train/startup_stop.h throws) ends the profile before the next unit.
+  struct Stop {};
+  calls = 0;
+  o.between_units = [&] {
+    if (++calls == n + 2) throw Stop{};
+  };
+  CHECK_THROWS_AS(profile_units(preset, o), Stop);
+  CHECK(calls == n + 2);
+}

@@ -1,15 +1,24 @@
 // The optimizer at DP 2 (mpiexec -n 2), without the trainer: ZeRO-1 against plain data
-// parallelism over 3 steps on different per-rank gradients (fp32 and bf16), and the state
-// gathered from ZeRO-1 shards loading into one unsharded replica and back into shards.
+// parallelism over 3 steps on different per-rank gradients (fp32 and bf16), the state
+// gathered from ZeRO-1 shards loading into one unsharded replica and back into shards, and a
+// step with a NaN gradient on one rank skipped on both (train/nonfinite_guard.h): nothing
+// changes, and the steps after it equal a run without it, bitwise, with and without ZeRO-1.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <functional>
+
 #include "../comm/mpi_test_support.h"
+#include "core/error.h"
 #include "train/distributed_optimizer.h"
+#include "train/nonfinite_guard.h"
 
 using omnibal::Precision;
 using omnibal::train::DistributedOptimizer;
 using omnibal::train::DpShard;
+using omnibal::train::NonFiniteGuard;
 using omnibal::train::OptimizerOptions;
+using omnibal::train::StepVerdict;
 using NamedParams = DistributedOptimizer::NamedParams;
 
 namespace {
@@ -88,4 +97,84 @@ TEST_CASE("optimizer at DP 2: ZeRO-1 equals plain DP; state moves between shards
     // A non-writing rank keeps nothing of the gathered state (collective: both ranks call).
     CHECK(again.state_tensors(/*keep=*/r == 0).empty() == (r != 0));
   }
+}
+
+TEST_CASE("optimizer at DP 2: a skipped non-finite step changes nothing; the run goes on equal",
+          "[train][mpi]") {
+  auto world = omnibal::comm::testing::world_comm();
+  REQUIRE(world->size() == 2);
+  const int r = world->rank();
+  const omnibal::comm::ProcessGrid grid(omnibal::comm::GridShape{2, 1, 1}, 2);
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16})
+    for (const bool zero1 : {false, true}) {
+      INFO(omnibal::choice_name(precision) << (zero1 ? " zero1" : ""));
+      OptimizerOptions o;
+      o.precision = precision;
+      o.zero1 = zero1;
+      o.bucket_bytes = 40 * 4;
+      const torch::Dtype dtype = omnibal::train::precision_dtype(precision);
+      const NamedParams ref_params = make_params(dtype);
+      DistributedOptimizer ref(ref_params, o, world.get(), DpShard{r, 2});
+      const auto want = train(ref, ref_params, r);
+
+      // The same 3 steps with a step between the first two whose gradient is NaN on rank 1 only.
+      const NamedParams params = make_params(dtype);
+      DistributedOptimizer opt(params, o, world.get(), DpShard{r, 2});
+      NonFiniteGuard guard(omnibal::OnNonFinite::kSkip, 1, 4, grid);
+      for (int step = 0; step < 3; ++step) {
+        if (step == 1) {
+          const auto before = opt.state_tensors();
+          std::vector<torch::Tensor> values;
+          for (const auto& [name, p] : params) values.push_back(p.detach().clone());
+          opt.zero_grad();
+          backward(params, r, step);
+          if (r == 1) params[1].second.mutable_grad().fill_(NAN);
+          opt.accumulate_grads();
+          opt.reduce_grads();
+          const double norm = opt.grad_norm(nullptr);
+          CHECK(std::isnan(norm));
+          const StepVerdict v = guard.check(4, {false, 0.0, opt.local_grad_sq(), norm}, *world);
+          REQUIRE(v == StepVerdict::kSkip);  // on both ranks, though only rank 1 saw the NaN
+          CHECK_THROWS_WITH(opt.clip(norm, 1.0), Catch::Contains("the gradient norm is nan"));
+          opt.skip_step();
+          CHECK(opt.steps() == 1);
+          for (const auto& [name, t] : opt.state_tensors()) CHECK(torch::equal(t, before.at(name)));
+          for (size_t i = 0; i < params.size(); ++i)
+            CHECK(torch::equal(params[i].second, values[i]));
+        }
+        opt.zero_grad();
+        backward(params, r, step);
+        opt.accumulate_grads();
+        opt.reduce_grads();
+        opt.clip(opt.grad_norm(nullptr), 0.5);
+        opt.step(0.01);
+      }
+      for (const auto& [name, t] : opt.state_tensors()) CHECK(torch::equal(t, want.at(name)));
+      for (size_t i = 0; i < params.size(); ++i)
+        CHECK(torch::equal(params[i].second, ref_params[i].second));
+    }
+}
+
+TEST_CASE("non-finite guard at 2 ranks: a NaN loss on one rank stops both with one message",
+          "[train][mpi]") {
+  auto world = omnibal::comm::testing::world_comm();
+  REQUIRE(world->size() == 2);
+  const int r = world->rank();
+  // PP 2: rank 1 is the last stage, it holds the loss.
+  NonFiniteGuard guard(omnibal::OnNonFinite::kStop, 3, 10,
+                       omnibal::comm::ProcessGrid(omnibal::comm::GridShape{1, 2, 1}, 2));
+  CHECK(guard.check(0, {r == 1, 2.5, 1.0, 1.0}, *world) == StepVerdict::kApply);
+  std::string message;
+  try {
+    guard.check(7, {r == 1, r == 1 ? NAN : 0.0, 1.0, 1.0}, *world);
+  } catch (const omnibal::Error& e) {
+    message = e.what();
+  }
+  CHECK_THAT(message, Catch::Contains("step 7 (progress line 8/10): the loss is nan (on stage 1, "
+                                      "dp rank 0, tp rank 0, world rank 1)"));
+  // Every rank threw the same text (after the file:line prefix).
+  const std::string text = message.substr(message.find("step 7"));
+  const int64_t h = static_cast<int64_t>(std::hash<std::string>{}(text)&0x7fffffff);
+  CHECK(world->all_reduce_int(h, omnibal::comm::ReduceOp::kMax) ==
+        world->all_reduce_int(h, omnibal::comm::ReduceOp::kMin));
 }

@@ -1,14 +1,19 @@
 // resolve_run_config settles every auto (model.hf_style from the resumed checkpoint, else
 // init_from's config.json, else internlm2; partition_trials -1 -> top K) and keeps explicit
-// values; find_resume_point refuses a fresh start over an earlier run's checkpoints. Resuming
-// real checkpoints is tests/integration (resume, init_from, truncated).
+// values; find_resume_point refuses a fresh start over an earlier run's checkpoints and passes
+// over an older checkpoint holding a NaN. Resuming real checkpoints is tests/integration
+// (resume, init_from, truncated).
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/file_digest.h"
+#include "checkpoint/safetensors.h"
 #include "train/run_config.h"
 
 using namespace omnibal;
@@ -103,4 +108,44 @@ TEST_CASE("run config: a fresh start over an earlier run's checkpoints is refuse
   // step-3 has no manifest: auto finds none that verifies and refuses rather than restart.
   CHECK_THROWS_WITH(find_resume_point(c, "auto"), Catch::Contains("none of the checkpoints"));
   CHECK_THROWS(find_resume_point(c, (dir.path / "checkpoints" / "step-3").string()));
+}
+
+namespace {
+
+/// A one-rank checkpoint step-`step` under `root` as a build before the finiteness mark wrote
+/// it (no "all_finite"): `w` as rank 0's tensor, `config` as its config.
+void write_unmarked_checkpoint(const fs::path& root, int64_t step, const torch::Tensor& w,
+                               const std::string& config) {
+  const fs::path d = root / ("step-" + std::to_string(step));
+  write(d / "rank-0.json", "{\"step\": " + std::to_string(step) + "}\n");
+  write(d / "config.yaml", config);
+  checkpoint::write_safetensors((d / "rank-0.safetensors").string(), {{"llm_head.w", w}});
+  checkpoint::CheckpointManifest m;
+  m.step = step;
+  m.world_size = 1;
+  for (const char* f : {"rank-0.safetensors", "rank-0.json", "config.yaml"}) {
+    const auto digest = checkpoint::digest_file((d / f).string());
+    m.files.push_back({f, digest.bytes, digest.hex()});
+  }
+  m.tensors["llm_head.w"] = "rank-0.safetensors";
+  write(d / "manifest.json", m.to_json().dump(1) + "\n");
+}
+
+}  // namespace
+
+TEST_CASE("run config: --resume auto passes over an older checkpoint holding a NaN", "[train]") {
+  TempDir dir("nan_resume");
+  Config c;
+  c.runtime.run_dir = dir.path.string();
+  const fs::path root = dir.path / "checkpoints";
+  write_unmarked_checkpoint(root, 2, torch::ones({2, 3}), to_yaml(c));
+  torch::Tensor diverged = torch::ones({2, 3});
+  diverged[1][1] = std::numeric_limits<float>::quiet_NaN();
+  write_unmarked_checkpoint(root, 4, diverged, to_yaml(c));
+  const ResumePoint at = find_resume_point(c, "auto");
+  CHECK(at.dir == (root / "step-2").string());
+  CHECK(at.saved.has_value());
+  CHECK_THROWS_WITH(find_resume_point(c, (root / "step-4").string()),
+                    Catch::Contains("holds non-finite (NaN / Inf) tensors") &&
+                        Catch::Contains("'llm_head.w' holds 1 nan and 0 inf of 6 values"));
 }
