@@ -1,5 +1,7 @@
 # Every external dependency is found here and wrapped in an omnibal:: interface target, so the
 # rest of the build names targets, never variables.
+set(OMNIBAL_TORCH_ENV "" CACHE PATH
+    "Python environment holding torch (scripts/torch_env.sh); empty: find Torch on CMAKE_PREFIX_PATH")
 find_package(Threads REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(fmt REQUIRED)
@@ -14,8 +16,15 @@ find_package(ZLIB)  # optional: only the checkpoint benchmark's crc32 comparison
 if(OMNIBAL_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
   include(Catch)
-  # Python tests that need numpy (Debian python3-numpy; a pyenv python3 on PATH may lack it).
-  set(OMNIBAL_TEST_PYTHON /usr/bin/python3 CACHE FILEPATH "python3 with numpy, for the Python tests")
+  # Python tests that need torch, numpy or matplotlib: the pinned environment's python (a pyenv
+  # python3 on PATH may lack them).
+  if(OMNIBAL_TORCH_ENV)
+    set(OMNIBAL_TEST_PYTHON ${OMNIBAL_TORCH_ENV}/bin/python CACHE FILEPATH
+        "python3 with torch, numpy and matplotlib, for the Python tests")
+  else()
+    set(OMNIBAL_TEST_PYTHON /usr/bin/python3 CACHE FILEPATH
+        "python3 with torch, numpy and matplotlib, for the Python tests")
+  endif()
 endif()
 
 # yaml-cpp 0.7 on Debian exports the plain target name.
@@ -46,28 +55,5 @@ if(OMNIBAL_STB_INCLUDE_DIR)
 endif()
 
 if(OMNIBAL_WITH_TORCH)
-  # Debian's libtorch-dev ships TorchConfig.cmake; a CUDA LibTorch 2.x is found via CMAKE_PREFIX_PATH.
-  find_package(Torch REQUIRED)
-  add_library(omnibal_torch INTERFACE)
-  target_link_libraries(omnibal_torch INTERFACE ${TORCH_LIBRARIES})
-  target_include_directories(omnibal_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
-  # TORCH_CXX_FLAGS carries the ABI flag; apply it to every torch target.
-  separate_arguments(_omnibal_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
-  target_compile_options(omnibal_torch INTERFACE ${_omnibal_torch_flags})
-  add_library(omnibal::torch ALIAS omnibal_torch)
-
-  # NCCL: only with a CUDA LibTorch.
-  set(OMNIBAL_HAVE_NCCL OFF)
-  if(OMNIBAL_WITH_NCCL AND TORCH_CUDA_LIBRARIES)
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_HOME}/include)
-    find_library(NCCL_LIBRARY nccl HINTS $ENV{NCCL_HOME}/lib)
-    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
-      add_library(omnibal_nccl INTERFACE)
-      target_include_directories(omnibal_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
-      target_link_libraries(omnibal_nccl INTERFACE ${NCCL_LIBRARY})
-      add_library(omnibal::nccl ALIAS omnibal_nccl)
-      set(OMNIBAL_HAVE_NCCL ON)
-    endif()
-  endif()
-  message(STATUS "omnibal: LibTorch ${Torch_VERSION}, NCCL ${OMNIBAL_HAVE_NCCL}")
+  include(TorchEnvironment)  # LibTorch, the CUDA toolkit and NCCL from one environment
 endif()

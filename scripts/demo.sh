@@ -34,20 +34,19 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 2 --mca odls_base_sigkill_timeout 10 "$BUILD_DIR/apps/omnibal-train/omnibal-train" \
   --config configs/demo.yaml "$@"
 
-# 3. Plots of the run (seconds; python3-matplotlib, which scripts/setup.sh installs).
+# 3. Plots of the run (seconds; matplotlib of the environment scripts/setup.sh makes).
 RUN_DIR=runs/demo
 for a in "$@"; do
   case "$a" in *runtime.run_dir=*) RUN_DIR=${a#*runtime.run_dir=} ;; esac
 done
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
+source scripts/torch_env.sh
+PY=$OMNIBAL_TORCH_ENV/bin/python
 if "$PY" -c 'import matplotlib' 2> /dev/null; then
   traces=()
   for t in "$RUN_DIR"/trace/step-*.json; do if [ -f "$t" ]; then traces+=(--trace "$t"); fi; done
   echo "demo: plots of $RUN_DIR:"
   "$PY" scripts/plot_run.py "$RUN_DIR" --out "$RUN_DIR/plots" "${traces[@]}"
 else
-  echo "demo: no plots: $PY has no matplotlib; install it with 'sudo apt-get install" \
-       "python3-matplotlib' (or bash scripts/setup.sh), then run" \
-       "/usr/bin/python3 scripts/plot_run.py $RUN_DIR --out $RUN_DIR/plots"
+  echo "demo: no plots: $PY has no matplotlib; run bash scripts/setup.sh, then" \
+       "$PY scripts/plot_run.py $RUN_DIR --out $RUN_DIR/plots"
 fi

@@ -4,8 +4,9 @@
 # tokenizer (spm_train) with the chat and image special tokens as single pieces.
 #   bash scripts/make_demo_data.sh [--out DIR (default data/demo)] [--train N] [--eval M]
 set -euo pipefail
-# Debian's python3 (python3-numpy); a python3 earlier on PATH (pyenv, venv) may lack numpy.
+# The pinned environment's python (numpy; scripts/torch_env.sh): a python3 on PATH may lack it.
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/scripts/torch_env.sh"
 OUT="$ROOT/data/demo"
 ARGS=()
 while [ $# -gt 0 ]; do
@@ -19,7 +20,7 @@ for f in /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz /usr/bin/s
 done
 rm -rf "$OUT/train" "$OUT/eval"
 mkdir -p "$OUT"
-"${OMNIBAL_PYTHON:-/usr/bin/python3}" "$ROOT/scripts/demo_data/make_demo_data.py" --out "$OUT" "${ARGS[@]+"${ARGS[@]}"}"
+"${OMNIBAL_PYTHON:-$OMNIBAL_TORCH_ENV/bin/python}" "$ROOT/scripts/demo_data/make_demo_data.py" --out "$OUT" "${ARGS[@]+"${ARGS[@]}"}"
 # BPE keeps the corpus's words whole (unigram splits this small corpus into characters). Byte
 # fallback encodes characters outside the corpus (and the template's "\n") as single byte pieces;
 # identity normalisation keeps text as written. Vocab <= 1000 fits the tiny preset (1024).

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Plots of omnibal-train run directories and a Gantt chart of trace-event files (PNG, Agg).
 
   scripts/plot_run.py RUN_DIR [RUN_DIR ...] --out DIR [--trace TRACE.json ...]
@@ -36,7 +36,7 @@ thread_name). One row per (pid, tid); compute events fill the row, comm events (
 a thin strip at its foot; the micro-batch index is written in a bar when it fits; later model
 chunks (interleaved 1F1B) are drawn lighter.
 
-Needs matplotlib (Debian: apt-get install python3-matplotlib); only the standard library
+Needs matplotlib (the environment of scripts/setup.sh has it); only the standard library
 besides. Bad input (a missing file, a line that is not JSON, a record without a field) is an
 error naming the file and line; exit status 2.
 """
@@ -53,9 +53,9 @@ try:
     from matplotlib.colors import to_rgb
     from matplotlib.patches import Patch
 except ImportError as e:
-    sys.exit(f"plot_run.py: matplotlib is missing for {sys.executable} ({e}); install it with "
-             "'apt-get install python3-matplotlib' (scripts/setup.sh does) and run "
-             "/usr/bin/python3 scripts/plot_run.py")
+    sys.exit(f"plot_run.py: matplotlib is missing for {sys.executable} ({e}); run "
+             "bash scripts/setup.sh and use its environment's python "
+             "(~/.cache/omnibal/torch-*/bin/python scripts/plot_run.py)")
 
 FIGSIZE = (6, 3.5)
 DPI = 100

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package omnibal needs (idempotent; run as root or with sudo).
+# Installs what omnibal needs on Debian 12 (idempotent; run as root or with sudo):
+#  1. Debian packages: compiler, CMake, MPI, the small C++ libraries, stb, the demo's images.
+#  2. A Python environment holding torch==2.11.0 (its LibTorch is the one omnibal builds against,
+#     CPU and CUDA 13.0 alike; its NVIDIA libraries, NCCL 2.28.9 among them, come with it) and
+#     the scripts' numpy and matplotlib, at a fixed prefix outside the clone (scripts/torch_env.sh)
+#     that every clone on the machine reuses.
+#  3. Checks the CUDA 13.0 toolkit (nvcc) that the CUDA LibTorch's CMake files require.
+# Prints what it installed, the environment's size and the time taken.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/torch_env.sh
+t0=$(date +%s)
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  libtorch-dev libopenblas0-openmp          # LibTorch 1.13 (CPU) + a fast BLAS for it
   libopenmpi-dev openmpi-bin                # MPI launcher and C API
   libyaml-cpp-dev libcli11-dev libfmt-dev catch2
   nlohmann-json3-dev                        # JSON: length files, metrics, manifests
@@ -11,19 +20,49 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece        # tokenizer library + spm_train for the demo data
   libstb-dev                                # JPEG/PNG decode and resize
   dataset-fashion-mnist                     # real images for the embedded demo dataset
-  python3 python3-numpy python3-torch       # golden-value and fixture scripts
-  python3-matplotlib                        # scripts/plot_run.py (plots of run directories)
+  python3 python3-venv                      # the pinned torch environment (below)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "setup: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} Debian packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The toolkit: TorchConfig.cmake of a CUDA LibTorch looks for nvcc and the CUDA libraries.
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -x "$CUDA_HOME/bin/nvcc" ]; then
+  echo "setup: no CUDA toolkit at CUDA_HOME=$CUDA_HOME (bin/nvcc missing). omnibal builds against" \
+       "the CUDA 13.0 build of LibTorch, whose CMake files need the CUDA 13.0 toolkit: install it" \
+       "(https://developer.nvidia.com/cuda-downloads, Debian 12) or set CUDA_HOME" >&2
+  exit 1
+fi
+
+STAMP=$OMNIBAL_TORCH_ENV/.omnibal-complete
+WANT="torch==$OMNIBAL_TORCH_PIN numpy==$OMNIBAL_NUMPY_PIN matplotlib==$OMNIBAL_MATPLOTLIB_PIN"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+  echo "setup: $OMNIBAL_TORCH_ENV holds $WANT ($(du -sh "$OMNIBAL_TORCH_ENV" | cut -f1))"
+else
+  echo "setup: creating $OMNIBAL_TORCH_ENV with $WANT (about 3 GB to download, 4.7 GB on disk)"
+  rm -rf "$OMNIBAL_TORCH_ENV"
+  mkdir -p "$OMNIBAL_ENV_ROOT"
+  "$OMNIBAL_PY" -m venv "$OMNIBAL_TORCH_ENV"
+  # shellcheck disable=SC2086
+  "$OMNIBAL_TORCH_ENV/bin/python" -m pip install --no-cache-dir --disable-pip-version-check \
+    --progress-bar off -q $WANT
+  "$OMNIBAL_TORCH_ENV/bin/python" - <<'PY'
+import torch, torch.utils
+print(f"setup: torch {torch.__version__} (CUDA {torch.version.cuda}, NCCL "
+      f"{'.'.join(map(str, torch.cuda.nccl.version()))}), CMake files in {torch.utils.cmake_prefix_path}")
+PY
+  echo "$WANT" > "$STAMP"
+  echo "setup: environment $(du -sh "$OMNIBAL_TORCH_ENV" | cut -f1) in $(( $(date +%s) - t0 )) s"
+fi
+echo "setup: done in $(( $(date +%s) - t0 )) s"

@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <mutex>
 

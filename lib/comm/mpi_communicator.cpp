@@ -11,6 +11,7 @@
 #include "core/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <c10/util/BFloat16.h>
 

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 #include <unistd.h>
 

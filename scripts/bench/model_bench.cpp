@@ -16,7 +16,8 @@
 //   + attention: 12 * N^2 * d per ViT layer and tile (bidirectional),
 //                6 * L (L + 1) * d per LLM layer and sample (causal, per sample, not per pack).
 // Embedding lookups count 0. Usage: omnibal_model_bench --preset base-100m --threads 2 --reps 5
-//   [--warmup 1] [--device cpu|cuda] [--samples 6 --tiles 2-6 --text 20-60]
+//   [--warmup 1] [--device cpu|cuda] [--dtype fp32|bf16 (default: the device's)]
+//   [--samples 6 --tiles 2-6 --text 20-60]
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
@@ -168,6 +169,7 @@ void print_profile(Vlm& model, const PackBatch& pack, int top) {
 int main(int argc, char** argv) {
   std::string preset_name = "base-100m";
   std::string device_name = "cpu";
+  std::string dtype_name;  // "": the device's default (compat::default_dtype)
   int threads = 2, reps = 5, warmup = 1, samples = 6, min_tiles = 2, max_tiles = 6, min_text = 20,
       max_text = 60;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -178,6 +180,7 @@ int main(int argc, char** argv) {
     else if (key == "--reps") reps = std::stoi(v);
     else if (key == "--warmup") warmup = std::stoi(v);
     else if (key == "--device") device_name = v;
+    else if (key == "--dtype") dtype_name = v;
     else if (key == "--samples") samples = std::stoi(v);
     else if (key == "--tiles") {
       std::sscanf(v, "%d-%d", &min_tiles, &max_tiles);
@@ -200,10 +203,19 @@ int main(int argc, char** argv) {
       device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   torch::set_num_threads(threads);
   torch::manual_seed(0);
+  if (!dtype_name.empty() && dtype_name != "fp32" && dtype_name != "bf16") {
+    std::fprintf(stderr, "--dtype must be fp32 or bf16, got '%s'\n", dtype_name.c_str());
+    return 2;
+  }
+  const torch::Dtype dtype = dtype_name.empty()      ? compat::default_dtype(device)
+                             : dtype_name == "bf16" ? torch::kBFloat16
+                                                    : torch::kFloat32;
   const ModelPreset preset = load_model_preset(preset_name);
-  Vlm model(preset,
-            VlmOptions{}.with_img_context_id(kImgContextId).with_seed(1).with_device(device));
-  const torch::Dtype dtype = compat::default_dtype(device);
+  Vlm model(preset, VlmOptions{}
+                        .with_img_context_id(kImgContextId)
+                        .with_seed(1)
+                        .with_device(device)
+                        .with_dtype(dtype));
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
   PackStats st;

@@ -12,7 +12,7 @@ DEMO="$ROOT/data/demo"
 [ -f "$DEMO/train_meta.json" ] || bash "$ROOT/scripts/make_demo_data.sh" --out "$DEMO" > /dev/null
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-/usr/bin/python3 - "$DEMO" "$OUT/meta.json" <<'PY'
+python3 - "$DEMO" "$OUT/meta.json" <<'PY'
 import json, os, sys
 demo, out = sys.argv[1], sys.argv[2]
 meta = json.load(open(os.path.join(demo, "train_meta.json")))

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "models/model_test_util.h"
+#include "models/weight_grad_store.h"
 
 using namespace omnibal::models;
 using namespace omnibal::models::testing;

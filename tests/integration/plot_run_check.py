@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ctest plot_run: scripts/plot_run.py on run directories left by the integration tests (several
 stages and DP ranks, one with eval.jsonl) plus two generated trace-event files (a 1F1B step of
 PP 2 x DP 2, unbalanced vs balanced) writes every PNG, each a PNG of some size; a run directory
@@ -94,7 +94,7 @@ def main():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print(f"SKIP: no matplotlib for {sys.executable} (apt-get install python3-matplotlib)")
+        print(f"SKIP: no matplotlib for {sys.executable} (bash scripts/setup.sh)")
         sys.exit(77)
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)

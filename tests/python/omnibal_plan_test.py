@@ -81,8 +81,8 @@ def main():
         import torch
         from torch.utils.data import DataLoader, Dataset, Sampler
     except ImportError:
-        fail(f"{sys.executable} has no torch: install Debian's python3-torch "
-             f"(scripts/setup.sh) or set OMNIBAL_TEST_PYTHON to a python3 with torch")
+        fail(f"{sys.executable} has no torch: run scripts/setup.sh (its environment "
+             f"has torch) or set OMNIBAL_TEST_PYTHON to a python3 with torch")
     import omnibal_plan as op
 
     t0 = time.time()
