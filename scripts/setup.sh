@@ -50,7 +50,7 @@ WANT="torch==$OMNIBAL_TORCH_PIN numpy==$OMNIBAL_NUMPY_PIN matplotlib==$OMNIBAL_M
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "setup: $OMNIBAL_TORCH_ENV holds $WANT ($(du -sh "$OMNIBAL_TORCH_ENV" | cut -f1))"
 else
-  echo "setup: creating $OMNIBAL_TORCH_ENV with $WANT (about 3 GB to download, 4.7 GB on disk)"
+  echo "setup: creating $OMNIBAL_TORCH_ENV with $WANT (about 2.8 GB to download, 4.8 GB on disk, a minute or two)"
   rm -rf "$OMNIBAL_TORCH_ENV"
   mkdir -p "$OMNIBAL_ENV_ROOT"
   "$OMNIBAL_PY" -m venv "$OMNIBAL_TORCH_ENV"

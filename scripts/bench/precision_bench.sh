@@ -4,8 +4,8 @@
 # repetitions of STEPS (default 4) steps each; per configuration the median seconds per step
 # (the first step of each run left out), the peak RSS of the larger rank and the optimizer
 # state per rank (summary.json). Prints the load average before and after; run it on an idle
-# machine. PRECISIONS (default "fp32 bf16") selects the precisions: bf16 on a CPU LibTorch 1.13
-# runs about 20x slower than fp32 (5 minutes a step here), so measure it with fewer steps.
+# machine. PRECISIONS (default "fp32 bf16") selects the precisions: bf16 on the CPU ran about 20x
+# slower than fp32 on LibTorch 1.13 (5 minutes a step here), so measure it with fewer steps.
 # Usage: [PRECISIONS=fp32] bash scripts/bench/precision_bench.sh [REPS] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."

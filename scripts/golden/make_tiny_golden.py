@@ -1,5 +1,6 @@
-#!/usr/bin/python3
-"""Golden values for the `tiny` VLM preset, computed with Debian's python3-torch (1.13).
+#!/usr/bin/env python3
+"""Golden values for the `tiny` VLM preset, computed with PyTorch (torch 2.11 of the pinned
+environment that scripts/setup.sh installs; scripts/torch_env.sh).
 
 Written from the architecture description (docs/paper.md: InternViT blocks,
 pixel shuffle v2 at 0.5 without the class token, LayerNorm-Linear-GELU-Linear projector,
@@ -8,12 +9,18 @@ SwiGLU), NOT from the C++ code. Attention here runs sample by sample on the unpa
 so the golden values also check the C++ packing.
 
 Weights and pixels are not stored: every tensor is filled from a hash of its stable parameter
-name (splitmix64 stream seeded with FNV-1a(name)), which tests/models/golden_fill.h reproduces.
+name (splitmix64 stream seeded with FNV-1a(name)), which golden_values() in
+tests/models/model_test_util.h reproduces.
 The fixture (torch.save dict, read in C++ with torch::pickle_load) holds the pack's ids, labels,
 flags, cu_seqlens, the logits and token losses at label positions, the loss sum and label count,
 and, per parameter, a sample of gradient entries (all entries of small tensors) and the norm.
 
-Usage: /usr/bin/python3 scripts/golden/make_tiny_golden.py [out.pt]
+The values are float32 round-off apart between torch versions and CPUs (the elementwise and
+softmax kernels round differently): the 2.11 fixture differs from the 1.13 one by at most
+4.6e-6 of a tensor's largest entry, inside the C++ test's 1e-5.
+
+Usage: source scripts/torch_env.sh && "$OMNIBAL_TORCH_ENV/bin/python" \
+         scripts/golden/make_tiny_golden.py [out.pt]
 (default tests/models/fixtures/tiny_golden.pt). Reads models/presets/tiny.yaml for the sizes.
 """
 import math
@@ -33,7 +40,9 @@ GOLDEN_GAMMA = 0x9E3779B97F4A7C15
 def read_preset(path):
     """Tiny YAML subset reader (two-level mapping of scalars) so no yaml module is needed."""
     preset, section = {}, None
-    for raw in open(path):
+    with open(path) as f:
+        lines = f.readlines()
+    for raw in lines:
         line = raw.split("#", 1)[0].rstrip()
         if not line.strip():
             continue
@@ -284,7 +293,8 @@ def main():
         fixture["grad_norm/" + name] = g.norm()
     torch.save(fixture, out_path)
     print(f"wrote {out_path}: loss_sum {loss_sum.item():.6f} over {len(positions)} labels, "
-          f"{len(P)} parameters, {sum(t.numel() for t in P.values())} elements")
+          f"{len(P)} parameters, {sum(t.numel() for t in P.values())} elements, "
+          f"torch {torch.__version__}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 // The tiny preset against golden values computed by scripts/golden/make_tiny_golden.py with
-// Debian's python3-torch from the architecture description (not from this C++).
+// PyTorch (torch 2.11 of the pinned environment) from the architecture description (not from
+// this C++).
 #include <catch2/catch.hpp>
 
 #include "model_test_util.h"
