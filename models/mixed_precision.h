@@ -1,4 +1,4 @@
-// The ops whose bf16 kernels lose precision on the CPU (LibTorch 1.13), computed so that they
+// The ops whose bf16 CPU kernels lose precision (1.13; LayerNorm still on 2.11), computed so they
 // keep what autocast and the CUDA kernels keep in fp32 (docs/results.md#bf16-at-the-demo-learning-rate):
 //   - LayerNorm: the CPU kernel's backward sums the weight and bias gradients over all rows in
 //     bf16 (relative error 3-11 % on the tiny ViT's norms, against ~1 % for a matmul's);

@@ -5,7 +5,7 @@
 //   (at::_flash_attention_forward / _backward, FlashAttention-2's mha_varlen_fwd / _bwd) over the
 //   whole pack per layer, grouped K/V heads read in place (no repeat);
 // - per sample (CPU, fp32 on CUDA, unsupported head dims): each segment on its own
-//   (compat::causal_gqa_attention: SDPA with is_causal on LibTorch 2.x, matmul-softmax on 1.13).
+//   (compat::causal_gqa_attention: SDPA with is_causal).
 //   It is the CPU path and the reference of the flash path.
 // Neither spends work on cross-sample pairs. A dense block-diagonal causal mask over the whole pack
 // is provided as the reference for tests only: it costs T^2 instead of sum(L_i^2).

@@ -33,7 +33,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     if (data == nullptr) return inner;  // zero-byte storages: nothing to count
-    // LibTorch 1.13 requires data == context for CPU storages (raw_deleter contract), so the
+    // LibTorch requires data == context for CPU storages (raw_deleter contract), so the
     // counter cannot wrap the base's context; it takes the block over and frees it with the
     // base's raw deleter instead.
     OMNIBAL_CHECK(inner.get_context() == data,
