@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "models/accumulate_grad_hook.h"
 
 namespace omnibal::models {
 namespace {
@@ -104,14 +105,21 @@ int WeightGradStore::run(int key) {
     work = std::move(it->second);
     filed_.erase(it);
   }
+  // As AccumulateGrad: a weight's post-accumulate-grad hook runs once its dW of this key are
+  // all in (after its last triple), with their sum in .grad.
+  std::map<const void*, size_t> last;
+  for (size_t i = 0; i < work.size(); ++i) last[work[i].weight.unsafeGetTensorImpl()] = i;
   torch::NoGradGuard no_grad;
-  for (auto& d : work) {
+  for (size_t i = 0; i < work.size(); ++i) {
+    Deferred& d = work[i];
     const torch::Tensor dy = d.output_grad.reshape({-1, d.output_grad.size(-1)});
     const torch::Tensor x = d.input.reshape({-1, d.input.size(-1)});
     torch::Tensor dw = dy.t().mm(x);  // [out, in], as autograd's linear backward
     torch::Tensor& grad = d.weight.mutable_grad();
     if (grad.defined()) grad.add_(dw);
     else grad = std::move(dw);
+    if (last.at(d.weight.unsafeGetTensorImpl()) == i)
+      compat::run_post_accumulate_grad_hook(d.weight);
   }
   return static_cast<int>(work.size());
 }

@@ -45,7 +45,9 @@ class WeightGradStore : public torch::CustomClassHolder {
   };
 
   /// Adds dW = dy^T x of every triple filed under `key` to its weight's .grad (allocating it
-  /// when undefined) and forgets them. Returns how many were run.
+  /// when undefined) and forgets them; after a weight's last triple of the key, runs its
+  /// post-accumulate-grad hook, as autograd would (models/accumulate_grad_hook.h: an optimizer
+  /// folds the gradient there). Returns how many were run.
   int run(int key);
   /// Triples filed under `key` and not yet run.
   int pending(int key) const;

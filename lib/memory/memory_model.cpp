@@ -170,7 +170,7 @@ MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp, in
       break;
     case Precision::kBf16:
       m.weight_bytes_per_param = 2;
-      m.grad_bytes_per_param = 4 + 2;
+      m.grad_bytes_per_param = 4;  // the bf16 gradient is folded as it is produced
       m.optimizer_bytes_per_param = 12;
       break;
   }

@@ -121,9 +121,11 @@ double deferred_weight_bytes(const partition::UnitCostTable& table, int begin, i
 
 /// The trainer's bytes per parameter (train/distributed_optimizer.h) for train.precision and
 /// train.zero1 at `dp` ranks: weights 4 (fp32) or 2 (bf16); gradients: the fp32 main gradient
-/// (4) plus, in bf16, the parameters' bf16 gradient, alive from a micro-batch's backward until
-/// the optimizer folds it in (2); optimizer state: Adam's fp32 moments (8) plus, in bf16, the fp32
-/// master weights (4); the optimizer state divided by dp under ZeRO-1. Workspace as the default.
+/// (4; in bf16 each parameter's bf16 gradient is folded into it as autograd produces it, by a
+/// post-accumulate-grad hook, so none is kept: on LibTorch < 2.1, which folds after each
+/// backward, 2 more are alive until then and not counted here); optimizer state: Adam's fp32
+/// moments (8) plus, in bf16, the fp32 master weights (4); the optimizer state divided by dp
+/// under ZeRO-1. Workspace as the default.
 /// `tp`: parallel.tp, the TP degree of the cost table the options are used with (per-rank
 /// bytes per parameter do not change with tp). Throws omnibal::Error when dp or tp < 1.
 MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp, int tp = 1);

@@ -78,8 +78,8 @@ struct StepHooks {
   /// Called with ("forward" | "backward", micro-batch) before each Forward / Backward; throws to
   /// inject a failure (debug.fail_at).
   std::function<void(const char* where, int micro_batch)> before_op;
-  /// Called after each Backward, BackwardInput and BackwardWeight (bf16: the optimizer adds the
-  /// parameters' bf16 gradients into its fp32 main gradient and clears them).
+  /// Called after each Backward, BackwardInput and BackwardWeight (bf16: the optimizer folds any
+  /// bf16 gradient its post-accumulate hooks have not already folded into the fp32 main gradient).
   std::function<void(int micro_batch)> after_backward;
   /// Runs at the ReduceGrads instruction (the DP gradient all-reduce).
   std::function<void()> reduce_grads;

@@ -4,8 +4,23 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/accumulate_grad_hook.h"
 
 namespace omnibal::train {
+namespace {
+
+/// Adds `param`'s bf16 .grad into `main` (its fp32 main gradient, flat) and frees it; nothing
+/// when the parameter has no gradient. The one fold of both paths: the post-accumulate-grad
+/// hook and accumulate_grads().
+void fold_grad(const torch::Tensor& main, const torch::Tensor& param) {
+  torch::Tensor& g = param.mutable_grad();
+  if (!g.defined()) return;
+  torch::NoGradGuard no_grad;
+  main.add_(g.reshape(-1));  // fp32 += bf16
+  g.reset();
+}
+
+}  // namespace
 
 torch::Dtype precision_dtype(Precision p) {
   switch (p) {
@@ -32,8 +47,9 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
     for (const auto& [name, p] : params)
       if (name == want && p.requires_grad() && p.numel() > 0) ordered.emplace_back(name, p);
   for (const auto& [name, p] : params)
-    if (p.requires_grad() && p.numel() > 0 && std::find(options_.own_bucket.begin(), options_.own_bucket.end(),
-                                       name) == options_.own_bucket.end())
+    if (p.requires_grad() && p.numel() > 0 &&
+        std::find(options_.own_bucket.begin(), options_.own_bucket.end(), name) ==
+            options_.own_bucket.end())
       ordered.emplace_back(name, p);
   torch::Device device = torch::kCPU;
   if (!ordered.empty()) device = ordered.front().second.device();
@@ -80,7 +96,8 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
     view.copy_(s.param.detach().reshape(-1));
     s.param.set_data(view.view(s.param.sizes()));
     if (options_.precision == Precision::kFp32)
-      s.param.mutable_grad() = main_grad_.slice(0, s.offset, s.offset + s.numel).view(s.param.sizes());
+      s.param.mutable_grad() =
+          main_grad_.slice(0, s.offset, s.offset + s.numel).view(s.param.sizes());
   }
   for (auto& b : buckets_) {
     b.owned = options_.zero1 ? b.size / dpn : b.size;
@@ -98,10 +115,30 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
     if (hi > lo)
       segments_.push_back({static_cast<int>(i), slot_bucket[i], lo - b.owned_begin, lo, hi - lo});
   }
+  if (options_.precision == Precision::kBf16 && options_.fold_in_backward) install_fold_hooks();
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  if (!folds_in_backward_) return;
+  for (const auto& s : slots_) models::compat::clear_post_accumulate_grad_hook(s.param, this);
+}
+
+void DistributedOptimizer::install_fold_hooks() {
+  if (!models::compat::has_post_accumulate_grad_hook()) return;  // accumulate_grads() folds
+  for (const auto& s : slots_) {
+    const torch::Tensor main = main_grad_of(s);
+    models::compat::set_post_accumulate_grad_hook(
+        s.param, [main](const torch::Tensor& param) { fold_grad(main, param); }, this);
+  }
+  folds_in_backward_ = true;
 }
 
 torch::Tensor DistributedOptimizer::owned_grad(const Bucket& b) const {
   return main_grad_.slice(0, b.owned_begin, b.owned_begin + b.owned);
+}
+
+torch::Tensor DistributedOptimizer::main_grad_of(const Slot& s) const {
+  return main_grad_.slice(0, s.offset, s.offset + s.numel);
 }
 
 void DistributedOptimizer::zero_grad() {
@@ -120,13 +157,7 @@ void DistributedOptimizer::zero_grad() {
 
 void DistributedOptimizer::accumulate_grads() {
   if (options_.precision != Precision::kBf16) return;
-  torch::NoGradGuard no_grad;
-  for (auto& s : slots_) {
-    const torch::Tensor g = s.param.grad();
-    if (!g.defined()) continue;
-    main_grad_.slice(0, s.offset, s.offset + s.numel).add_(g.reshape(-1));  // fp32 += bf16
-    s.param.mutable_grad().reset();
-  }
+  for (const auto& s : slots_) fold_grad(main_grad_of(s), s.param);
 }
 
 void DistributedOptimizer::reduce_grads() {
@@ -151,13 +182,13 @@ void DistributedOptimizer::reduce_grads() {
 
 torch::Tensor DistributedOptimizer::reduced_grad(const std::string& name) {
   for (const auto& seg : segments_)
-    if (slots_[seg.slot].name == name) return main_grad_.slice(0, seg.global, seg.global + seg.length);
+    if (slots_[seg.slot].name == name)
+      return main_grad_.slice(0, seg.global, seg.global + seg.length);
   return torch::Tensor();
 }
 
 double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
-                                       const std::set<std::string>& exclude,
-                                       comm::Communicator* tp,
+                                       const std::set<std::string>& exclude, comm::Communicator* tp,
                                        const std::set<std::string>& tp_replicated) {
   const bool tp_on = tp != nullptr && tp->size() > 1;
   torch::NoGradGuard no_grad;
@@ -166,10 +197,8 @@ double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
   for (const auto& seg : segments_) {
     if (exclude.count(slots_[seg.slot].name)) continue;
     if (tp_on && tp->rank() != 0 && tp_replicated.count(slots_[seg.slot].name)) continue;
-    acc += main_grad_.slice(0, seg.global, seg.global + seg.length)
-               .to(torch::kFloat64)
-               .pow(2)
-               .sum();
+    acc +=
+        main_grad_.slice(0, seg.global, seg.global + seg.length).to(torch::kFloat64).pow(2).sum();
   }
   torch::Tensor sq = acc.to(torch::kCPU);
   local_grad_sq_ = sq.item<double>();
@@ -277,10 +306,10 @@ void DistributedOptimizer::load_state_tensors(const std::map<std::string, torch:
         const std::string name = s.name + suffixes[j];
         const auto it = state.find(name);
         OMNIBAL_CHECK(it != state.end(), "optimizer: the checkpoint has no '", name, "'");
-        OMNIBAL_CHECK(it->second.sizes() == s.param.sizes(), "optimizer: '", name,
-                      "' has shape ", it->second.sizes(), " in the checkpoint, expected ",
-                      s.param.sizes());
-        full[j].slice(0, s.offset - b.begin, s.offset - b.begin + s.numel)
+        OMNIBAL_CHECK(it->second.sizes() == s.param.sizes(), "optimizer: '", name, "' has shape ",
+                      it->second.sizes(), " in the checkpoint, expected ", s.param.sizes());
+        full[j]
+            .slice(0, s.offset - b.begin, s.offset - b.begin + s.numel)
             .copy_(it->second.reshape(-1));
       }
     }

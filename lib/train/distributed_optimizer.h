@@ -6,9 +6,18 @@
 // `own_bucket` come first, each alone), every bucket padded to a multiple of the DP size.
 //   - param buffer (train.precision's dtype): the model's parameters are views into it;
 //   - main gradient (fp32, Megatron's main_grad): fp32 parameters' .grad are views into it, so
-//     autograd accumulates the step's micro-batches in fp32 in place; bf16 parameters keep a
-//     bf16 .grad that accumulate_grads() adds into it after each micro-batch's backward and
-//     frees;
+//     autograd accumulates the step's micro-batches in fp32 in place. bf16 parameters: a
+//     post-accumulate-grad hook on each (models/accumulate_grad_hook.h, LibTorch >= 2.1) adds
+//     the bf16 .grad autograd has just written (one backward's uses of the parameter, summed)
+//     into it in fp32 and frees it; the deferred W of ZB-H1 runs the same hook
+//     (WeightGradStore::run). No bf16 gradient outlives its own accumulation: 2 bytes per
+//     parameter fewer at the end of a backward than folding after it. accumulate_grads(),
+//     called after each backward, folds any .grad still defined: all of them on LibTorch < 2.1
+//     or with OptimizerOptions::fold_in_backward off. Both paths add the same bf16 gradient per
+//     parameter per backward, so they are bitwise equal, except where one backward reaches a
+//     parameter through two AccumulateGrad calls (a reentrant recomputed unit sharing it with
+//     the rest of the graph: the tied embedding at PP 1 with llm_embed recomputed); the hook
+//     then adds the two parts in fp32 where folding after the backward added their bf16 sum;
 //   - state: per bucket, this DP rank's part of it (all of it without ZeRO-1, block dp_rank of
 //     dp with it): AdamW moments exp_avg / exp_avg_sq in fp32, and fp32 master weights (bf16:
 //     a copy; fp32: the parameters themselves).
@@ -49,12 +58,16 @@ torch::Dtype precision_dtype(Precision precision);
 struct OptimizerOptions {
   AdamWOptions adam;
   Precision precision = Precision::kFp32;     ///< dtype of the parameters (train.precision)
-  Precision reduce_dtype = Precision::kFp32;  ///< dtype of the DP reduction (comm.grad_reduce_dtype)
+  Precision reduce_dtype = Precision::kFp32;  ///< DP reduction dtype (comm.grad_reduce_dtype)
   bool zero1 = false;                         ///< shard state over DP (train.zero1)
   int64_t bucket_bytes = 8 << 20;             ///< fp32 gradient bytes per bucket
   /// Parameters placed first, each in a bucket of its own (the tied embedding, so that both of
   /// its stages reduce it alike and hold the same shard of it).
   std::vector<std::string> own_bucket;
+  /// bf16: fold each parameter's gradient into the main gradient from a post-accumulate-grad
+  /// hook as autograd produces it (see the file comment); false, or on LibTorch < 2.1:
+  /// accumulate_grads() folds them after each backward.
+  bool fold_in_backward = true;
 };
 
 /// This rank's place in its DP group (the layout needs only these; the group is used to reduce).
@@ -74,12 +87,21 @@ class DistributedOptimizer {
   /// dtype or device mismatch or a DP size that disagrees with `dp`.
   DistributedOptimizer(const NamedParams& params, OptimizerOptions options, comm::Communicator* dp,
                        DpShard shard);
+  /// Removes the post-accumulate-grad hooks it set (the parameters stay views of its buffer).
+  ~DistributedOptimizer();
+  /// Not copyable or movable: the parameters' hooks point at this instance's main gradient.
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   /// Zeroes the main gradient (and drops bf16 .grad).
   void zero_grad();
-  /// bf16: adds every parameter's .grad into the main gradient in fp32 and frees it. Call after
-  /// each micro-batch's backward. fp32: nothing to do (autograd accumulates into the views).
+  /// bf16: adds every parameter's .grad still defined into the main gradient in fp32 and frees
+  /// it. Call after each micro-batch's backward; a no-op when the hooks fold in the backward
+  /// (folds_in_backward()). fp32: nothing to do (autograd accumulates into the views).
   void accumulate_grads();
+  /// True when bf16 gradients are folded by post-accumulate-grad hooks during the backward
+  /// (bf16, OptimizerOptions::fold_in_backward and LibTorch >= 2.1).
+  bool folds_in_backward() const { return folds_in_backward_; }
   /// Collective over DP: all-reduce (ZeRO-1: reduce-scatter) of the main gradient, bucket by
   /// bucket, in reduce_dtype. Afterwards only this rank's part (reduced_grad) is meaningful.
   void reduce_grads();
@@ -160,6 +182,10 @@ class DistributedOptimizer {
   };
 
   torch::Tensor owned_grad(const Bucket& b) const;
+  /// The main gradient of slot `s`, flat fp32 [numel].
+  torch::Tensor main_grad_of(const Slot& s) const;
+  /// bf16: sets on every slot's parameter the hook that folds its .grad (fold_in_backward).
+  void install_fold_hooks();
 
   OptimizerOptions options_;
   comm::Communicator* dp_ = nullptr;
@@ -170,7 +196,8 @@ class DistributedOptimizer {
   torch::Tensor param_buffer_;  ///< parameters' dtype [total]
   torch::Tensor main_grad_;     ///< fp32 [total]
   int64_t steps_ = 0;
-  double local_grad_sq_ = 0;  ///< see local_grad_sq()
+  double local_grad_sq_ = 0;        ///< see local_grad_sq()
+  bool folds_in_backward_ = false;  ///< see folds_in_backward()
 };
 
 }  // namespace omnibal::train
