@@ -75,6 +75,11 @@ if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
 endif()
 
 find_package(Torch REQUIRED)
+# Caffe2's mkl.cmake adds ${MKL_ROOT}/lib/intel64 & co. as link folders even when MKL_ROOT is
+# empty (pytorch/pytorch#73008): /lib/intel64 in every RUNPATH. The wheel links MKL statically.
+if(TARGET caffe2::mkl AND NOT MKL_ROOT)
+  set_property(TARGET caffe2::mkl PROPERTY INTERFACE_LINK_DIRECTORIES "")
+endif()
 if(OMNIBAL_TORCH_ENV AND NOT Torch_VERSION VERSION_GREATER_EQUAL 2.0)
   message(FATAL_ERROR "found LibTorch ${Torch_VERSION} in ${OMNIBAL_TORCH_ENV}; expected 2.x")
 endif()

@@ -3,7 +3,10 @@
 // builds the communicator on `device`. Operations are enqueued on the current CUDA stream of
 // LibTorch (so they order with compute and the caching allocator needs no record_stream); a
 // CUDA event recorded after each operation is what Request::test() polls, together with
-// ncclCommGetAsyncError, so the watchdog also covers NCCL, and ncclCommAbort runs on timeout.
+// ncclCommGetAsyncError, so the watchdog also covers NCCL, and ncclCommAbort runs on timeout
+// (after which the communicator refuses every call and its handle is never destroyed twice).
+// Reduce-scatter (sum) and all-gather are NCCL's own (ZeRO-1); bfloat16 is NCCL's ncclBfloat16
+// (summed in fp32 and rounded per step, as the MPI backend's user-defined operation does).
 // Inside group_start()/group_end() kernels are launched only at ncclGroupEnd, so the events of
 // the grouped operations are recorded there. CPU tensors (message headers, flags) go to an MPI
 // twin communicator over the same ranks.
@@ -61,6 +64,21 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   OMNIBAL_FAIL("unknown ReduceOp");
 }
 
+/// The NCCL communicator handle, shared by the communicator and its requests. A timeout aborts
+/// it (ncclCommAbort frees it); after that it is neither used nor destroyed again.
+struct NcclHandle {
+  ncclComm_t comm = nullptr;
+  bool aborted = false;
+  ~NcclHandle() {
+    if (comm && !aborted) ncclCommDestroy(comm);
+  }
+  void abort() {
+    if (!comm || aborted) return;
+    aborted = true;
+    ncclCommAbort(comm);
+  }
+};
+
 /// Completion of one enqueued NCCL operation: a CUDA event (recorded now, or at group_end).
 struct NcclEvent {
   cudaEvent_t event = nullptr;
@@ -72,11 +90,13 @@ struct NcclEvent {
 
 class NcclRequest : public RequestImpl {
  public:
-  NcclRequest(ncclComm_t comm, std::shared_ptr<NcclEvent> event, std::vector<torch::Tensor> keep)
-      : comm_(comm), event_(std::move(event)), keep_(std::move(keep)) {}
+  NcclRequest(std::shared_ptr<NcclHandle> handle, std::shared_ptr<NcclEvent> event,
+              std::vector<torch::Tensor> keep)
+      : handle_(std::move(handle)), event_(std::move(event)), keep_(std::move(keep)) {}
   bool test() override {
+    OMNIBAL_CHECK(!handle_->aborted, "the NCCL communicator was aborted after a timeout");
     ncclResult_t async = ncclSuccess;
-    OMNIBAL_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    OMNIBAL_NCCL_CHECK(ncclCommGetAsyncError(handle_->comm, &async));
     OMNIBAL_CHECK(async == ncclSuccess, "NCCL asynchronous error: ", ncclGetErrorString(async));
     if (!event_->recorded) return false;
     const cudaError_t state = cudaEventQuery(event_->event);
@@ -84,10 +104,10 @@ class NcclRequest : public RequestImpl {
     OMNIBAL_CUDA_CHECK(state);
     return true;
   }
-  void on_timeout() override { ncclCommAbort(comm_); }
+  void on_timeout() override { handle_->abort(); }
 
  private:
-  ncclComm_t comm_;
+  std::shared_ptr<NcclHandle> handle_;
   std::shared_ptr<NcclEvent> event_;
   std::vector<torch::Tensor> keep_;
 };
@@ -107,10 +127,7 @@ class NcclCommunicator : public Communicator {
     std::memcpy(id_bytes.data_ptr(), &id, sizeof(id));
     cpu_->broadcast(id_bytes, 0, "broadcast of the NCCL unique id over " + name_);
     std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
-    OMNIBAL_NCCL_CHECK(ncclCommInitRank(&comm_, cpu_->size(), id, cpu_->rank()));
-  }
-  ~NcclCommunicator() override {
-    if (comm_) ncclCommDestroy(comm_);
+    OMNIBAL_NCCL_CHECK(ncclCommInitRank(&handle_->comm, cpu_->size(), id, cpu_->rank()));
   }
 
   int rank() const override { return cpu_->rank(); }
@@ -120,52 +137,52 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<const Watchdog> watchdog() const override { return watchdog_; }
 
   Request isend(const torch::Tensor& t, int peer, int tag, std::string what) override {
-    if (t.device().is_cpu()) return cpu_->isend(t, peer, tag, std::move(what));
-    check_cuda(t, what);
+    if (on_cpu(t, what)) return cpu_->isend(t, peer, tag, std::move(what));
+    check_p2p(t, peer, tag, what);
     return enqueue(t, std::move(what), [&](cudaStream_t s) {
-      OMNIBAL_NCCL_CHECK(ncclSend(t.data_ptr(), t.nbytes(), ncclUint8, peer, comm_, s));
+      OMNIBAL_NCCL_CHECK(ncclSend(t.data_ptr(), t.nbytes(), ncclUint8, peer, comm(), s));
     });
   }
   Request irecv(torch::Tensor t, int peer, int tag, std::string what) override {
-    if (t.device().is_cpu()) return cpu_->irecv(std::move(t), peer, tag, std::move(what));
-    check_cuda(t, what);
+    if (on_cpu(t, what)) return cpu_->irecv(std::move(t), peer, tag, std::move(what));
+    check_p2p(t, peer, tag, what);
     return enqueue(t, std::move(what), [&](cudaStream_t s) {
-      OMNIBAL_NCCL_CHECK(ncclRecv(t.data_ptr(), t.nbytes(), ncclUint8, peer, comm_, s));
+      OMNIBAL_NCCL_CHECK(ncclRecv(t.data_ptr(), t.nbytes(), ncclUint8, peer, comm(), s));
     });
   }
   Request iall_reduce(torch::Tensor t, ReduceOp op, std::string what) override {
-    if (t.device().is_cpu()) return cpu_->iall_reduce(std::move(t), op, std::move(what));
+    if (on_cpu(t, what)) return cpu_->iall_reduce(std::move(t), op, std::move(what));
     check_cuda(t, what);
+    const ncclDataType_t type = nccl_type(t.scalar_type());
     return enqueue(t, std::move(what), [&](cudaStream_t s) {
-      OMNIBAL_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
-                                       nccl_type(t.scalar_type()), nccl_op(op), comm_, s));
+      OMNIBAL_NCCL_CHECK(
+          ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, nccl_op(op), comm(), s));
     });
   }
   Request ireduce_scatter(torch::Tensor in, torch::Tensor out, std::string what) override {
-    if (in.device().is_cpu()) return cpu_->ireduce_scatter(std::move(in), std::move(out), what);
-    check_cuda(in, what);
-    check_cuda(out, what);
+    if (on_cpu(in, out, what)) return cpu_->ireduce_scatter(std::move(in), std::move(out), what);
     check_blocks(in, out, what);
+    const ncclDataType_t type = nccl_type(in.scalar_type());
     return enqueue(std::vector<torch::Tensor>{in, out}, std::move(what), [&](cudaStream_t s) {
-      OMNIBAL_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(),
-                                           nccl_type(in.scalar_type()), ncclSum, comm_, s));
+      OMNIBAL_NCCL_CHECK(
+          ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), type, ncclSum, comm(), s));
     });
   }
   Request iall_gather(torch::Tensor in, torch::Tensor out, std::string what) override {
-    if (in.device().is_cpu()) return cpu_->iall_gather(std::move(in), std::move(out), what);
-    check_cuda(in, what);
-    check_cuda(out, what);
+    if (on_cpu(in, out, what)) return cpu_->iall_gather(std::move(in), std::move(out), what);
     check_blocks(out, in, what);
     return enqueue(std::vector<torch::Tensor>{in, out}, std::move(what), [&](cudaStream_t s) {
       OMNIBAL_NCCL_CHECK(
-          ncclAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), ncclUint8, comm_, s));
+          ncclAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), ncclUint8, comm(), s));
     });
   }
   Request ibroadcast(torch::Tensor t, int root, std::string what) override {
-    if (t.device().is_cpu()) return cpu_->ibroadcast(std::move(t), root, std::move(what));
+    if (on_cpu(t, what)) return cpu_->ibroadcast(std::move(t), root, std::move(what));
     check_cuda(t, what);
+    OMNIBAL_CHECK(root >= 0 && root < size(), what, ": root ", root, " outside ", name_,
+                  " of size ", size());
     return enqueue(t, std::move(what), [&](cudaStream_t s) {
-      OMNIBAL_NCCL_CHECK(ncclBcast(t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, s));
+      OMNIBAL_NCCL_CHECK(ncclBcast(t.data_ptr(), t.nbytes(), ncclUint8, root, comm(), s));
     });
   }
   Request ibarrier(std::string what) override { return cpu_->ibarrier(std::move(what)); }
@@ -184,18 +201,47 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
+  /// The live NCCL handle; throws once a timeout aborted it.
+  ncclComm_t comm() const {
+    OMNIBAL_CHECK(!handle_->aborted, name_, ": the NCCL communicator was aborted after a timeout");
+    return handle_->comm;
+  }
+  /// Whether `t` goes to the MPI twin (a CPU tensor); throws on an undefined tensor.
+  static bool on_cpu(const torch::Tensor& t, const std::string& what) {
+    OMNIBAL_CHECK(t.defined(), what, ": undefined tensor");
+    return t.device().is_cpu();
+  }
+  /// Both on the CPU (the MPI twin) or both on the GPU; throws when they are on different sides.
+  bool on_cpu(const torch::Tensor& a, const torch::Tensor& b, const std::string& what) const {
+    const bool cpu = on_cpu(a, what);
+    OMNIBAL_CHECK(cpu == on_cpu(b, what), what,
+                  ": expected both tensors on the CPU or both on cuda:", device_, ", got ",
+                  a.device().str(), " and ", b.device().str());
+    return cpu;
+  }
+  /// `full` [size * n] and `block` [n]: on this device, contiguous, same dtype.
   void check_blocks(const torch::Tensor& full, const torch::Tensor& block,
                     const std::string& what) const {
+    check_cuda(full, what);
+    check_cuda(block, what);
     OMNIBAL_CHECK(full.scalar_type() == block.scalar_type() &&
                       full.numel() == block.numel() * size(),
-                  what, ": expected a [", size(), " x n] tensor and an [n] block of one dtype, got ",
-                  describe_tensor(full), " and ", describe_tensor(block));
+                  what, ": expected a [", size(),
+                  " x n] tensor and an [n] block of one dtype, got ", describe_tensor(full),
+                  " and ", describe_tensor(block));
   }
   void check_cuda(const torch::Tensor& t, const std::string& what) const {
     OMNIBAL_CHECK(t.is_cuda() && t.device().index() == device_, what,
                   ": expected a tensor on cuda:", device_, ", got one on ", t.device().str());
     OMNIBAL_CHECK(t.is_contiguous(), what, ": expected a contiguous tensor, got ",
                   describe_tensor(t));
+  }
+  void check_p2p(const torch::Tensor& t, int peer, int tag, const std::string& what) const {
+    check_cuda(t, what);
+    OMNIBAL_CHECK(peer >= 0 && peer < size() && peer != rank(), what, ": peer ", peer,
+                  " is not another rank of ", name_, " (size ", size(), ", this rank ", rank(),
+                  ")");
+    OMNIBAL_CHECK(tag >= 0 && tag <= 32767, what, ": tag ", tag, " outside [0, 32767]");
   }
   void record(NcclEvent& e) const {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
@@ -214,7 +260,7 @@ class NcclCommunicator : public Communicator {
     launch(c10::cuda::getCurrentCUDAStream(device_).stream());
     if (in_group_) grouped_.push_back(event);
     else record(*event);
-    return Request(std::make_unique<NcclRequest>(comm_, event, std::move(keep)), std::move(what),
+    return Request(std::make_unique<NcclRequest>(handle_, event, std::move(keep)), std::move(what),
                    watchdog_);
   }
 
@@ -222,7 +268,7 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<const Watchdog> watchdog_;
   int device_;
   std::unique_ptr<Communicator> cpu_;
-  ncclComm_t comm_ = nullptr;
+  std::shared_ptr<NcclHandle> handle_ = std::make_shared<NcclHandle>();
   bool in_group_ = false;
   std::vector<std::shared_ptr<NcclEvent>> grouped_;
 };

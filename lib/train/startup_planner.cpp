@@ -112,7 +112,7 @@ ObtainedTable obtain_cost_table(const StartupPlanContext& c, const partition::Ta
         po.repeats = 3;
         po.freeze = cfg.train.freeze;
         po.init_seed = cfg.train.seed;
-        po.device = c.device;
+        po.device = *c.device;
         po.dtype = precision_dtype(cfg.train.precision);
         po.tp = cfg.parallel.tp;
         // ZB-H1 (or auto, which may pick it) plans with W's measured share and bytes.
@@ -199,7 +199,7 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   // bytes in its run dtype, from which parameter counts follow.
   o.memory = memory::trainer_memory_options(cfg.train.precision, cfg.train.zero1, cfg.parallel.dp,
                                             cfg.parallel.tp);
-  o.memory.workspace_bytes = c.device.is_cuda() ? o.memory.workspace_bytes : 0.0;
+  o.memory.workspace_bytes = c.device->is_cuda() ? o.memory.workspace_bytes : 0.0;
   if (table) {
     const auto counts = models::unit_parameter_counts(*c.preset);
     double bytes = 0, params = 0;
@@ -217,14 +217,14 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   // The TP all-reduces enter the search on the link this run measures (each TP group times
   // its own; every rank gets the slowest figures).
   if (cfg.parallel.tp > 1)
-    o.tp_link = measure_tp_link(*c.comms, c.device, precision_dtype(cfg.train.precision));
+    o.tp_link = measure_tp_link(*c.comms, *c.device, precision_dtype(cfg.train.precision));
   if (cfg.parallel.tp > 1 && c.comms->rank() == 0)
     log_info(
         "TP link (measured at start-up, slowest TP group): {:.1f} us per all-reduce, {:.2f} "
         "GB/s bus bandwidth",
         o.tp_link.latency_s * 1e6, o.tp_link.bandwidth / 1e9);
   double budget = cfg.memory.budget_gb > 0 ? cfg.memory.budget_gb * kGiB
-                                           : default_memory_budget_bytes(c.device);
+                                           : default_memory_budget_bytes(*c.device);
   // The smallest budget of any rank, so every rank plans with the same number.
   budget = static_cast<double>(c.comms->world().all_reduce_int(static_cast<int64_t>(budget),
                                                                comm::ReduceOp::kMin, "budget"));
@@ -313,7 +313,7 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
 /// Each rank times its own packs (TrainingData::pack_build_seconds); a stage takes its slowest
 /// DP / TP rank (max over the world). Collective.
 std::vector<double> measure_host_costs(const StartupPlanContext& c) {
-  if (!c.device.is_cpu()) return {};
+  if (!c.device->is_cpu()) return {};
   const int stages = c.config->parallel.pp;
   const double mine = c.data->pack_build_seconds(kHostCostPacks);
   torch::Tensor t = torch::zeros({stages}, torch::kFloat64);
@@ -421,6 +421,10 @@ memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset
 }
 
 StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
+  OMNIBAL_CHECK(c.device.has_value(),
+                "plan_stages_at_startup: StartupPlanContext::device is unset; expected the device "
+                "this rank's stage computes on (the trainer's), so the profile runs where training "
+                "does");
   const auto t0 = std::chrono::steady_clock::now();
   const bool root = c.comms->rank() == 0;
   const StoredPlan* stored = c.stored ? &*c.stored : nullptr;

@@ -74,7 +74,10 @@ struct StartupPlanContext {
   TrainingData* data = nullptr;      ///< epoch 0's packs give the profiling load
   int64_t img_context_id = 0;        ///< the tokenizer's <IMG_CONTEXT>
   std::optional<StoredPlan> stored;  ///< from the checkpoint being resumed, if any
-  torch::Device device = torch::kCPU;
+  /// The device this rank's stage computes on (the trainer's): the start-up profile, the TP
+  /// link probe, the default memory budget and the host-cost rule follow it. No default, so a
+  /// caller cannot leave a GPU run profiling on the CPU; unset is an error.
+  std::optional<torch::Device> device;
 };
 
 /// The plan every rank trains with, and how long planning took on this rank (seconds).
@@ -95,7 +98,8 @@ memory::StagePlanRequest stage_plan_request(const Config& config, const ModelPre
                                             const StoredPlan* stored, bool log,
                                             const memory::PlanFile* plan_from = nullptr);
 
-/// Collective over comms->world(). Throws omnibal::Error naming the key on a bad cost table
+/// Collective over comms->world(). Throws omnibal::Error when context.device is unset (before
+/// anything collective), naming the key on a bad cost table
 /// (unreadable, another preset, other units), a parallel.plan_from that cannot be read or does
 /// not fit, a budget too small for adaptive, no balanced candidate that fits, or ranks that
 /// disagree on the plan; StartupStopped on every rank after a stop signal (startup_stop.h).

@@ -142,6 +142,9 @@ struct Trainer::State {
   std::set<std::string> tp_replicated;  ///< parameters whole on every TP rank (norm counts once)
   std::unique_ptr<comm::TensorMessenger> pipe;
   std::unique_ptr<pipeline::StageExecutor> stage;
+  /// The device this rank's stage computes on; the start-up plan profiles there too. The CPU:
+  /// the trainer has no CUDA path yet (its communicators are MPI's).
+  torch::Device device = torch::kCPU;
   std::unique_ptr<TrainingData> data;  ///< the data plan and this rank's loader
   TrainerTimeModel time;  ///< predicted pack seconds (pack_time_source.h), built after the plan
   std::unique_ptr<Evaluator> evaluator;
@@ -232,7 +235,8 @@ void Trainer::State::build_stage() {
   for (const auto& [name, p] : params) names.push_back(name);
   tp_replicated = tp_layout.replicated_names(names);
   if (stages > 1) pipe = std::make_unique<comm::TensorMessenger>(comms.pipeline());
-  stage = std::make_unique<pipeline::StageExecutor>(chunks, stage_index, stages, pipe.get());
+  stage =
+      std::make_unique<pipeline::StageExecutor>(chunks, stage_index, stages, pipe.get(), device);
   programs = schedule::build_schedule(plan.schedule, stages, m, plan.virtual_stages);
 }
 
@@ -525,6 +529,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   planning.comms = &comms;
   planning.data = s.data.get();
   planning.img_context_id = s.tokenizer->special().img_context;
+  planning.device = s.device;
   if (resume.resuming())
     planning.stored = stored_plan(s.checkpoints->rank_state(resume.dir), resume.dir);
   StartupPlan startup = plan_stages_at_startup(planning);

@@ -1,5 +1,6 @@
 // The trainer's fixed stage rules (memory/stage_rules.h through train::stage_plan_request): the
-// split and the recompute flags from the config alone, on the tiny preset.
+// split and the recompute flags from the config alone, on the tiny preset; and start-up
+// planning's refusal of a context without the trainer's device.
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
@@ -93,4 +94,15 @@ TEST_CASE("stage layout: errors name the key and what is wrong", "[train][stage_
              Catch::Contains("stage 0 has 2 blocks"));
   CHECK_THAT(message(config_with(2, "uniform", "[1]")),
              Catch::Contains("one count per pipeline stage"));
+}
+
+TEST_CASE("start-up planning refuses a context without the trainer's device",
+          "[train][stage_plan]") {
+  // No device: a GPU run would profile on the CPU. The check comes before anything collective,
+  // so it needs no communicator, data or config.
+  const train::StartupPlanContext unset;
+  CHECK_FALSE(unset.device.has_value());
+  CHECK_THROWS_WITH(train::plan_stages_at_startup(unset),
+                    Catch::Contains("StartupPlanContext::device is unset") &&
+                        Catch::Contains("the device this rank's stage computes on"));
 }
