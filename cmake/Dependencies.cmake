@@ -1,7 +1,14 @@
 # Every external dependency is found here and wrapped in an omnibal:: interface target, so the
 # rest of the build names targets, never variables.
-set(OMNIBAL_TORCH_ENV "" CACHE PATH
-    "Python environment holding torch (scripts/torch_env.sh); empty: find Torch on CMAKE_PREFIX_PATH")
+# The pinned torch environment of scripts/setup.sh, wherever scripts/torch_env.sh puts it, so a
+# plain `cmake -S . -B build` finds it too. -DOMNIBAL_TORCH_ENV= (empty): Torch from
+# CMAKE_PREFIX_PATH instead (another LibTorch 2.x).
+if(NOT DEFINED OMNIBAL_TORCH_ENV)
+  execute_process(COMMAND bash -c "source '${PROJECT_SOURCE_DIR}/scripts/torch_env.sh' && echo \"$OMNIBAL_TORCH_ENV\""
+                  OUTPUT_VARIABLE _omnibal_default_env OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(OMNIBAL_TORCH_ENV "${_omnibal_default_env}" CACHE PATH
+      "Python environment holding torch (scripts/torch_env.sh); empty: find Torch on CMAKE_PREFIX_PATH")
+endif()
 find_package(Threads REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(fmt REQUIRED)

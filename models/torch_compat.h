@@ -69,13 +69,29 @@ inline torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor&
   return torch::matmul(probs, v);
 }
 
-/// Multi-head attention over one sequence per batch element. q/k/v [B, H, L, d] (same H: expand
-/// grouped K/V heads before calling). causal: key j is visible to query i only when j <= i.
-/// Returns [B, H, L, d]: scaled_dot_product_attention (flash / memory-efficient kernels on CUDA).
-inline torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, bool causal) {
+/// scaled_dot_product_attention over q/k/v [B, H, L, d], except that reduced-precision inputs on
+/// the CPU are computed in fp32 and the result cast back: LibTorch 2.11's CPU flash-attention backward is 4-10x slower in bf16 than in fp32 (tiny:
+/// 22.9 vs 2.2 ms per step, base-100m: 161 vs 39 ms; docs/results.md#libtorch-211-on-this-cpu),
+/// which alone made tiny's bf16 step slower than fp32's. Costs the fp32 copies of q, k, v for
+/// the backward; more precise, as autocast's fp32 softmax.
+inline torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          bool causal) {
+  if (q.device().is_cpu() &&
+      (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf)) {
+    return at::scaled_dot_product_attention(q.to(torch::kFloat32), k.to(torch::kFloat32),
+                                            v.to(torch::kFloat32), {}, 0.0, causal)
+        .to(q.scalar_type());
+  }
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                           /*is_causal=*/causal);
+}
+
+/// Multi-head attention over one sequence per batch element. q/k/v [B, H, L, d] (same H: expand
+/// grouped K/V heads before calling). causal: key j is visible to query i only when j <= i.
+/// Returns [B, H, L, d]: sdpa() (flash / memory-efficient kernels on CUDA).
+inline torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, bool causal) {
+  return sdpa(q, k, v, causal);
 }
 
 /// Causal grouped-query attention for one sample: q [Hq, L, d], k/v [Hkv, L, d] with
@@ -89,8 +105,7 @@ inline torch::Tensor causal_gqa_attention(const torch::Tensor& q, const torch::T
   auto expand = [&](const torch::Tensor& t) {
     return group == 1 ? t : t.unsqueeze(1).expand({hkv, group, len, d}).reshape({hq, len, d});
   };
-  return at::scaled_dot_product_attention(q.unsqueeze(0), expand(k).unsqueeze(0),
-                                          expand(v).unsqueeze(0), {}, 0.0, true)
+  return sdpa(q.unsqueeze(0), expand(k).unsqueeze(0), expand(v).unsqueeze(0), /*causal=*/true)
       .squeeze(0);
 }
 
