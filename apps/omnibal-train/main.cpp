@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "core/run_dir_lock.h"
 #include "train/run_config.h"
+#include "train/run_device.h"
 #include "train/startup_stop.h"
 #include "train/trainer.h"
 
@@ -53,7 +54,10 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
   const comm::ProcessGrid grid = comm::make_process_grid(cfg.parallel, mpi.size());
   comm::WaitPolicy policy{cfg.comm.timeout_s, std::make_shared<comm::ErrorForwarder>(),
                           cfg.comm.stop_grace_s};
-  comm::ParallelComms comms(grid, policy);
+  // runtime.device: checked before any communicator; CUDA tensors travel over NCCL.
+  const torch::Device device = omnibal::train::run_device(cfg.runtime.device);
+  comm::ParallelComms comms(grid, policy, omnibal::train::comm_backend(device),
+                            device.is_cuda() ? device.index() : 0);
   // One launch per run directory: rank 0 locks it before anything is written there and holds
   // the lock until this process ends; a refusal ends every rank with rank 0's message.
   std::optional<omnibal::RunDirLock> run_dir_lock;

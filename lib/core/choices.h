@@ -53,6 +53,10 @@ enum class OnBadSample { kError, kSkip };
 /// `train.max_nonfinite_skips` in a row).
 enum class OnNonFinite { kStop, kSkip };
 
+/// `runtime.device`: where each rank's stage computes: the CPU, or CUDA device
+/// (local rank % device count) with NCCL carrying the CUDA tensors (train/run_device.h).
+enum class RuntimeDevice { kCpu, kCuda };
+
 /// `model.hf_style`: the Hugging Face LLM naming of init_from / export. kAuto is settled once at
 /// start-up (train/run_config.h: the resumed checkpoint's, else init_from's config.json, else
 /// internlm2).
@@ -124,6 +128,11 @@ template <> struct Choices<OnBadSample> {
 template <> struct Choices<OnNonFinite> {
   static constexpr std::array<std::pair<OnNonFinite, std::string_view>, 2> names{
       {{OnNonFinite::kStop, "stop"}, {OnNonFinite::kSkip, "skip"}}};
+  static constexpr std::size_t parsed = 2;
+};
+template <> struct Choices<RuntimeDevice> {
+  static constexpr std::array<std::pair<RuntimeDevice, std::string_view>, 2> names{
+      {{RuntimeDevice::kCpu, "cpu"}, {RuntimeDevice::kCuda, "cuda"}}};
   static constexpr std::size_t parsed = 2;
 };
 template <> struct Choices<HfStyle> {

@@ -31,10 +31,10 @@ struct RecomputeSpec {
 
 /// 3D-parallel layout and pipeline schedule.
 struct ParallelConfig {
-  int dp = 1;                 ///< data-parallel ranks
-  int pp = 1;                 ///< pipeline stages
-  int tp = 1;                 ///< tensor-parallel ranks (Megatron TP, innermost on the grid)
-  int micro_batches = 1;      ///< m: micro-batches (packs) per DP rank per step
+  int dp = 1;             ///< data-parallel ranks
+  int pp = 1;             ///< pipeline stages
+  int tp = 1;             ///< tensor-parallel ranks (Megatron TP, innermost on the grid)
+  int micro_batches = 1;  ///< m: micro-batches (packs) per DP rank per step
   /// Pipeline schedule: 1f1b | interleaved | zb-h1 | auto (lib/schedule/schedules.h).
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   /// v: model chunks per pipeline rank under `interleaved` (virtual stages; 1 otherwise). The
@@ -49,8 +49,8 @@ struct ParallelConfig {
   /// simulator's pick when a t test over the rounds finds it faster,
   /// lib/train/partition_trials.h); >= 3.
   int partition_trial_rounds = 6;
-  int partition_radius = 1;   ///< r: how far each boundary moves around the anchor (units)
-  int partition_top_k = 3;    ///< K: candidates kept after ranking
+  int partition_radius = 1;  ///< r: how far each boundary moves around the anchor (units)
+  int partition_top_k = 3;   ///< K: candidates kept after ranking
   /// Per-unit cost table (omnibal-plan profile / partition --cost-table) for balanced and
   /// adaptive; empty = profile the model at start-up under the run's largest pack.
   std::string cost_table;
@@ -218,11 +218,15 @@ struct RuntimeConfig {
   /// MiB of freed host memory glibc's malloc keeps for the next micro-batch instead of
   /// returning it to the kernel (core/host_heap.h); 0 = the allocator's defaults.
   int heap_keep_mb = 1024;
+  /// Where each rank computes: cpu, or cuda (device local rank % device count; start-up fails
+  /// when CUDA is missing or the node has fewer devices than ranks, train/run_device.h).
+  RuntimeDevice device = RuntimeDevice::kCpu;
   template <class V> void visit_fields(V& v) {
     v("threads", threads);
     v("run_dir", run_dir);
     v("trace_steps", trace_steps);
     v("heap_keep_mb", heap_keep_mb);
+    v("device", device);
   }
   void validate(const std::string& where) const;
 };

@@ -51,13 +51,14 @@ double time_candidate(const partition::Partition& split, const TrialSetup& setup
   const int stage = comms.coord().pp, stages = split.stages();
   models::VlmOptions opt;
   opt.with_img_context_id(setup.img_context_id).with_seed(setup.init_seed).with_dtype(setup.dtype);
+  opt.with_device(setup.device);
   opt.with_tensor_parallel(tensor_parallel_of(comms));  // trials run the TP all-reduces too
   auto units = models::make_units(setup.preset, opt, split.begin(stage), split.end(stage));
   profile::apply_freeze(units, setup.freeze);
   const std::vector<bool> flags = setup.recompute_for(split);
   for (size_t i = 0; i < units.size(); ++i)
     units[i]->set_recompute(flags.at(split.begin(stage) + i));
-  pipeline::StageExecutor executor(units, stage, stages, pipe);
+  pipeline::StageExecutor executor(units, stage, stages, pipe, setup.device);
   const auto program = schedule::build_1f1b_schedule(stages, setup.micro_batches)[stage];
   const bool loads = stage == 0 || stage == stages - 1;
   std::unique_ptr<data::PackLoader> loader;
@@ -76,10 +77,16 @@ double time_candidate(const partition::Partition& split, const TrialSetup& setup
     }
     executor.run_step(program, packs, 1e-3);
   };
+  // CUDA kernels run asynchronously: the clock reads wait for the device's queued work.
+  const auto drain = [&] {
+    if (setup.device.is_cuda()) torch::cuda::synchronize(setup.device.index());
+  };
   for (int r = 0; r < setup.warmup; ++r) step();
+  drain();
   stop_point(comms.world(), kTrialPhase);  // also the barrier the timing starts after
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < setup.steps_per_repeat; ++r) step();
+  drain();
   const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   torch::Tensor t =
       torch::tensor({local / setup.steps_per_repeat, comm::stop_requested() ? 1.0 : 0.0},

@@ -50,10 +50,11 @@ struct TrialSetup {
   /// A loader of this rank's real packs for `steps` steps (TrainingData::trial_loader; null on a
   /// stage that loads none); unset: every micro-batch is `pack`.
   std::function<std::unique_ptr<data::PackLoader>(int64_t steps)> loader;
-  int warmup = 1;                 ///< untimed steps before each repeat
-  int repeats = 3;                ///< timed repeats per candidate (>= 3)
-  int steps_per_repeat = 1;       ///< steps per repeat (>= 1); the repeat's time is their mean
+  int warmup = 1;            ///< untimed steps before each repeat
+  int repeats = 3;           ///< timed repeats per candidate (>= 3)
+  int steps_per_repeat = 1;  ///< steps per repeat (>= 1); the repeat's time is their mean
   torch::Dtype dtype = torch::kFloat32;  ///< parameters and activations (train.precision)
+  torch::Device device = torch::kCPU;    ///< where the candidates run (runtime.device)
   /// Recompute flags (per unit) to run a candidate with (its own recompute plan).
   std::function<std::vector<bool>(const partition::Partition&)> recompute_for;
 };

@@ -263,6 +263,7 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
   setup->freeze = cfg.train.freeze;
   setup->micro_batches = cfg.parallel.micro_batches;
   setup->dtype = precision_dtype(cfg.train.precision);
+  setup->device = *c.device;
   setup->pack = profile::make_profiling_pack(*c.preset, pack_options(c, load));
   setup->steps_per_repeat = cfg.parallel.partition_trial_steps;
   setup->repeats = cfg.parallel.partition_trial_rounds;

@@ -21,6 +21,7 @@
 #include "train/lr_schedule.h"
 #include "train/nonfinite_guard.h"
 #include "train/pack_time_source.h"
+#include "train/run_device.h"
 #include "train/run_log.h"
 #include "train/startup_planner.h"
 #include "train/step_metrics.h"
@@ -142,8 +143,8 @@ struct Trainer::State {
   std::set<std::string> tp_replicated;  ///< parameters whole on every TP rank (norm counts once)
   std::unique_ptr<comm::TensorMessenger> pipe;
   std::unique_ptr<pipeline::StageExecutor> stage;
-  /// The device this rank's stage computes on; the start-up plan profiles there too. The CPU:
-  /// the trainer has no CUDA path yet (its communicators are MPI's).
+  /// The device this rank's stage computes on (runtime.device, train/run_device.h): its units,
+  /// packs and optimizer buffers; the start-up plan profiles and runs its trials there too.
   torch::Device device = torch::kCPU;
   std::unique_ptr<TrainingData> data;  ///< the data plan and this rank's loader
   TrainerTimeModel time;  ///< predicted pack seconds (pack_time_source.h), built after the plan
@@ -195,7 +196,8 @@ models::VlmOptions Trainer::State::model_options() const {
   opt.with_img_context_id(tokenizer->special().img_context)
       .with_seed(cfg.train.seed)
       .with_dropout(cfg.model.dropout)
-      .with_dtype(precision_dtype(cfg.train.precision));
+      .with_dtype(precision_dtype(cfg.train.precision))
+      .with_device(device);
   return opt;
 }
 
@@ -503,6 +505,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
   s.dp = comms.grid().shape().dp;
   s.m = config.parallel.micro_batches;
   s.tp_rank = comms.coord().tp;
+  s.device = run_device(config.runtime.device);  // fails early without the CUDA it asks for
   s.config_yaml = to_yaml(config);  // every auto resolved (export reads model.hf_style)
   s.preset = load_model_preset(config.model.preset);
   check_tensor_parallel(s.preset, comms.grid().shape().tp);

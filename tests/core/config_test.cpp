@@ -151,6 +151,18 @@ TEST_CASE("runtime.heap_keep_mb: MiB >= 0, default 1024", "[core][config]") {
                     Catch::Contains("runtime.heap_keep_mb: expected MiB >= 0"));
 }
 
+TEST_CASE("runtime.device: cpu by default, cuda parsed and printed", "[core][config]") {
+  CHECK(parse_config("", "t.yaml").runtime.device == RuntimeDevice::kCpu);
+  const auto c = parse_config("runtime:\n  device: cuda\n", "t.yaml");
+  CHECK(c.runtime.device == RuntimeDevice::kCuda);
+  CHECK(parse_config(to_yaml(c), "printed.yaml").runtime.device == RuntimeDevice::kCuda);
+  CHECK_THAT(to_yaml(c), Catch::Contains("device: cuda"));
+  CHECK_THAT(to_yaml(parse_config("", "t.yaml")), Catch::Contains("device: cpu"));
+  CHECK(parse_config("", "t.yaml", {"runtime.device=cuda"}).runtime.device == RuntimeDevice::kCuda);
+  CHECK_THAT(error_of("runtime:\n  device: gpu\n"),
+             Catch::Contains("runtime.device: expected cpu | cuda, got 'gpu'"));
+}
+
 TEST_CASE("model.init_from, model.allow_missing and loss.reduction", "[core][config]") {
   const auto c = parse_config(
       "model:\n  init_from: /ckpt/InternVL-Chat-V1-5\n  allow_missing: ['projector.*']\n"

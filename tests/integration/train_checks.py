@@ -14,6 +14,7 @@ CHECK: equivalence | resume | resume_split | dropout | tied | failure | bad_conf
        (init_from, packer_skip and repeat_time also need --plan omnibal-plan)
 """
 import argparse
+import glob
 import json
 import math
 import os
@@ -375,6 +376,9 @@ def check_bad_config(r):
              (2, ["--set", "parallel.partition={manual: [3, 3]}", "--set", "parallel.pp=2"],
               "manual"),
              (1, ["--set", "balance.method=shuffle"], "balance.method")]
+    # runtime.device cuda is refused at start-up on a host without a GPU (train/run_device.h).
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        cases.append((1, ["--set", "runtime.device=cuda"], "runtime.device is cuda"))
     for np, extra, needle in cases:
         args, _ = r.cmd(np, "bad", 1, 1, 1)
         p = subprocess.run(args + extra, env=ENV, capture_output=True, text=True, timeout=60)
