@@ -4,6 +4,13 @@
 
 #include "core/error.h"
 
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
 using namespace omnibal;
 
 namespace {
@@ -175,4 +182,47 @@ TEST_CASE("model.init_from, model.allow_missing and loss.reduction", "[core][con
   CHECK_THAT(error_of("loss:\n  reduction: mean\n"),
              Catch::Contains(
                  "test.yaml:2: loss.reduction: expected token | sample | square, got 'mean'"));
+}
+
+namespace {
+
+/// Every leaf key of a YAML tree as "section.key" (nested maps joined with dots; a list or a
+/// scalar is a leaf).
+void collect_yaml_keys(const YAML::Node& node, const std::string& prefix,
+                       std::vector<std::string>& out) {
+  if (!node.IsMap()) {
+    out.push_back(prefix);
+    return;
+  }
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    collect_yaml_keys(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+  }
+}
+
+}  // namespace
+
+// House rule (issue 39): docs/conventions.md documents every config key. The keys come from the
+// config itself (to_yaml walks every struct's visit_fields), so a new key without its row in
+// the key table fails here, naming the key.
+TEST_CASE("every config key has its row in docs/conventions.md", "[core][config]") {
+  const std::string path = std::string(OMNIBAL_SOURCE_DIR) + "/docs/conventions.md";
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  // The first cells of the key tables: "| `a.b` |" or "| `a.b`, `a.c` |".
+  std::string first_cells, line;
+  while (std::getline(in, line))
+    if (line.rfind("| `", 0) == 0) first_cells += line.substr(0, line.find(" |", 2)) + "\n";
+  std::vector<std::string> keys;
+  collect_yaml_keys(YAML::Load(omnibal::to_yaml(omnibal::Config{})), "", keys);
+  REQUIRE(keys.size() > 40);  // the walk found the sections, not one node
+  std::vector<std::string> missing;
+  for (const auto& key : keys)
+    if (first_cells.find("`" + key + "`") == std::string::npos) missing.push_back(key);
+  INFO("keys without a row (first cell `key`) in " << path << ": " << [&] {
+    std::string all;
+    for (const auto& k : missing) all += k + " ";
+    return all;
+  }());
+  CHECK(missing.empty());
 }
