@@ -95,9 +95,9 @@ torch::Tensor row_parallel_linear(const torch::Tensor& x, const torch::Tensor& w
 /// Returns the per-token loss [K] fp32 (logsumexp - target logit), equal on every TP rank; the
 /// backward gives softmax - onehot on this rank's columns (zero on padding). Three all-reduces
 /// of [K] (max, sum of exp, target logit); full logits are never formed.
-torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
-                                           int64_t vocab_start, int64_t vocab,
-                                           const TensorParallel& tp);
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
+                                           const torch::Tensor& targets, int64_t vocab_start,
+                                           int64_t vocab, const TensorParallel& tp);
 
 /// Argmax over the whole vocabulary from this rank's logits [K, V/tp] (padding excluded):
 /// [K] int64 global ids, the lowest id among equal maxima (as torch::argmax). Two all-reduces.

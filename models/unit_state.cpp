@@ -60,8 +60,8 @@ UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& devic
                   "PackBatch.pixel_values: expected [tiles, 3, H, W], got ",
                   pack.pixel_values.sizes());
     const int64_t tiles = pack.pixel_values.size(0);
-    s.hidden = pixel_dtype ? pack.pixel_values.to(device, *pixel_dtype)
-                           : pack.pixel_values.to(device);
+    s.hidden =
+        pixel_dtype ? pack.pixel_values.to(device, *pixel_dtype) : pack.pixel_values.to(device);
     s.image_flags = pack.image_flags.defined()
                         ? check_ids(pack.image_flags, "image_flags", tiles).to(device)
                         : torch::ones({tiles}, torch::dtype(torch::kInt64).device(device));

@@ -233,8 +233,7 @@ memory::CandidateJudge simulator_judge(const Context& c, const std::vector<StepL
     seconds.clear();
     for (size_t i = 0; i < candidates.size(); ++i) {
       const Schedule sched{candidates[i].schedule, candidates[i].virtual_stages};
-      const auto row =
-          simulate_row(c, "", "", "", candidates[i].partition, probe, adaptive, sched);
+      const auto row = simulate_row(c, "", "", "", candidates[i].partition, probe, adaptive, sched);
       seconds.push_back(row.epoch_seconds);
       if (seconds[i] < seconds[best]) best = i;
     }
@@ -282,8 +281,7 @@ void rank_candidates(const memory::StagePlan& plan, const std::vector<double>& s
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& cand = plan.candidates[i];
     ranking.push_back({cand.schedule, cand.virtual_stages, cand.partition, cand.pipeline_s,
-                       i < seconds.size() ? seconds[i] : 0.0,
-                       static_cast<int>(i) == plan.chosen});
+                       i < seconds.size() ? seconds[i] : 0.0, static_cast<int>(i) == plan.chosen});
   }
 }
 
@@ -367,7 +365,8 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
       simulate_row(c, "adaptive on the row-3 split", "isf", "balanced", bmp, isf_steps, true));
   // Schedules beyond 1F1B: the full OmniBal row under each, and their candidates ranked.
   const auto extra = extra_schedules(o);
-  if (!extra.empty()) rank_candidates(res.adaptive_plan, res.adaptive_candidate_seconds, res.ranking);
+  if (!extra.empty())
+    rank_candidates(res.adaptive_plan, res.adaptive_candidate_seconds, res.ranking);
   for (const Schedule& sched : extra) {
     partition::PartitionSearchResult search;
     std::vector<double> seconds;

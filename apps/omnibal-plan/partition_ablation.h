@@ -76,9 +76,9 @@ struct ScheduleCandidate {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int virtual_stages = 1;
   partition::Partition partition;
-  double pipeline_s = 0;         ///< predicted at the mean pack (the search's rank)
+  double pipeline_s = 0;           ///< predicted at the mean pack (the search's rank)
   double simulated_8_steps_s = 0;  ///< simulated on the first 8 ISF steps, scaled to the epoch
-  bool chosen = false;           ///< the pick of its schedule's search
+  bool chosen = false;             ///< the pick of its schedule's search
 };
 
 /// One row of the table.
@@ -86,7 +86,7 @@ struct AblationRow {
   std::string name, data, split, recompute;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int virtual_stages = 1;
-  partition::Partition partition;  ///< P x v chunks
+  partition::Partition partition;     ///< P x v chunks
   std::vector<int> recomputed_units;  ///< per chunk
   double epoch_seconds = 0, speedup = 0, bubble_fraction = 0, peak_memory_gb = 0;
   partition::TimeBreakdown components;  ///< epoch totals, device-averaged
@@ -116,7 +116,7 @@ struct AblationResult {
   memory::StagePlan balanced_plan;  ///< the "+ balanced partition" row's plan (full recompute)
   memory::StagePlan adaptive_plan;  ///< the "+ adaptive recompute" row's plan (memory-aware)
   std::vector<memory::StagePlan> schedule_plans;  ///< the plan of each "+ <schedule>" row
-  std::vector<ScheduleCandidate> ranking;  ///< every schedule's last-round top K, fastest first
+  std::vector<ScheduleCandidate> ranking;    ///< every schedule's last-round top K, fastest first
   std::vector<std::string> schedule_errors;  ///< schedules that could not be planned, and why
 };
 

@@ -84,7 +84,7 @@ std::vector<SearchCandidate> score_all(const SampleTable& table, const std::vect
     size_t next = 0, end = 0;  // next grid index to score, one past the last
     bool busy = false;         // a thread is scoring its candidate `next - 1`
     bool have_prev = false;
-    PackResult prev;           // packs of the last candidate scored
+    PackResult prev;  // packs of the last candidate scored
   };
   std::vector<Group> groups;
   for (size_t i = 0; i < grid.size(); ++i) {
@@ -136,8 +136,8 @@ std::vector<SearchCandidate> score_all(const SampleTable& table, const std::vect
       changed.notify_all();
     }
   };
-  const int threads = std::min<int>(o.threads > 0 ? o.threads : available_cpus(),
-                                    static_cast<int>(groups.size()));
+  const int threads =
+      std::min<int>(o.threads > 0 ? o.threads : available_cpus(), static_cast<int>(groups.size()));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();

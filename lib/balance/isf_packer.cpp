@@ -50,9 +50,9 @@ using Caps = std::array<int64_t, kLoadDims>;
 
 // Builds the pool, applying the over-budget policy. Returns false, with `pool` incomplete, when
 // a sample inside the budgets does not fit an entry of type T.
-template <class T>
-bool make_pool(const SampleTable& table, const std::vector<uint32_t>* ids, const IsfOptions& o,
-               std::vector<uint32_t>& skipped, bool& tokens_decided, std::vector<T>& pool) {
+template <class T> bool make_pool(const SampleTable& table, const std::vector<uint32_t>* ids,
+                                  const IsfOptions& o, std::vector<uint32_t>& skipped,
+                                  bool& tokens_decided, std::vector<T>& pool) {
   const Caps caps = o.budgets.caps();
   const size_t n = ids ? ids->size() : table.size();
   pool.clear();
@@ -185,7 +185,7 @@ void packed_walk(const std::vector<PackedItem>& pool, uint64_t full, PackCloses&
   uint64_t not_room = not_full;
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t w = p[i].load();
-    const uint64_t not_left = not_room + w;          // ~(room - w)
+    const uint64_t not_left = not_room + w;           // ~(room - w)
     const bool overflow = (not_left & kGuards) != 0;  // a guard borrowed: w does not fit
     end[k] = i;
     not_room_at[k] = not_room;
@@ -280,8 +280,8 @@ void run_isf_packed(std::vector<PackedItem>& pool, const IsfOptions& o, PackResu
   }
 }
 
-PackResult run_isf(const SampleTable& table, const std::vector<uint32_t>* ids,
-                   const IsfOptions& o, bool allow_packed) {
+PackResult run_isf(const SampleTable& table, const std::vector<uint32_t>* ids, const IsfOptions& o,
+                   bool allow_packed) {
   PackResult result;
   result.tokens_decided = false;
   if (allow_packed && o.budgets.q_vit <= kPackedBudgetMax && o.budgets.q_tok <= kPackedBudgetMax) {

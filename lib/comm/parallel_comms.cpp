@@ -23,8 +23,9 @@ ParallelComms::ParallelComms(const ProcessGrid& grid, const WaitPolicy& policy, 
   int world_size = 0;
   OMNIBAL_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   OMNIBAL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-  OMNIBAL_CHECK(world_size == grid.world_size(), "parallel.tp * parallel.dp * parallel.pp = ",
-                grid.world_size(), " but mpirun started ", world_size, " ranks");
+  OMNIBAL_CHECK(world_size == grid.world_size(),
+                "parallel.tp * parallel.dp * parallel.pp = ", grid.world_size(),
+                " but mpirun started ", world_size, " ranks");
   coord_ = grid.coord(rank_);
   const GridShape& s = grid.shape();
   MPI_Comm dp_comm, pp_comm, tp_comm;

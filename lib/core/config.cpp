@@ -153,7 +153,8 @@ void ParallelConfig::validate(const std::string& w) const {
   if (schedule == PipelineSchedule::kInterleaved) {
     OMNIBAL_CHECK(virtual_stages >= 2, w,
                   "virtual_stages: the interleaved schedule needs at least 2 model chunks per "
-                  "rank, got ", virtual_stages);
+                  "rank, got ",
+                  virtual_stages);
     // Megatron's interleaved 1F1B runs micro-batches in groups of pp per chunk.
     OMNIBAL_CHECK(micro_batches % pp == 0, w, "micro_batches: the interleaved schedule needs a ",
                   "multiple of pp (", pp, ") micro-batches per step, got ", micro_batches);
@@ -238,8 +239,8 @@ void RuntimeConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(!run_dir.empty(), w, "run_dir: expected a directory path");
   for (const int s : trace_steps)
     OMNIBAL_CHECK(s >= 0, w, "trace_steps: expected global steps >= 0, got ", s);
-  OMNIBAL_CHECK(heap_keep_mb >= 0, w, "heap_keep_mb: expected MiB >= 0 (0 = allocator defaults), got ",
-                heap_keep_mb);
+  OMNIBAL_CHECK(heap_keep_mb >= 0, w,
+                "heap_keep_mb: expected MiB >= 0 (0 = allocator defaults), got ", heap_keep_mb);
 }
 
 void CommConfig::validate(const std::string& w) const {

@@ -14,15 +14,18 @@ namespace omnibal {
 
 std::string HostHeapPolicy::describe() const {
   if (keep_mib == 0) return "host heap: allocator defaults (runtime.heap_keep_mb 0)";
-  if (!applied) return fmt::format("host heap: keep {} MiB asked, but the C library is not glibc; "
-                                   "allocator left as is", keep_mib);
-  return fmt::format("host heap: keep {} MiB of freed memory (mmap for blocks >= {} MiB)",
-                     keep_mib, mmap_threshold >> 20);
+  if (!applied)
+    return fmt::format(
+        "host heap: keep {} MiB asked, but the C library is not glibc; "
+        "allocator left as is",
+        keep_mib);
+  return fmt::format("host heap: keep {} MiB of freed memory (mmap for blocks >= {} MiB)", keep_mib,
+                     mmap_threshold >> 20);
 }
 
 HostHeapPolicy configure_host_heap(int64_t keep_mib) {
-  OMNIBAL_CHECK(keep_mib >= 0, "runtime.heap_keep_mb: expected MiB >= 0 (0 = allocator defaults), got ",
-                keep_mib);
+  OMNIBAL_CHECK(keep_mib >= 0,
+                "runtime.heap_keep_mb: expected MiB >= 0 (0 = allocator defaults), got ", keep_mib);
   HostHeapPolicy policy;
   policy.keep_mib = keep_mib;
   if (keep_mib == 0) return policy;

@@ -17,10 +17,10 @@ namespace omnibal {
 
 /// What configure_host_heap() applied.
 struct HostHeapPolicy {
-  int64_t keep_mib = 0;          ///< runtime.heap_keep_mb asked for (0 = allocator defaults)
-  int64_t mmap_threshold = 0;    ///< bytes: blocks at or above it are mmap'ed (0 = default)
-  int64_t trim_threshold = 0;    ///< bytes of free heap top kept before trimming (0 = default)
-  bool applied = false;          ///< false where the C library is not glibc or keep_mib is 0
+  int64_t keep_mib = 0;        ///< runtime.heap_keep_mb asked for (0 = allocator defaults)
+  int64_t mmap_threshold = 0;  ///< bytes: blocks at or above it are mmap'ed (0 = default)
+  int64_t trim_threshold = 0;  ///< bytes of free heap top kept before trimming (0 = default)
+  bool applied = false;        ///< false where the C library is not glibc or keep_mib is 0
   /// One line for the start-up log, e.g.
   /// "host heap: keep 1024 MiB of freed memory (mmap for blocks >= 32 MiB)".
   std::string describe() const;

@@ -93,8 +93,10 @@ void check_tensor_parallel(const ModelPreset& preset, int tp) {
   const struct {
     const char* key;
     int value;
-  } dims[] = {{"vit.heads", preset.vit.heads},   {"vit.mlp_dim", preset.vit.mlp_dim},
-              {"llm.heads", preset.llm.heads},   {"llm.kv_heads", preset.llm.kv_heads},
+  } dims[] = {{"vit.heads", preset.vit.heads},
+              {"vit.mlp_dim", preset.vit.mlp_dim},
+              {"llm.heads", preset.llm.heads},
+              {"llm.kv_heads", preset.llm.kv_heads},
               {"llm.mlp_dim", preset.llm.mlp_dim}};
   for (const auto& d : dims)
     OMNIBAL_CHECK(d.value % tp == 0, "model preset '", preset.name,

@@ -136,7 +136,8 @@ StageMemory rank_memory(const partition::UnitCostTable& table,
   }
   for (const auto& st : states) {
     double held = 0;
-    for (int c = 0; c < v; ++c) held += st.graphs.at(c) * kept[c] + st.deferred.at(c) * weight_kept[c];
+    for (int c = 0; c < v; ++c)
+      held += st.graphs.at(c) * kept[c] + st.deferred.at(c) * weight_kept[c];
     mem.activations = std::max(mem.activations, held);
   }
   mem.buffers += options.workspace_bytes;

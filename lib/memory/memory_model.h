@@ -64,7 +64,7 @@ struct StageMemory {
 /// The pipeline schedule memory is counted under.
 struct ScheduleLayout {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< not kAuto
-  int ranks = 1;           ///< P pipeline ranks
+  int ranks = 1;                                        ///< P pipeline ranks
   int virtual_stages = 1;  ///< v chunks per rank under kInterleaved; ignored otherwise
   int micro_batches = 1;   ///< m
 

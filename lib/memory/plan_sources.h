@@ -40,17 +40,17 @@ struct StagePlanRequest {
   int stages = 1;                         ///< parallel.pp
   int micro_batches = 1;                  ///< m
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< parallel.schedule (auto: planned)
-  int virtual_stages = 1;                 ///< parallel.virtual_stages (interleaved)
-  PartitionSpec partition;                ///< parallel.partition
-  RecomputeSpec recompute;                ///< memory.recompute
-  const StagePlan* stored = nullptr;      ///< the resumed checkpoint's plan, if any
-  std::string stored_origin;              ///< e.g. "checkpoint runs/x/checkpoints/step_4"
+  int virtual_stages = 1;                               ///< parallel.virtual_stages (interleaved)
+  PartitionSpec partition;                              ///< parallel.partition
+  RecomputeSpec recompute;                              ///< memory.recompute
+  const StagePlan* stored = nullptr;                    ///< the resumed checkpoint's plan, if any
+  std::string stored_origin;  ///< e.g. "checkpoint runs/x/checkpoints/step_4"
   /// parallel.plan_from's plan (null: the key is empty, or the plan was not read because the
   /// checkpoint's plan fits).
   const StagePlan* plan_from = nullptr;
   /// e.g. "parallel.plan_from runs/a/stage_plan.json"; set whenever the key is (for the log).
   std::string plan_from_origin;
-  bool log = false;                       ///< write the log lines (rank 0)
+  bool log = false;  ///< write the log lines (rank 0)
 };
 
 /// The cost table, planner options and candidate judge of a run.

@@ -59,19 +59,19 @@ struct PlanCandidate {
 
 /// The layout a run trains with (see the file comment).
 struct StagePlan {
-  std::string model;                      ///< preset name
-  int micro_batches = 1;                  ///< m the recompute plan was made for
+  std::string model;                                    ///< preset name
+  int micro_batches = 1;                                ///< m the recompute plan was made for
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< never kAuto (auto records its pick)
-  int virtual_stages = 1;                 ///< v chunks per rank (1 unless interleaved)
-  partition::Partition partition;         ///< units per chunk (virtual stage), P x v parts
-  std::vector<std::string> unit_names;    ///< every unit, chain order
-  RecomputeFlags recompute;               ///< per unit: rerun its forward inside the backward
-  std::string partition_source;           ///< e.g. "balanced: search on profiled:cpu, top 3"
-  std::string recompute_source;           ///< e.g. "adaptive: budget 0.50 GiB"
-  double budget_bytes = 0;                ///< memory budget per device (0 = none)
-  std::vector<double> predicted_bytes;    ///< per rank, under `recompute` (empty: no table)
-  std::vector<double> none_bytes;         ///< per rank without recomputation
-  std::vector<double> full_bytes;         ///< per rank with every block recomputed
+  int virtual_stages = 1;               ///< v chunks per rank (1 unless interleaved)
+  partition::Partition partition;       ///< units per chunk (virtual stage), P x v parts
+  std::vector<std::string> unit_names;  ///< every unit, chain order
+  RecomputeFlags recompute;             ///< per unit: rerun its forward inside the backward
+  std::string partition_source;         ///< e.g. "balanced: search on profiled:cpu, top 3"
+  std::string recompute_source;         ///< e.g. "adaptive: budget 0.50 GiB"
+  double budget_bytes = 0;              ///< memory budget per device (0 = none)
+  std::vector<double> predicted_bytes;  ///< per rank, under `recompute` (empty: no table)
+  std::vector<double> none_bytes;       ///< per rank without recomputation
+  std::vector<double> full_bytes;       ///< per rank with every block recomputed
   /// Step time of m identical table-load micro-batches under `schedule` with this split and
   /// these flags (partition_search.h pipeline_s), seconds; 0: not predicted (no table).
   double pipeline_s = 0;
@@ -120,7 +120,7 @@ RecomputeFlags first_round_recompute(const partition::UnitCostTable& table);
 
 /// What plan_stages needs besides the cost table and the two config specs.
 struct StagePlannerOptions {
-  int stages = 1;                ///< P pipeline ranks
+  int stages = 1;  ///< P pipeline ranks
   /// parallel.schedule; kAuto compares the schedules (file comment).
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int virtual_stages = 1;        ///< parallel.virtual_stages (v; used by interleaved and auto)

@@ -28,7 +28,8 @@ AnalyticCostModel::AnalyticCostModel(ModelPreset preset, DeviceSpec device, int 
     try {
       check_tensor_parallel(preset_, tp_);
     } catch (const Error& e) {  // the planner's way out, which the trainer does not have
-      OMNIBAL_FAIL(e.what(), "; to plan it anyway with zero dummy ViT heads padded to a multiple "
+      OMNIBAL_FAIL(e.what(),
+                   "; to plan it anyway with zero dummy ViT heads padded to a multiple "
                    "of tp (Megatron-LM's NVLM), pass --tp-vit-dummy-heads");
     }
   }

@@ -45,9 +45,9 @@ struct PartitionSearchInput {
   int stages = 1;                    ///< P pipeline ranks (the split has chunks() parts)
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< not kAuto
   int virtual_stages = 1;  ///< v chunks per rank under kInterleaved (>= 2), else 1
-  int radius = 1;         ///< r
-  int top_k = 3;          ///< K
-  int micro_batches = 1;  ///< m, for pipeline_s
+  int radius = 1;          ///< r
+  int top_k = 3;           ///< K
+  int micro_batches = 1;   ///< m, for pipeline_s
   /// Per pipeline rank (empty, or `stages` entries): host seconds per micro-batch outside the
   /// unit costs (e.g. a CPU rank's loader building packs on the rank's core), added to the
   /// rank's Forward of every micro-batch in pipeline_s (split evenly over its chunks, like the

@@ -53,7 +53,8 @@ ProfilingPackLayout profiling_pack_layout(const ModelPreset& preset,
 double profiling_pack_token_sq_sum(const ModelPreset& preset, const ProfilingPackLayout& layout) {
   double sum = 0;
   for (size_t s = 0; s < layout.tiles.size(); ++s) {
-    const double len = layout.text[s] + static_cast<double>(layout.tiles[s]) * preset.tokens_per_tile();
+    const double len =
+        layout.text[s] + static_cast<double>(layout.tiles[s]) * preset.tokens_per_tile();
     sum += len * len;
   }
   return sum;

@@ -61,8 +61,7 @@ SampleMatch match_samples(const models::UnitState& out) {
   const torch::Tensor pos = out.label_positions.to(torch::kCPU);
   const torch::Tensor targets = out.labels.to(torch::kCPU).index_select(0, pos + 1);
   // The head's argmax over the whole vocabulary (vocab-parallel under TP).
-  const torch::Tensor pred =
-      out.predictions.defined() ? out.predictions : out.logits.argmax(-1);
+  const torch::Tensor pred = out.predictions.defined() ? out.predictions : out.logits.argmax(-1);
   const torch::Tensor hit = pred.to(torch::kCPU).eq(targets);
   const torch::Tensor loss = out.token_loss.to(torch::kCPU, torch::kFloat64);
   const auto cu = out.cu_seqlens.accessor<int64_t, 1>();

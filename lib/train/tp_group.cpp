@@ -82,8 +82,8 @@ torch::Tensor TpLayout::shard(const std::string& name, const torch::Tensor& full
   const models::ShardSpec s = spec(name);
   if (s.sharded())
     OMNIBAL_CHECK(full.dim() > s.dim && full.size(s.dim) == s.rows, origin, ": '", name,
-                  "' has shape ", full.sizes(), " there but ", s.rows,
-                  " rows along dimension ", s.dim, " in this model (another preset?)");
+                  "' has shape ", full.sizes(), " there but ", s.rows, " rows along dimension ",
+                  s.dim, " in this model (another preset?)");
   return models::shard_of(full, s, tp_);
 }
 

@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--dtype must be fp32 or bf16, got '%s'\n", dtype_name.c_str());
     return 2;
   }
-  const torch::Dtype dtype = dtype_name.empty()      ? compat::default_dtype(device)
+  const torch::Dtype dtype = dtype_name.empty()     ? compat::default_dtype(device)
                              : dtype_name == "bf16" ? torch::kBFloat16
                                                     : torch::kFloat32;
   const ModelPreset preset = load_model_preset(preset_name);

@@ -189,7 +189,9 @@ TEST_CASE("ISF: the packed path packs exactly as the general path", "[balance][i
     t.add(0, 3000 + i, Load{{tiles, tokens}}, tiles);
   }
   const int64_t q_tok = q_vit * q_tok_per_tile;
-  const IsfOptions o{{q_vit, q_tok, std::max<int64_t>(1, q_tok - slack)}, iterations, seed,
+  const IsfOptions o{{q_vit, q_tok, std::max<int64_t>(1, q_tok - slack)},
+                     iterations,
+                     seed,
                      OnBadSample::kSkip};
   std::vector<uint32_t> ids(t.size());
   std::iota(ids.begin(), ids.end(), 0u);

@@ -34,8 +34,14 @@ partition::UnitCostTable blocks(int n) {
   t.source = "test";
   t.load = {1, 100, 1};
   for (int u = 0; u < n; ++u) {
-    partition::UnitCost c{"llm_block." + std::to_string(u), UnitKind::LlmBlock, 1.0, 2.0,
-                          10.0 * (1 << 20), 1.0 * (1 << 20), true, 1.0 * (1 << 20)};
+    partition::UnitCost c{"llm_block." + std::to_string(u),
+                          UnitKind::LlmBlock,
+                          1.0,
+                          2.0,
+                          10.0 * (1 << 20),
+                          1.0 * (1 << 20),
+                          true,
+                          1.0 * (1 << 20)};
     c.backward_weight_s = 1.0;
     c.weight_grad_bytes = 4.0 * (1 << 20);
     t.units.push_back(c);
@@ -52,7 +58,6 @@ memory::MemoryOptions plain() {
   o.zero1 = false;
   return o;
 }
-
 
 memory::StagePlannerOptions planner(int P, int m, PipelineSchedule kind, int v = 1) {
   memory::StagePlannerOptions o;
@@ -97,8 +102,10 @@ TEST_CASE("in-flight states: 1F1B holds min(m, P - s)", "[memory][schedule]") {
   }
 }
 
-TEST_CASE("in-flight states: ZB-H1 holds P - s graphs and s deferred W before a B, one more W "
-          "after it", "[memory][schedule]") {
+TEST_CASE(
+    "in-flight states: ZB-H1 holds P - s graphs and s deferred W before a B, one more W "
+    "after it",
+    "[memory][schedule]") {
   // P 4, m 8. Stage s runs P - s - 1 warm-up forwards, then F, B and (once b - w > s) W.
   // Right before a steady-state B: P - s graphs, s W's pending; right after it: P - s - 1, s + 1.
   const auto states = memory::in_flight_states(layout(PipelineSchedule::kZbH1, 4, 8));
@@ -164,9 +171,9 @@ TEST_CASE("rank memory: sums the rank's chunks and takes the largest in-flight m
 TEST_CASE("recompute knapsack: ZB-H1 ranks and interleaved ranks fit their budget",
           "[memory][schedule][recompute]") {
   const auto table = blocks(8);
-  for (const auto& [kind, v] : {std::pair{PipelineSchedule::kZbH1, 1},
-                               std::pair{PipelineSchedule::kInterleaved, 2},
-                               std::pair{PipelineSchedule::k1F1B, 1}}) {
+  for (const auto& [kind, v] :
+       {std::pair{PipelineSchedule::kZbH1, 1}, std::pair{PipelineSchedule::kInterleaved, 2},
+        std::pair{PipelineSchedule::k1F1B, 1}}) {
     memory::RecomputeOptions ro;
     ro.memory = plain();
     ro.micro_batches = 8;
@@ -179,7 +186,7 @@ TEST_CASE("recompute knapsack: ZB-H1 ranks and interleaved ranks fit their budge
     ro.budget_bytes = 0.5 * (none.memory[0].total() + full.memory[0].total());
     const auto plan = memory::plan_adaptive_recompute(table, split, ro);
     CHECK(plan.all_fit());
-    CHECK(plan.memory.size() == 4u);                       // per rank
+    CHECK(plan.memory.size() == 4u);                            // per rank
     CHECK(plan.recomputed_units.size() == split.sizes.size());  // per chunk
     int recomputed = 0;
     for (int n : plan.recomputed_units) recomputed += n;
@@ -207,8 +214,8 @@ TEST_CASE("stage plan: schedule and v in the JSON, the hash and chunks_of",
   CHECK(back.pipeline_s == plan.pipeline_s);
   CHECK(memory::stage_plan_hash(back) == memory::stage_plan_hash(plan));
   // Plans from before schedules: 1F1B, v 1, the same hash as a 1F1B plan of that split.
-  auto old = memory::stage_plan_json(
-      memory::plan_stages(table, manual({4, 4}), no_recompute(), planner(2, 4, PipelineSchedule::k1F1B)));
+  auto old = memory::stage_plan_json(memory::plan_stages(table, manual({4, 4}), no_recompute(),
+                                                         planner(2, 4, PipelineSchedule::k1F1B)));
   const auto hash_1f1b = memory::stage_plan_hash(memory::parse_stage_plan(old, "test"));
   old.erase("schedule");
   old.erase("virtual_stages");
@@ -218,8 +225,8 @@ TEST_CASE("stage plan: schedule and v in the JSON, the hash and chunks_of",
   CHECK(parsed.virtual_stages == 1);
   CHECK(memory::stage_plan_hash(parsed) == hash_1f1b);
   // Same split under ZB-H1: another hash (ranks compare the schedule too).
-  const auto zb =
-      memory::plan_stages(table, manual({4, 4}), no_recompute(), planner(2, 4, PipelineSchedule::kZbH1));
+  const auto zb = memory::plan_stages(table, manual({4, 4}), no_recompute(),
+                                      planner(2, 4, PipelineSchedule::kZbH1));
   CHECK(memory::stage_plan_hash(zb) != hash_1f1b);
 }
 
@@ -235,7 +242,8 @@ TEST_CASE("stage plan: interleaved with fewer units than P x v is a clear error"
                     Catch::Contains("parallel.micro_batches"));
 }
 
-TEST_CASE("stage plan: auto picks the fastest schedule that fits", "[memory][stage_plan][schedule]") {
+TEST_CASE("stage plan: auto picks the fastest schedule that fits",
+          "[memory][stage_plan][schedule]") {
   const auto table = blocks(8);
   PartitionSpec balanced;
   balanced.method = PartitionMethod::kBalanced;
@@ -246,9 +254,8 @@ TEST_CASE("stage plan: auto picks the fastest schedule that fits", "[memory][sta
     const auto one = memory::plan_stages(table, balanced, no_recompute(),
                                          planner(2, 3, PipelineSchedule::k1F1B));
     CHECK(plan.pipeline_s < one.pipeline_s);
-    CHECK_THAT(plan.partition_source,
-               Catch::StartsWith("auto: zb-h1") && Catch::Contains("1f1b") &&
-                   !Catch::Contains("interleaved"));
+    CHECK_THAT(plan.partition_source, Catch::StartsWith("auto: zb-h1") && Catch::Contains("1f1b") &&
+                                          !Catch::Contains("interleaved"));
   }
   SECTION("a budget only 1F1B meets: 1F1B") {
     // m 4, P 2, every block recomputed: interleaved v 2 is compared too. The budget is what

@@ -198,9 +198,9 @@ TEST_CASE("stage plan: JSON round trip keeps the plan and its hash", "[memory][s
 TEST_CASE("stage plan search at tp 2: stage times include the TP all-reduces on the TP link",
           "[memory][stage_plan][tp]") {
   const auto preset = omnibal::load_model_preset("tiny");
-  const auto t = omnibal::partition::AnalyticCostModel(
-                     preset, omnibal::partition::device_spec("a100-80g"), 2)
-                     .costs(omnibal::partition::MicroBatchLoad::packed({2, 1}, {60, 40}));
+  const auto t =
+      omnibal::partition::AnalyticCostModel(preset, omnibal::partition::device_spec("a100-80g"), 2)
+          .costs(omnibal::partition::MicroBatchLoad::packed({2, 1}, {60, 40}));
   omnibal::memory::StagePlannerOptions o;
   o.tp_link = {1e9, 1e-5};
   const auto flags = omnibal::memory::RecomputeFlags::full(omnibal::memory::block_units(t));

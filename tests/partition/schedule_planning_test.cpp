@@ -24,8 +24,14 @@ class EqualUnits : public CostModel {
     UnitCostTable t;
     const double k = load.computed_tokens() / 100.0;
     for (int u = 0; u < units_; ++u) {
-      UnitCost c{"llm_block." + std::to_string(u), UnitKind::LlmBlock, 1.0 * k, 2.0 * k,
-                 100.0 * load.computed_tokens(), 1e9, true, 10.0 * load.computed_tokens()};
+      UnitCost c{"llm_block." + std::to_string(u),
+                 UnitKind::LlmBlock,
+                 1.0 * k,
+                 2.0 * k,
+                 100.0 * load.computed_tokens(),
+                 1e9,
+                 true,
+                 10.0 * load.computed_tokens()};
       c.backward_weight_s = 1.0 * k;
       c.weight_grad_bytes = 50.0 * load.computed_tokens();
       t.units.push_back(c);
@@ -47,7 +53,7 @@ SimulatorSetup equal_setup(const CostModel& model, int units, PipelineSchedule k
   s.recompute.assign(units, false);
   s.device = device_spec("a100-80g");
   s.device.intra_node_bandwidth = s.device.inter_node_bandwidth = 1e30;  // no transfers
-  s.device.hbm_bandwidth = 1e30;                                          // no optimizer time
+  s.device.hbm_bandwidth = 1e30;                                         // no optimizer time
   s.static_bytes.assign(ranks, 0.0);
   return s;
 }
@@ -65,9 +71,9 @@ TEST_CASE("simulator: each schedule on equal micro-batches has its textbook bubb
     PipelineSchedule kind;
     int v;
   };
-  const Case c = GENERATE(Case{PipelineSchedule::k1F1B, 1}, Case{PipelineSchedule::kZbH1, 1},
-                          Case{PipelineSchedule::kInterleaved, 2},
-                          Case{PipelineSchedule::kInterleaved, 4});
+  const Case c =
+      GENERATE(Case{PipelineSchedule::k1F1B, 1}, Case{PipelineSchedule::kZbH1, 1},
+               Case{PipelineSchedule::kInterleaved, 2}, Case{PipelineSchedule::kInterleaved, 4});
   const int chunks = P * c.v;
   const EqualUnits model(chunks);
   const auto rep =
@@ -85,9 +91,9 @@ TEST_CASE("simulator: the breakdown adds up under every schedule with DP, recomp
           "[partition][simulator][schedule]") {
   const int P = 2, m = 4, units = 8;
   const EqualUnits model(units);
-  for (const auto& [kind, v] : {std::pair{PipelineSchedule::k1F1B, 1},
-                               std::pair{PipelineSchedule::kZbH1, 1},
-                               std::pair{PipelineSchedule::kInterleaved, 2}}) {
+  for (const auto& [kind, v] :
+       {std::pair{PipelineSchedule::k1F1B, 1}, std::pair{PipelineSchedule::kZbH1, 1},
+        std::pair{PipelineSchedule::kInterleaved, 2}}) {
     const int chunks = P * schedule::chunks_per_rank(kind, v);
     auto s = equal_setup(model, units, kind, chunks, P, v);
     s.dp = 2;
@@ -107,15 +113,16 @@ TEST_CASE("simulator: the breakdown adds up under every schedule with DP, recomp
 TEST_CASE("simulator: ZB-H1 beats 1F1B and interleaved needs m % P == 0",
           "[partition][simulator][schedule]") {
   const EqualUnits model(8);
-  const double one = simulate_step(equal_setup(model, 8, PipelineSchedule::k1F1B, 4, 4, 1),
-                                   equal_loads(1, 4)).step_s;
-  const double zb = simulate_step(equal_setup(model, 8, PipelineSchedule::kZbH1, 4, 4, 1),
-                                  equal_loads(1, 4)).step_s;
+  const double one =
+      simulate_step(equal_setup(model, 8, PipelineSchedule::k1F1B, 4, 4, 1), equal_loads(1, 4))
+          .step_s;
+  const double zb =
+      simulate_step(equal_setup(model, 8, PipelineSchedule::kZbH1, 4, 4, 1), equal_loads(1, 4))
+          .step_s;
   CHECK(zb < one);
-  CHECK_THROWS_WITH(
-      simulate_step(equal_setup(model, 8, PipelineSchedule::kInterleaved, 8, 4, 2),
-                    equal_loads(1, 6)),
-      Catch::Contains("multiple of the pipeline stages"));
+  CHECK_THROWS_WITH(simulate_step(equal_setup(model, 8, PipelineSchedule::kInterleaved, 8, 4, 2),
+                                  equal_loads(1, 6)),
+                    Catch::Contains("multiple of the pipeline stages"));
   CHECK_THROWS_WITH(simulate_step(equal_setup(model, 8, PipelineSchedule::kInterleaved, 7, 4, 2),
                                   equal_loads(1, 4)),
                     Catch::Contains("chunks per rank"));

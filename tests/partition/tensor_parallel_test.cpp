@@ -172,7 +172,8 @@ TEST_CASE("TP fields: JSON round trip, defaults of older tables, scaling with th
   const ScaledTableCostModel scaled(t);
   const auto s = scaled.costs(MicroBatchLoad::packed({4}, {400}));
   CHECK(s.tp == 2);
-  CHECK(s.units[5].tp_all_reduce.forward_bytes == Approx(2 * t.units[5].tp_all_reduce.forward_bytes));
+  CHECK(s.units[5].tp_all_reduce.forward_bytes ==
+        Approx(2 * t.units[5].tp_all_reduce.forward_bytes));
   CHECK(s.units[5].tp_all_reduce.forward_calls == 2);
   // A profiled table gets its volumes from the preset: the same as the analytic model's.
   auto profiled = t;

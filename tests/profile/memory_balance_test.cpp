@@ -120,8 +120,8 @@ TEST_CASE(
       train::OptimizerOptions oo;
       oo.precision = precision;
       oo.zero1 = zero1;
-      optimizer = std::make_unique<train::DistributedOptimizer>(params, oo, nullptr,
-                                                                train::DpShard{0, 2});
+      optimizer =
+          std::make_unique<train::DistributedOptimizer>(params, oo, nullptr, train::DpShard{0, 2});
     };
     const auto measured = profile::probe_stage_memory(probe);
     REQUIRE(optimizer);

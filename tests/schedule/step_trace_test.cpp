@@ -85,9 +85,9 @@ TEST_CASE("event log: P=2, m=2, f=1, b=2 gives every instruction's textbook time
 
 TEST_CASE("event log: busy and wait time equal the timeline's under every schedule",
           "[schedule][trace]") {
-  const auto [kind, v] = GENERATE(std::pair{PipelineSchedule::k1F1B, 1},
-                                  std::pair{PipelineSchedule::kInterleaved, 2},
-                                  std::pair{PipelineSchedule::kZbH1, 1});
+  const auto [kind, v] =
+      GENERATE(std::pair{PipelineSchedule::k1F1B, 1}, std::pair{PipelineSchedule::kInterleaved, 2},
+               std::pair{PipelineSchedule::kZbH1, 1});
   const int P = GENERATE(2, 3, 4);
   const int m = GENERATE(12, 24);  // multiples of every P (interleaved needs m % P == 0)
   const auto lists = build_schedule(kind, P, m, v);
@@ -109,10 +109,8 @@ TEST_CASE("event log: busy and wait time equal the timeline's under every schedu
     }
     if (is_communication(op) && (op == Op::RecvActivation || op == Op::RecvGrad))
       wait[s] += e.end_s - e.start_s;
-    else if (!is_communication(op))
-      busy[s] += e.end_s - e.start_s;
-    else
-      CHECK(e.end_s == e.start_s);  // sends do not block
+    else if (!is_communication(op)) busy[s] += e.end_s - e.start_s;
+    else CHECK(e.end_s == e.start_s);  // sends do not block
     if (op == Op::SendActivation || op == Op::SendGrad) CHECK(e.arrival_s >= e.start_s);
   }
   for (int s = 0; s < P; ++s) {
@@ -130,8 +128,8 @@ TEST_CASE("trace_event_json: tracks, rebased times, loads in args; parses back",
   trace.spans.push_back({1, 0, "recv", 2, 1, 1200.0, 1250.0});
   trace.spans.push_back({0, 1, "dp_reduce", -1, 0, 1600.0, 1700.0});
   trace.loads[{0, 0}] = {3, 12, 900};
-  const auto doc = nlohmann::json::parse(
-      trace_event_json(trace, {{"source", "simulated"}, {"step", 4}}).dump());
+  const auto doc =
+      nlohmann::json::parse(trace_event_json(trace, {{"source", "simulated"}, {"step", 4}}).dump());
   const auto& ev = doc.at("traceEvents");
   REQUIRE(ev.size() == 3 + 4);  // 3 spans, 2 process names, 2 thread names
   CHECK(ev[0]["ph"] == "X");
@@ -157,8 +155,7 @@ TEST_CASE("trace_event_json: tracks, rebased times, loads in args; parses back",
   CHECK(doc.at("displayTimeUnit") == "ms");
 }
 
-TEST_CASE("write_trace_file writes whole files and names an unwritable path",
-          "[schedule][trace]") {
+TEST_CASE("write_trace_file writes whole files and names an unwritable path", "[schedule][trace]") {
   const auto dir = std::filesystem::temp_directory_path() / "omnibal-step-trace-test";
   std::filesystem::remove_all(dir);
   const std::string path = (dir / "sub" / "t.json").string();

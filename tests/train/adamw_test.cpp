@@ -111,7 +111,8 @@ TEST_CASE("optimizer: ZeRO-1 at DP 2 holds half the state of a full replica", "[
     o.precision = precision;
     auto params = make();
     if (precision == Precision::kBf16)
-      for (auto& [n, p] : params) p = p.detach().to(torch::kBFloat16).requires_grad_(p.requires_grad());
+      for (auto& [n, p] : params)
+        p = p.detach().to(torch::kBFloat16).requires_grad_(p.requires_grad());
     DistributedOptimizer full(params, o, nullptr, DpShard{0, 2});
     o.zero1 = true;
     DistributedOptimizer r0(params, o, nullptr, DpShard{0, 2});

@@ -30,7 +30,7 @@ TEST_CASE("TP 2: vocab-parallel cross-entropy and argmax equal the full ones, pa
   REQUIRE(world->size() == 2);
   const TensorParallel tp = omnibal::train::tensor_parallel_over(*world);
   const int64_t vocab = 1001, k = 13, per = omnibal::models::vocab_per_rank(vocab, 2);
-  REQUIRE(per == 501);  // 1002 rows: one padded row on rank 1
+  REQUIRE(per == 501);    // 1002 rows: one padded row on rank 1
   torch::manual_seed(3);  // the same draws on both ranks
   const torch::Tensor full = torch::randn({k, vocab}) * 3;
   torch::Tensor targets = torch::randint(0, vocab, {k}, torch::kInt64);
@@ -86,9 +86,9 @@ TEST_CASE("TP 2: shard_of and gather_full are inverse (fused q/k/v groups, padde
   CHECK(torch::equal(omnibal::models::gather_full(rows, vocab, tp), table));
   const torch::Tensor wo = torch::randn({5, 6});
   ShardSpec row_parallel{1, 1, 0, 6};
-  CHECK(torch::equal(
-      omnibal::models::gather_full(omnibal::models::shard_of(wo, row_parallel, tp), row_parallel, tp),
-      wo));
+  CHECK(torch::equal(omnibal::models::gather_full(omnibal::models::shard_of(wo, row_parallel, tp),
+                                                  row_parallel, tp),
+                     wo));
 }
 
 TEST_CASE("TP 2: the whole VLM (qk-norm, RMSNorm ViT, GQA, odd vocabulary) equals one process",
