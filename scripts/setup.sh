@@ -13,6 +13,7 @@ source scripts/torch_env.sh
 t0=$(date +%s)
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
+  clang-format                              # 14: the format check (tests/format_check.cmake)
   libopenmpi-dev openmpi-bin                # MPI launcher and C API
   libyaml-cpp-dev libcli11-dev libfmt-dev catch2
   nlohmann-json3-dev                        # JSON: length files, metrics, manifests
