@@ -46,6 +46,11 @@ TEST_CASE("packed and per-sample runs give equal losses and gradients under each
       GENERATE(LossReduction::kToken, LossReduction::kSample, LossReduction::kSquare);
   const std::vector<SampleSpec> specs{{2, 23, 7}, {0, 17, 2}, {1, 30, 12}};
   const PackBatch pack = make_pack(tiny_preset(), specs, 3);
+  // One intra-op thread: with 2, LibTorch 2.11's CPU attention backward gave gradients up to
+  // 2.3e-4 apart from run to run (3 of 8 runs over the 2e-5 bar; 0 of 6 with one thread).
+  // Investigated in the session note of 6 Dec; the bar checks packing, not that kernel.
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
 
   Vlm packed(tiny_preset(), VlmOptions{}.with_img_context_id(kImgContextId).with_seed(3));
   fill_golden(packed);
@@ -74,6 +79,7 @@ TEST_CASE("packed and per-sample runs give equal losses and gradients under each
     total += mb.item<double>();
     mb.backward();
   }
+  torch::set_num_threads(threads);
   CHECK(total == Approx(packed_loss.item<double>()).epsilon(1e-5));
   const auto g_single = grads_of(*single);
   for (const auto& [name, g] : grads_of(*packed)) {
