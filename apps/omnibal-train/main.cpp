@@ -1,10 +1,11 @@
 // omnibal-train: trains a VLM preset with OmniBal's data, model and memory balance on a
-// DP x PP grid of MPI ranks.
+// TP x PP x DP grid of MPI ranks.
 //   mpirun -np N omnibal-train --config configs/X.yaml [--set key=value ...] [--resume auto|PATH]
-// N must equal parallel.dp * parallel.pp. The app parses the command line, loads the config,
+// N must equal parallel.tp * parallel.pp * parallel.dp. The app parses the command line, loads the config,
 // sets up threads and the process grid, locks the run directory (rank 0, core/run_dir_lock.h:
 // a second launch on it is refused, naming the holder), finds the checkpoint to resume and
-// settles every `auto` of the config (train/run_config.h), runs the trainer and maps errors to
+// settles every `auto` of the config (train/run_config.h), loads the inputs and refuses a resume
+// onto another architecture or data plan (train/run_inputs.h), runs the trainer and maps errors to
 // `[rank r] ...` on stderr and a job abort (comm::run_guarded); SIGTERM/SIGINT stop the job at
 // the next step boundary with a checkpoint and exit 0, as do train.exit_after_steps /
 // exit_duration_min; during start-up planning (profile, partition trials) within seconds, with
@@ -28,6 +29,7 @@
 #include "core/run_dir_lock.h"
 #include "train/run_config.h"
 #include "train/run_device.h"
+#include "train/run_inputs.h"
 #include "train/startup_stop.h"
 #include "train/trainer.h"
 
@@ -68,7 +70,12 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
   const omnibal::train::ResumePoint resume = omnibal::train::find_resume_point(cfg, args.resume);
   const omnibal::Config run_cfg = omnibal::train::resolve_run_config(cfg, resume);
   try {
-    omnibal::train::Trainer trainer(run_cfg, comms, policy.errors, resume);
+    // The preset, tokenizer and data plan, then the refusals of a resume that would train
+    // something else than its checkpoint holds: before any start-up planning.
+    omnibal::train::RunInputs inputs = omnibal::train::load_run_inputs(run_cfg, comms);
+    omnibal::train::refuse_incompatible_resume(resume, run_cfg, inputs.architecture_yaml,
+                                               inputs.plan_hash());
+    omnibal::train::Trainer trainer(run_cfg, comms, policy.errors, resume, std::move(inputs));
     const auto outcome = trainer.run();
     if (outcome.stopped)
       omnibal::log_info(
@@ -85,7 +92,7 @@ int train(const Args& args, comm::MpiRuntime& mpi) {
 int main(int argc, char** argv) {
   comm::MpiRuntime mpi(&argc, &argv);
   Args args;
-  CLI::App app{"omnibal-train: DP x PP VLM trainer with OmniBal balancing"};
+  CLI::App app{"omnibal-train: TP x PP x DP VLM trainer with OmniBal balancing"};
   app.add_option("--config", args.config, "run configuration (YAML)")->check(CLI::ExistingFile);
   app.add_option("--set", args.overrides, "override a config key: a.b=value (repeatable)");
   app.add_option("--resume", args.resume,

@@ -39,6 +39,15 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
                 "DistributedOptimizer: the DP group (rank ", dp ? dp->rank() : -1, " of ",
                 dp ? dp->size() : -1, ") disagrees with the shard (rank ", shard.rank, " of ",
                 shard.size, ")");
+  const auto ordered = layout_order(params);
+  torch::Device device = torch::kCPU;
+  if (!ordered.empty()) device = ordered.front().second.device();
+  bind_buffers(device, lay_out(ordered));
+  if (options_.precision == Precision::kBf16 && options_.fold_in_backward) install_fold_hooks();
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> DistributedOptimizer::layout_order(
+    const std::vector<std::pair<std::string, torch::Tensor>>& params) const {
   const torch::Dtype dtype = precision_dtype(options_.precision);
   // Layout order: own_bucket names first (in their listed order), then the rest in stage order.
   std::vector<std::pair<std::string, torch::Tensor>> ordered;
@@ -51,8 +60,8 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
         std::find(options_.own_bucket.begin(), options_.own_bucket.end(), name) ==
             options_.own_bucket.end())
       ordered.emplace_back(name, p);
-  torch::Device device = torch::kCPU;
-  if (!ordered.empty()) device = ordered.front().second.device();
+  const torch::Device device =
+      ordered.empty() ? torch::Device(torch::kCPU) : ordered.front().second.device();
   for (const auto& [name, p] : ordered) {
     OMNIBAL_CHECK(p.scalar_type() == dtype, "DistributedOptimizer: parameter '", name, "' is ",
                   comm::dtype_name(p.scalar_type()), ", expected ", comm::dtype_name(dtype),
@@ -60,7 +69,11 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
     OMNIBAL_CHECK(p.device() == device, "DistributedOptimizer: parameter '", name, "' is on ",
                   p.device().str(), ", the others on ", device.str());
   }
+  return ordered;
+}
 
+std::vector<int> DistributedOptimizer::lay_out(
+    const std::vector<std::pair<std::string, torch::Tensor>>& ordered) {
   // Buckets of at most bucket_bytes of fp32 gradient, each padded to a multiple of the DP size.
   const int64_t dpn = shard_.size;
   const int64_t cap = std::max<int64_t>(1, options_.bucket_bytes / 4);
@@ -86,8 +99,13 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
     if (own) close();
   }
   close();
-  const int64_t total = cur.begin;
+  return slot_bucket;
+}
 
+void DistributedOptimizer::bind_buffers(torch::Device device, const std::vector<int>& slot_bucket) {
+  const torch::Dtype dtype = precision_dtype(options_.precision);
+  const int64_t dpn = shard_.size;
+  const int64_t total = buckets_.empty() ? 0 : buckets_.back().begin + buckets_.back().size;
   torch::NoGradGuard no_grad;
   param_buffer_ = torch::zeros({total}, torch::dtype(dtype).device(device));
   main_grad_ = torch::zeros({total}, torch::dtype(torch::kFloat32).device(device));
@@ -115,7 +133,6 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
     if (hi > lo)
       segments_.push_back({static_cast<int>(i), slot_bucket[i], lo - b.owned_begin, lo, hi - lo});
   }
-  if (options_.precision == Precision::kBf16 && options_.fold_in_backward) install_fold_hooks();
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
@@ -187,16 +204,12 @@ torch::Tensor DistributedOptimizer::reduced_grad(const std::string& name) {
   return torch::Tensor();
 }
 
-double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
-                                       const std::set<std::string>& exclude, comm::Communicator* tp,
-                                       const std::set<std::string>& tp_replicated) {
-  const bool tp_on = tp != nullptr && tp->size() > 1;
+double DistributedOptimizer::grad_norm(const GradNormScope& scope) {
   torch::NoGradGuard no_grad;
   // Summed on the gradient's device, one copy to the host at the end.
   torch::Tensor acc = torch::zeros({1}, main_grad_.options().dtype(torch::kFloat64));
   for (const auto& seg : segments_) {
-    if (exclude.count(slots_[seg.slot].name)) continue;
-    if (tp_on && tp->rank() != 0 && tp_replicated.count(slots_[seg.slot].name)) continue;
+    if (scope.exclude.count(slots_[seg.slot].name)) continue;
     acc +=
         main_grad_.slice(0, seg.global, seg.global + seg.length).to(torch::kFloat64).pow(2).sum();
   }
@@ -206,9 +219,8 @@ double DistributedOptimizer::grad_norm(comm::Communicator* pipeline,
     OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group for the gradient norm");
     dp_->all_reduce(sq, comm::ReduceOp::kSum, "ZeRO-1 gradient norm over DP");
   }
-  if (pipeline != nullptr && pipeline->size() > 1)
-    pipeline->all_reduce(sq, comm::ReduceOp::kSum, "gradient norm");
-  if (tp_on) tp->all_reduce(sq, comm::ReduceOp::kSum, "gradient norm over TP");
+  for (comm::Communicator* group : scope.groups)
+    group->all_reduce(sq, comm::ReduceOp::kSum, "gradient norm over " + group->name());
   return std::sqrt(sq.item<double>());
 }
 

@@ -76,6 +76,15 @@ struct DpShard {
   int size = 1;
 };
 
+/// Where the model's gradient lies beyond this DP group, for its global norm: the groups the
+/// norm's sum of squares is summed over after DP (the pipeline, then TP; only groups of size
+/// > 1), and the parameters this rank leaves out so that each counts once (a tied head's second
+/// copy; on TP ranks > 0, the parameters whole on every TP rank).
+struct GradNormScope {
+  std::vector<comm::Communicator*> groups;  ///< summed over in this order; never null
+  std::set<std::string> exclude;            ///< parameter names this rank does not count
+};
+
 /// Mixed-precision AdamW with optional ZeRO-1 over one stage (see the file comment).
 class DistributedOptimizer {
  public:
@@ -109,13 +118,9 @@ class DistributedOptimizer {
   /// (the whole gradient without ZeRO-1); undefined when this rank holds none of it or the name
   /// is not optimised. Both ends of a tied weight get the same range (own_bucket).
   torch::Tensor reduced_grad(const std::string& name);
-  /// Collective over DP (ZeRO-1) and `pipeline` (if not null): the L2 norm of the reduced
-  /// gradient of the whole model, leaving out the parameters named in `exclude` (a tied head's
-  /// copy counts once) and, over `tp` (if not null), summing the TP ranks' shards with the
-  /// parameters in `tp_replicated` (whole on every TP rank) counted on TP rank 0 only.
-  double grad_norm(comm::Communicator* pipeline, const std::set<std::string>& exclude = {},
-                   comm::Communicator* tp = nullptr,
-                   const std::set<std::string>& tp_replicated = {});
+  /// Collective over DP (ZeRO-1) and every group of `scope`: the L2 norm of the reduced
+  /// gradient of the whole model (GradNormScope says which parameters this rank counts).
+  double grad_norm(const GradNormScope& scope = {});
   /// This rank's part of the last grad_norm()'s sum of squares, before the reductions over DP,
   /// the pipeline and TP: not finite exactly when this rank's counted reduced gradient holds a
   /// NaN / Inf (train/nonfinite_guard.h names the rank from it).
@@ -181,6 +186,16 @@ class DistributedOptimizer {
     int64_t length = 0;
   };
 
+  /// The optimised parameters (trainable, non-empty) in layout order: own_bucket names first,
+  /// then the rest in stage order. Throws omnibal::Error on a dtype or device mismatch.
+  std::vector<std::pair<std::string, torch::Tensor>> layout_order(
+      const std::vector<std::pair<std::string, torch::Tensor>>& params) const;
+  /// Fills slots_ and buckets_ (at most bucket_bytes of fp32 gradient each, padded to a
+  /// multiple of the DP size; an own_bucket name alone in one); returns each slot's bucket.
+  std::vector<int> lay_out(const std::vector<std::pair<std::string, torch::Tensor>>& ordered);
+  /// Allocates the flat buffers on `device`, points the parameters (and fp32 .grad) into them,
+  /// makes this rank's master weights and moments and its segments.
+  void bind_buffers(torch::Device device, const std::vector<int>& slot_bucket);
   torch::Tensor owned_grad(const Bucket& b) const;
   /// The main gradient of slot `s`, flat fp32 [numel].
   torch::Tensor main_grad_of(const Slot& s) const;

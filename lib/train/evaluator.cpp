@@ -21,8 +21,8 @@ std::string answer_text(const data::AnnotationEntry& entry) {
 
 }  // namespace
 
-Evaluator::Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens)
-    : set_(std::move(set)) {
+Evaluator::Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens, int every)
+    : set_(std::move(set)), every_(every) {
   std::vector<int64_t> current;
   int64_t tokens = 0;
   // The table repeats samples per the eval meta's repeat_time; evaluation scores each sample

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/parallel_comms.h"
+#include "core/cadence.h"
 #include "pipeline/stage_executor.h"
 #include "train/training_data.h"
 
@@ -38,8 +39,11 @@ struct EvalResult {
 /// Runs the held-out split through the pipeline.
 class Evaluator {
  public:
-  /// `set` is the eval split; packs hold at most `samples_per_pack` samples and `max_tokens`.
-  Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens);
+  /// `set` is the eval split; packs hold at most `samples_per_pack` samples and `max_tokens`;
+  /// `every`: train.eval_every (<= 0: only at the end of the run).
+  Evaluator(LoadedSet set, int samples_per_pack, int64_t max_tokens, int every = 0);
+  /// Whether a periodic evaluation falls due after `steps_done` steps (core/cadence.h).
+  bool due(int64_t steps_done) const { return omnibal::due(every_, steps_done); }
   /// Collective over the world: every rank calls it with its stage executor. Returns the same
   /// result on every rank.
   EvalResult run(pipeline::StageExecutor& stage, comm::ParallelComms& comms);
@@ -49,6 +53,7 @@ class Evaluator {
   LoadedSet set_;
   std::vector<std::vector<int64_t>> packs_;
   std::vector<double> majority_;  ///< per dataset
+  int every_ = 0;
 };
 
 /// Per-sample exact match of a kLoss state: for each sample of the pack, whether every label

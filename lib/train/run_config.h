@@ -10,6 +10,7 @@
 // budgets left at 0, which the data planner searches (balance.q_vit, q_tok, q_tok_thresh).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -22,6 +23,9 @@ struct ResumePoint {
   std::string request;          ///< --resume as given: "", "auto" or a checkpoint directory
   std::string dir;              ///< the checkpoint continued from; empty = a fresh start
   std::optional<Config> saved;  ///< that checkpoint's config (set exactly when `dir` is)
+  /// That checkpoint's rank-0 state (counters, stage plan, precision; train_checkpoint.h);
+  /// null on a fresh start.
+  nlohmann::json state;
   /// True when a checkpoint is continued.
   bool resuming() const { return !dir.empty(); }
 };
@@ -34,6 +38,19 @@ struct ResumePoint {
 /// verifies) would overwrite checkpoints of an earlier run in the run directory, when the path
 /// is damaged, or when the checkpoint is of another model.preset.
 ResumePoint find_resume_point(const Config& config, const std::string& resume);
+
+/// Refuses to continue `resume` (no-op on a fresh start) when this launch would train something
+/// else than the checkpoint was written for, before any start-up work:
+/// - another architecture than model.preset has now (`architecture_yaml`,
+///   preset_architecture_yaml): the names that still match would load, the rest not;
+/// - another data plan (`plan_hash`, TrainingData::plan_hash: other data, balance.*, or
+///   parallel.dp x parallel.micro_batches): the epoch would go on over a different sample
+///   stream, some samples trained twice and others never. The same dp x m keeps the plan
+///   (bitwise at the same dp and m, within float reordering at another split of it).
+/// Throws omnibal::Error naming the checkpoint, the keys that changed and the ways on (restore
+/// them, or start a new run from `omnibal-plan export` through model.init_from).
+void refuse_incompatible_resume(const ResumePoint& resume, const Config& now,
+                                const std::string& architecture_yaml, uint64_t plan_hash);
 
 /// `config` with every `auto` settled:
 /// - model.hf_style auto: on a resume the checkpoint's saved style (internlm2 for checkpoints

@@ -39,8 +39,10 @@
 //    profile's repeat spread (StagePlannerOptions::pick_margin, partition/pick_margin.h; logged).
 // A stop signal during the profile or the trials ends start-up on every rank with
 // StartupStopped (startup_stop.h).
-// Memory options follow the trainer: weights, gradients and AdamW moments in the table's bytes
-// per parameter (fp32 on the CPU), no ZeRO-1 sharding, no workspace on the CPU.
+// Memory options follow the trainer (memory::trainer_memory_options): weights in the run's
+// precision, the fp32 main gradient (4 bytes per parameter; bf16 gradients are folded into it
+// as they are produced), fp32 master weights and AdamW moments divided over DP under ZeRO-1,
+// activations at TP; no workspace on the CPU.
 #pragma once
 
 #include <optional>

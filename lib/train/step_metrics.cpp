@@ -113,4 +113,38 @@ nlohmann::json metrics_record(const StepMetrics& m, const StepScalars& s) {
   return out;
 }
 
+StepMetrics gather_step_metrics(const pipeline::StageStepResult& r,
+                                const std::vector<models::PackBatch>& packs, const StageCoord& at,
+                                comm::Communicator& world) {
+  const int stages = at.stages, dp = at.dp, dp_rank = at.dp_rank, stage_index = at.stage;
+  StepMetrics mine(stages, dp);
+  const bool counts = at.tp_rank == 0;  // the TP ranks of a stage hold the same loss, packs, times
+  if (counts && at.last()) {
+    mine.loss_term_sum = r.loss_term_sum;  // sum of w_t * l_t under loss.reduction
+    for (const auto& [loss, count] : r.micro_batches) {
+      mine.micro_batch_mean_loss_sum += count ? loss / count : 0.0;
+      mine.micro_batches += 1;
+    }
+  }
+  if (counts && stage_index == 0) {
+    int64_t samples = 0, tokens = 0, tiles = 0;
+    for (const auto& p : packs) {
+      samples += p.num_samples();
+      tokens += p.position_ids.numel();
+      tiles += p.image_flags.numel();
+    }
+    mine.samples = static_cast<double>(samples);
+    mine.tokens = static_cast<double>(tokens);
+    mine.dp_ranks[dp_rank].tiles = static_cast<double>(tiles);
+    mine.dp_ranks[dp_rank].tokens = static_cast<double>(tokens);
+  }
+  if (counts) mine.dp_ranks[dp_rank].busy_s = r.times.forward_s + r.times.backward_s;
+  if (counts && dp_rank == 0)
+    mine.stages[stage_index] = {r.times.forward_s, r.times.backward_s, r.times.idle_s,
+                                r.times.reduce_s};
+  torch::Tensor v = mine.pack();
+  world.all_reduce(v, comm::ReduceOp::kSum, "step metrics");
+  return StepMetrics::unpack(v, stages, dp);
+}
+
 }  // namespace omnibal::train

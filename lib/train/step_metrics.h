@@ -4,8 +4,8 @@
 // all-reduce (sum) gathers the whole job's step; unpack() names them again, and
 // metrics_record() makes rank 0's line of metrics.jsonl. Each field is filled by exactly the
 // ranks its comment names and left 0 on the others, so the sum is the job's value.
-// Not here: what a rank contributes (the trainer fills the fields from its stage's result and
-// packs), the loss normaliser N (loss_normaliser.h, its own all-reduce before the forward).
+// gather_step_metrics() fills a rank's part from its stage's result and packs and runs that
+// all-reduce. Not here: the loss normaliser N (loss_normaliser.h, its own all-reduce before the forward).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,6 +15,10 @@
 #include <vector>
 
 #include "balance/balance_metrics.h"
+#include "comm/communicator.h"
+#include "models/pack_batch.h"
+#include "pipeline/stage_executor.h"
+#include "train/stage_coord.h"
 
 namespace omnibal::train {
 
@@ -92,5 +96,13 @@ struct StepScalars {
 /// cost_dist_mb; on a step skipped as non-finite "nonfinite_skipped": true (absent otherwise).
 /// A NaN / Inf loss or gradient norm is written as null (JSON has no NaN).
 nlohmann::json metrics_record(const StepMetrics& metrics, const StepScalars& scalars);
+
+/// Collective over `world`: the step's metrics of the whole job. This rank contributes (TP rank
+/// 0 of each stage only; the TP ranks hold the same): the last stage its loss terms and
+/// micro-batch losses, the first stage the samples, tokens and tiles of its `packs`, every stage
+/// its forward + backward seconds into its DP rank's busy_s, DP rank 0 of each stage its times.
+StepMetrics gather_step_metrics(const pipeline::StageStepResult& r,
+                                const std::vector<models::PackBatch>& packs, const StageCoord& at,
+                                comm::Communicator& world);
 
 }  // namespace omnibal::train

@@ -1,11 +1,15 @@
 #include "train/step_trace.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "schedule/step_trace.h"
 
 namespace omnibal::train {
@@ -106,6 +110,21 @@ void write_step_trace(const std::string& path, int64_t step, const RankTrace& mi
   info["source"] = "measured";
   info["step"] = step;
   schedule::write_trace_file(path, schedule::trace_event_json(trace, info));
+}
+
+StepTracer::StepTracer(std::vector<int> steps, std::string run_dir, comm::Communicator& world)
+    : steps_(std::move(steps)), run_dir_(std::move(run_dir)), world_(world) {
+  if (!steps_.empty()) clock_offsets_us_ = measure_clock_offsets(world_);
+}
+
+bool StepTracer::traced(int64_t step) const {
+  return std::find(steps_.begin(), steps_.end(), step) != steps_.end();
+}
+
+void StepTracer::write(int64_t step, const RankTrace& mine, const nlohmann::json& other) {
+  const std::string path = fmt::format("{}/trace/step-{}.json", run_dir_, step);
+  write_step_trace(path, step, mine, clock_offsets_us_, world_, other);
+  if (world_.rank() == 0) log_info("trace: step {} in {}", step, path);
 }
 
 }  // namespace omnibal::train

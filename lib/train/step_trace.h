@@ -45,4 +45,24 @@ void write_step_trace(const std::string& path, int64_t step, const RankTrace& mi
                       const std::vector<double>& clock_offsets_us, comm::Communicator& world,
                       const nlohmann::json& other);
 
+/// The traced steps of a run (runtime.trace_steps): owns which steps are traced, the clock
+/// offsets (measured once, at construction) and writing <run_dir>/trace/step-N.json.
+class StepTracer {
+ public:
+  /// Collective over `world` when `steps` is not empty (measure_clock_offsets).
+  StepTracer(std::vector<int> steps, std::string run_dir, comm::Communicator& world);
+  /// Whether 0-based global step `step` is traced.
+  bool traced(int64_t step) const;
+  /// Collective over the world: writes the trace of `step` from every rank's `mine` (rank 0
+  /// writes and logs the path; `other`: the run's layout, "otherData"). Throws omnibal::Error
+  /// (rank 0) when the file cannot be written.
+  void write(int64_t step, const RankTrace& mine, const nlohmann::json& other);
+
+ private:
+  std::vector<int> steps_;
+  std::string run_dir_;
+  comm::Communicator& world_;
+  std::vector<double> clock_offsets_us_;
+};
+
 }  // namespace omnibal::train

@@ -38,16 +38,18 @@ struct TrainCheckpoint::Impl {
   checkpoint::CheckpointStore store;
 };
 
-TrainCheckpoint::TrainCheckpoint(std::string root, int keep_last, comm::Communicator& world)
-    : impl_(new Impl{checkpoint::CheckpointStore(std::move(root), keep_last, world)}) {}
+TrainCheckpoint::TrainCheckpoint(std::string root, int keep_last, int every,
+                                 comm::Communicator& world)
+    : impl_(new Impl{checkpoint::CheckpointStore(std::move(root), keep_last, world)}),
+      every_(every) {}
 
 TrainCheckpoint::~TrainCheckpoint() = default;
 
-void TrainCheckpoint::save(const TrainCounters& counters,
-                           const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                           DistributedOptimizer& optimizer, bool writer,
-                           const std::string& config_yaml,
-                           const std::vector<std::string>& not_written, const TpLayout& tp) {
+void TrainCheckpoint::save(const TrainCounters& counters, const CheckpointedStage& stage,
+                           const std::string& config_yaml) {
+  const bool writer = stage.writer;
+  const TpLayout& tp = stage.tp;
+  DistributedOptimizer& optimizer = stage.optimizer;
   checkpoint::Shard shard;
   // Collective over DP under ZeRO-1; only the writer keeps the gathered state.
   auto state = optimizer.state_tensors(writer);
@@ -55,10 +57,10 @@ void TrainCheckpoint::save(const TrainCounters& counters,
     // The TP ranks of a DP-rank-0 stage are writers together; the gathers below run in the
     // same (sorted) name order on each of them.
     for (auto& [name, t] : state) shard.tensors[name] = tp.gather(name, t);  // fp32 masters
-    for (const auto& [name, p] : params)  // frozen parameters (no master weight): as fp32
+    for (const auto& [name, p] : stage.params)  // frozen parameters (no master weight): as fp32
       if (!shard.tensors.count(name))
         shard.tensors[name] = tp.gather(name, p.detach().to(torch::kFloat32));
-    for (const auto& name : not_written)
+    for (const auto& name : stage.not_written)
       for (const char* suffix : {"", "#exp_avg", "#exp_avg_sq"}) shard.tensors.erase(name + suffix);
     if (tp.active() && tp.tp().rank != 0) shard.tensors.clear();  // TP rank 0 stores them
   }
@@ -70,9 +72,10 @@ void TrainCheckpoint::save(const TrainCounters& counters,
   impl_->store.save(counters.step, shard, config_yaml);
 }
 
-TrainCounters TrainCheckpoint::load(
-    const std::string& dir, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-    DistributedOptimizer& optimizer, const TpLayout& tp) const {
+TrainCounters TrainCheckpoint::load(const std::string& dir, const CheckpointedStage& stage) const {
+  const auto& params = stage.params;
+  DistributedOptimizer& optimizer = stage.optimizer;
+  const TpLayout& tp = stage.tp;
   std::vector<std::string> names;
   for (const auto& [name, p] : params) names.push_back(name);
   for (const auto& n : optimizer.state_names())

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/cadence.h"
 #include "train/distributed_optimizer.h"
 #include "train/tp_group.h"
 
@@ -41,28 +42,38 @@ struct TrainCounters {
   static TrainCounters from_json(const nlohmann::json& j);
 };
 
-/// Saves and restores one rank's part through a CheckpointStore under `root`.
+/// One rank's stage as a checkpoint sees it: its parameters (frozen included) with their
+/// optimizer, their TP shard layout, and whether this rank writes them.
+struct CheckpointedStage {
+  const std::vector<std::pair<std::string, torch::Tensor>>& params;
+  DistributedOptimizer& optimizer;
+  const TpLayout& tp;  ///< collective over TP when active; only TP rank 0 stores
+  /// DP rank 0 of each stage: its tensors are stored (one writer per tensor).
+  bool writer = false;
+  /// Names this rank leaves out, with their AdamW moments (a tied head's copy, stored by the
+  /// embedding's stage).
+  std::vector<std::string> not_written;
+};
+
+/// Saves and restores one rank's part through a CheckpointStore under `root`, every
+/// train.checkpoint_every steps (due).
 class TrainCheckpoint {
  public:
-  TrainCheckpoint(std::string root, int keep_last, comm::Communicator& world);
+  /// `every`: train.checkpoint_every (<= 0: only at the end and on a stop).
+  TrainCheckpoint(std::string root, int keep_last, int every, comm::Communicator& world);
   ~TrainCheckpoint();
-  /// Collective (the optimizer gathers its ZeRO-1 shards over DP). `writer` is true on DP rank
-  /// 0 of each stage (its tensors are stored). `not_written`: names this rank leaves out, with
-  /// their AdamW moments (a tied head's copy, stored by the embedding's stage). `tp`: the
-  /// stage's shard layout (collective over TP when active; only TP rank 0 stores).
-  void save(const TrainCounters& counters,
-            const std::vector<std::pair<std::string, torch::Tensor>>& params,
-            DistributedOptimizer& optimizer, bool writer, const std::string& config_yaml,
-            const std::vector<std::string>& not_written = {}, const TpLayout& tp = {});
+  /// Whether a periodic checkpoint falls due after `steps_done` steps (core/cadence.h).
+  bool due(int64_t steps_done) const { return omnibal::due(every_, steps_done); }
+  /// Collective (the optimizer gathers its ZeRO-1 shards over DP; see CheckpointedStage for
+  /// TP): stores `stage` with `counters` and the resolved config `config_yaml`.
+  void save(const TrainCounters& counters, const CheckpointedStage& stage,
+            const std::string& config_yaml);
   // Which checkpoint to resume (--resume auto | PATH) is found before the trainer is built:
   // find_resume_point (run_config.h).
   /// Loads this rank's parameters, master weights and AdamW state from `dir` (cast to this
-  /// run's precision); returns rank 0's counters. Throws omnibal::Error listing missing names
-  /// or shape mismatches.
-  /// `tp`: each TP rank keeps its shard of the stored (whole) tensors.
-  TrainCounters load(const std::string& dir,
-                     const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                     DistributedOptimizer& optimizer, const TpLayout& tp = {}) const;
+  /// run's precision; each TP rank keeps its shard of the stored whole tensors); returns rank
+  /// 0's counters. Throws omnibal::Error listing missing names or shape mismatches.
+  TrainCounters load(const std::string& dir, const CheckpointedStage& stage) const;
   /// Rank 0's state JSON stored in `dir` (counters, stage plan).
   nlohmann::json rank_state(const std::string& dir) const;
   /// The resolved config stored in `dir`.
@@ -71,6 +82,7 @@ class TrainCheckpoint {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  int every_ = 0;
 };
 
 }  // namespace omnibal::train

@@ -1,29 +1,31 @@
-// Trainer: the training loop of one rank of a DP x PP job (OmniBal's three balances in use:
-// the data plan from lib/balance, the stage layout from lib/partition / lib/memory, the 1F1B
-// executor from lib/pipeline). run() is a loop over train_step(step), between a stop check at
-// each step boundary and the periodic evaluation and checkpoint:
-//   1. stop_reason: at the step boundary, agree on SIGTERM (comm::should_stop) and the
-//      train.exit_* slots -> checkpoint, return;
-//   2. take this rank's m packs of the step from TrainingData (its loader builds what the stage
-//      needs: first stage pixels, ids and labels, last stage labels, middle stages nothing);
+// Trainer: the training loop of one rank of a TP x PP x DP job, OmniBal's three balances in
+// use: the data plan from lib/balance (ISF packs, train/training_data.h), the stage layout and
+// recomputation from lib/partition / lib/memory (train/startup_planner.h), and a pipeline
+// schedule from lib/schedule (1F1B, interleaved 1F1B or ZB-H1) walked by lib/pipeline's executor.
+// run() is a loop over train_step(step), between a stop check at each step boundary and the
+// periodic evaluation and checkpoint (each component owns its cadence: core/cadence.h):
+//   1. at the step boundary, agree on SIGTERM and the train.exit_* slots (run_stop.h) ->
+//      checkpoint, return;
+//   2. take this rank's m packs of the step (its loader builds what the stage needs: first stage
+//      pixels, ids and labels, last stage labels, middle stages nothing);
 //   3. all-reduce the loss normaliser N of the whole global batch (loss.reduction token | sample
-//      | square, loss_normaliser.h), so the loss is sum(w_t * cross-entropy_t) / N whatever the
-//      packing, m, DP or PP;
-//   4. run the 1F1B program (bf16: each micro-batch's gradients folded into the fp32 main
-//      gradient); at ReduceGrads the DP all-reduce (train.zero1: reduce-scatter) in buckets;
-//   5. global gradient norm over all stages, clipping, AdamW at the warm-up + cosine LR on the
-//      fp32 master weights (ZeRO-1: this DP rank's shard, then the all-gather of parameters):
-//      train/distributed_optimizer.h;
-//   6. one all-reduce of the step's StepMetrics (step_metrics.h); rank 0 writes them;
-//   after_step: evaluation and checkpoints every N steps.
+//      | square, loss_normaliser.h): the loss is sum(w_t * cross-entropy_t) / N whatever the
+//      packing, m, DP, PP or TP;
+//   4. run the stage's instruction list (bf16: each parameter's gradient folded into the fp32
+//      main gradient as it is produced); at ReduceGrads StageRuntime::finalize_grads (the DP
+//      all-reduce or ZeRO-1 reduce-scatter in buckets, the tied head's sum);
+//   5. the global gradient norm, train.on_nonfinite's verdict, clipping, AdamW at the warm-up +
+//      cosine LR on the fp32 master weights (train/distributed_optimizer.h);
+//   6. one all-reduce of the step's metrics (step_metrics.h); rank 0 writes them; traced steps
+//      (runtime.trace_steps) write a timeline (step_trace.h).
 // The config comes resolved from main (run_config.h: every `auto` settled) and is never changed;
-// it is what the run directory and every checkpoint hold.
-// Checkpoints hold fp32 master weights and AdamW moments per parameter name, unsharded (one
-// writer per tensor: DP rank 0 of each stage), the step and data position and the resolved
-// config, so they load under any partition, PP or DP size, precision and zero1 setting. There is no generator state to save: the data order
-// derives from (balance.seed, epoch) and dropout masks (model.dropout) from (train.seed, step,
+// it is what the run directory and every checkpoint hold. main also loads the inputs
+// (run_inputs.h) and refuses an incompatible resume before the trainer exists.
+// Checkpoints hold fp32 master weights and AdamW moments per parameter name, unsharded, with the
+// step, data position and resolved config, so they load under any partition, PP, DP or TP
+// size, precision and zero1 setting (train_checkpoint.h). There is no generator state to save:
+// the data order derives from (balance.seed, epoch) and dropout masks from (train.seed, step,
 // the pack's slot in the global batch, unit, site) (models/dropout.h), so resuming is exact.
-// A tied LM head split over two stages is kept in sync by train/tied_head.h.
 #pragma once
 
 #include <memory>
@@ -35,6 +37,7 @@
 #include "core/config.h"
 #include "train/evaluator.h"
 #include "train/run_config.h"
+#include "train/run_inputs.h"
 
 namespace omnibal::train {
 
@@ -52,28 +55,26 @@ struct TrainOutcome {
 /// One rank's trainer. Collective: every rank of the job constructs and runs it together.
 class Trainer {
  public:
-  /// Builds this rank's stage, data plan and (rank 0) run directory from `config` as
-  /// resolve_run_config returned it (copied; never changed). On a fresh start initialises the
-  /// stage from model.init_from (init_weights.h); when `resume` continues a checkpoint (found by
-  /// find_resume_point) its weights win and init_from is ignored. Throws omnibal::Error with
-  /// the key at fault on a bad config (preset, partition, data files), when model.hf_style is
-  /// still auto, when the ranks' plans differ, or when the checkpoint was made on another data
-  /// plan.
+  /// Plans the stages at start-up (train/startup_planner.h; on a resume the checkpoint's plan
+  /// where it fits), builds this rank's stage (stage_runtime.h) and gives it its starting
+  /// weights: the checkpoint's when `resume` continues one (refuse_incompatible_resume has
+  /// passed), otherwise the seeded initialisation and model.init_from. `config` is resolved
+  /// (run_config.h; copied, never changed), `inputs` come from load_run_inputs. Throws
+  /// omnibal::Error with the key at fault (model.hf_style still auto, a bad partition or
+  /// checkpoint).
   Trainer(const Config& config, comm::ParallelComms& comms,
-          std::shared_ptr<comm::ErrorForwarder> errors, const ResumePoint& resume);
+          std::shared_ptr<comm::ErrorForwarder> errors, const ResumePoint& resume,
+          RunInputs inputs);
   ~Trainer();
   /// Trains to train.steps, or until SIGTERM / train.exit_after_steps / train.exit_duration_min
   /// (then a checkpoint at that step boundary; `--resume auto` continues bitwise).
   TrainOutcome run();
 
  private:
-  /// Collective: why the run stops at the boundary before `step` ("signal", "train.exit_...")
-  /// or nothing; the exit slots allow at least one step after `first`, this launch's first.
-  std::optional<std::string> stop_reason(int64_t step, int64_t first);
   /// Collective: steps 2-6 above for 0-based global step `step`; returns its reduced loss.
   double train_step(int64_t step);
-  /// Evaluation and checkpoint after `step` when train.eval_every / checkpoint_every fall due
-  /// (not after the last step: finish() does both).
+  /// Evaluation and checkpoint after `step` when they fall due (not after the last step:
+  /// finish() does both).
   void after_step(int64_t step);
   /// Collective: the skipped-sample report, the last checkpoint and evaluation, summary.json.
   void finish(TrainOutcome& out, int64_t first);

@@ -222,4 +222,28 @@ const balance::MethodResult& TrainingData::epoch_plan(int epoch) {
 
 uint64_t TrainingData::plan_hash() { return planner_->plan_hash(); }
 
+void TrainingData::log_plan(BalanceMethod method, int dp, const balance::PackTimeModel& time,
+                            const std::string& time_description) {
+  const auto& epoch0 = epoch_plan(0);
+  const int m = micro_batches_;
+  const size_t left_out = epoch0.packing.skipped.size();
+  log_info(
+      "data: {} samples{}, balance.method {}, {} packs, {} steps per epoch of dp {} x m {} "
+      "packs, budgets Q_v {} Q_t {}, plan hash {:016x}",
+      set_.table.size(),
+      left_out ? fmt::format(" ({} planned; the packer leaves out {} over budget)",
+                             set_.table.size() - left_out, left_out)
+               : std::string(),
+      choice_name(method), epoch0.packing.packs.size(), epoch0.plan.steps(), dp, m,
+      epoch0.budgets.q_vit, epoch0.budgets.q_tok, plan_hash());
+  const balance::BalanceMetrics dealt = dealt_metrics(0, &time);
+  log_info("data: epoch 0 dealt to dp {} x m {}: Dist ViT {:.4f}, LLM {:.4f} (counts)", dp, m,
+           dealt.dist_ratio_vit, dealt.dist_ratio_llm);
+  log_info("data: cost Dist (predicted, {}): ranks {:.4f}, micro-batches {:.4f}", time_description,
+           dealt.cost_dist_ratio_dp, dealt.cost_dist_ratio_mb);
+  if (set_.bad_samples > 0)
+    log_info("data: on_bad_sample skip: the start-up scan left out {} samples (not in the plan)",
+             set_.bad_samples);
+}
+
 }  // namespace omnibal::train

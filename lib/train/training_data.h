@@ -136,6 +136,11 @@ class TrainingData {
   }
 
   const LoadedSet& set() const { return set_; }
+  /// Logs (call on rank 0) the data plan: samples, balance.method `method`, packs, steps per
+  /// epoch of `dp` x m, the budgets and plan hash, and epoch 0's Dist Ratios as dealt, by
+  /// counts and by predicted cost under `time` (`time_description` names its source).
+  void log_plan(BalanceMethod method, int dp, const balance::PackTimeModel& time,
+                const std::string& time_description);
   data::PackBuilder& builder() { return *set_.builder; }
 
  private:

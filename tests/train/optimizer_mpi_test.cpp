@@ -58,7 +58,7 @@ std::map<std::string, torch::Tensor> train(DistributedOptimizer& opt, const Name
     backward(params, rank, step);
     opt.accumulate_grads();
     opt.reduce_grads();
-    opt.clip(opt.grad_norm(nullptr), 0.5);
+    opt.clip(opt.grad_norm(), 0.5);
     opt.step(0.01);
   }
   return opt.state_tensors();
@@ -139,7 +139,7 @@ TEST_CASE("optimizer at DP 2: a skipped non-finite step changes nothing; the run
           backward(params, r, step, /*nan_b=*/r == 1);
           opt.accumulate_grads();
           opt.reduce_grads();
-          const double norm = opt.grad_norm(nullptr);
+          const double norm = opt.grad_norm();
           CHECK(std::isnan(norm));
           const StepVerdict v = guard.check(4, {false, 0.0, opt.local_grad_sq(), norm}, *world);
           REQUIRE(v == StepVerdict::kSkip);  // on both ranks, though only rank 1 saw the NaN
@@ -154,7 +154,7 @@ TEST_CASE("optimizer at DP 2: a skipped non-finite step changes nothing; the run
         backward(params, r, step);
         opt.accumulate_grads();
         opt.reduce_grads();
-        opt.clip(opt.grad_norm(nullptr), 0.5);
+        opt.clip(opt.grad_norm(), 0.5);
         opt.step(0.01);
       }
       for (const auto& [name, t] : opt.state_tensors()) CHECK(torch::equal(t, want.at(name)));

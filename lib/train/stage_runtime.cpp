@@ -1,0 +1,235 @@
+#include "train/stage_runtime.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "comm/communicator.h"
+#include "core/log.h"
+#include "train/init_weights.h"
+
+namespace omnibal::train {
+
+namespace {
+
+// A 32-bit FNV-1a of a parameter's name and bytes; summed over parameters it is independent of
+// how parameters are spread over stages.
+int64_t param_digest(const std::string& name, const torch::Tensor& p) {
+  uint32_t h = 2166136261u;
+  auto mix = [&](const uint8_t* d, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ d[i]) * 16777619u;
+  };
+  mix(reinterpret_cast<const uint8_t*>(name.data()), name.size());
+  const torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
+  mix(static_cast<const uint8_t*>(c.data_ptr()), c.numel() * c.element_size());
+  return static_cast<int64_t>(h);
+}
+
+}  // namespace
+
+models::VlmOptions StageRuntime::model_options() const {
+  models::VlmOptions opt;
+  opt.with_img_context_id(setup.img_context_id)
+      .with_seed(setup.config.train.seed)
+      .with_dropout(setup.config.model.dropout)
+      .with_dtype(precision_dtype(setup.config.train.precision))
+      .with_device(setup.device);
+  return opt;
+}
+
+StageRuntime::StageRuntime(const StageSetup& s)
+    : setup(s), at(StageCoord::of(s.comms)), tp(tensor_parallel_of(s.comms)) {
+  build_units();
+  tied = std::make_unique<TiedHead>(s.preset, s.plan.partition, at.stage, params,
+                                    s.plan.virtual_stages);
+  // A tied head's copy on the head's stage answers to the embedding's name (tied_head.h): give
+  // it the head's shard layout, so it is gathered and sharded like the embedding.
+  if (tied->split() && !tp_layout.spec(TiedHead::kEmbeddingName).sharded())
+    tp_layout.alias(TiedHead::kEmbeddingName, TiedHead::kHeadName);
+  std::vector<std::string> names;
+  for (const auto& [name, p] : params) names.push_back(name);
+  tp_replicated = tp_layout.replicated_names(names);
+  norm_scope.exclude = tied->norm_excluded();
+  if (at.stages > 1) norm_scope.groups.push_back(&s.comms.pipeline());
+  if (tp.active()) {
+    norm_scope.groups.push_back(&s.comms.tp_group());
+    if (at.tp_rank != 0) norm_scope.exclude.insert(tp_replicated.begin(), tp_replicated.end());
+  }
+  programs = schedule::build_schedule(s.plan.schedule, at.stages, s.config.parallel.micro_batches,
+                                      s.plan.virtual_stages);
+}
+
+/// The stage's units chunk after chunk, their recompute flags and frozen groups, the executor.
+void StageRuntime::build_units() {
+  const memory::StagePlan& plan = setup.plan;
+  for (int c = 0; c < plan.virtual_stages; ++c) {
+    const int k = c * at.stages + at.stage;
+    chunk_ranges.emplace_back(plan.begin(k), plan.end(k));
+  }
+  const auto chunks =
+      models::make_chunk_units(setup.preset, model_options().with_tensor_parallel(tp),
+                               chunk_ranges);
+  std::vector<int> unit_index;  // chain index of each unit of this stage
+  for (size_t c = 0; c < chunks.size(); ++c)
+    for (size_t i = 0; i < chunks[c].size(); ++i) {
+      units.push_back(chunks[c][i]);
+      unit_index.push_back(static_cast<int>(chunk_ranges[c].first + i));
+    }
+  tp_layout = TpLayout(units, tp);
+  const auto& freeze = setup.config.train.freeze;
+  for (size_t i = 0; i < units.size(); ++i) {
+    auto& u = units[i];
+    u->set_recompute(plan.recompute[unit_index[i]]);
+    const bool frozen =
+        std::find(freeze.begin(), freeze.end(), freeze_group(u->kind())) != freeze.end();
+    for (auto& np : u->named_parameters()) {
+      np.value().requires_grad_(!frozen);
+      params.emplace_back(u->unit_name() + "." + np.key(), np.value());
+    }
+  }
+  if (at.stages > 1) pipe = std::make_unique<comm::TensorMessenger>(setup.comms.pipeline());
+  executor = std::make_unique<pipeline::StageExecutor>(chunks, at.stage, at.stages, pipe.get(),
+                                                       setup.device);
+}
+
+/// The optimizer over this stage's trainable parameters as they are now (it takes the current
+/// values as master weights): after the initialisation, before a checkpoint is loaded.
+void StageRuntime::make_optimizer() {
+  const Config& cfg = setup.config;
+  OptimizerOptions o;
+  o.adam.beta1 = cfg.train.beta1;
+  o.adam.beta2 = cfg.train.beta2;
+  o.adam.weight_decay = cfg.train.weight_decay;
+  o.precision = cfg.train.precision;
+  o.reduce_dtype = cfg.comm.grad_reduce_dtype;
+  o.zero1 = cfg.train.zero1;
+  if (tied->active()) o.own_bucket = {TiedHead::kEmbeddingName};
+  optimizer = std::make_unique<DistributedOptimizer>(params, o, &setup.comms.dp_group(),
+                                                     DpShard{at.dp_rank, at.dp});
+}
+
+CheckpointedStage StageRuntime::checkpointed() {
+  CheckpointedStage c{params, *optimizer, tp_layout, at.dp_rank == 0, {}};
+  for (const auto& [name, p] : params)
+    if (tied->not_written(name)) c.not_written.push_back(name);
+  return c;
+}
+
+std::optional<TrainCounters> StageRuntime::restore(const ResumePoint& resume,
+                                                   TrainCheckpoint& checkpoints) {
+  const Config& cfg = setup.config;
+  const bool rank0 = setup.comms.rank() == 0;
+  if (resume.resuming()) {
+    make_optimizer();
+    TrainCounters counters = checkpoints.load(resume.dir, checkpointed());
+    if (rank0) {
+      const nlohmann::json& st = resume.state;
+      const std::string written =
+          st.contains("precision")
+              ? st.at("precision").get<std::string>() + (st.value("zero1", false) ? ", zero1" : "")
+              : std::string("fp32");
+      log_info("resumed from {} at step {} (written in {}; continuing in {}{})", resume.dir,
+               counters.step, written, choice_name(cfg.train.precision),
+               cfg.train.zero1 ? ", zero1" : "");
+      if (!cfg.model.init_from.empty())
+        log_info("model.init_from {} ignored: resuming from checkpoint {}", cfg.model.init_from,
+                 resume.dir);
+    }
+    return counters;
+  }
+  if (resume.request == "auto" && rank0)
+    log_info("resume auto: no checkpoint under {}/checkpoints, starting afresh",
+             cfg.runtime.run_dir);
+  init_weights();
+  make_optimizer();
+  if (!cfg.model.init_from.empty()) {
+    const std::string hash = param_hash_text();
+    if (rank0)
+      log_info("model.init_from {}: {} layout, parameter hash {}", cfg.model.init_from,
+               choice_name(cfg.model.hf_style), hash);
+  }
+  return std::nullopt;
+}
+
+/// The seeded initialisation and model.init_from. The checkpoint init_from names holds whole
+/// tensors: under TP they are loaded into an unsharded copy of this stage and each rank keeps
+/// its shards (a transient second copy of the stage's weights).
+void StageRuntime::init_weights() {
+  const Config& cfg = setup.config;
+  if (!tp.active()) {
+    init_stage_weights(cfg.model, setup.preset, units);
+    return;
+  }
+  if (cfg.model.init_from.empty()) return;
+  std::vector<models::UnitPtr> whole;
+  for (auto& chunk : models::make_chunk_units(setup.preset, model_options(), chunk_ranges))
+    whole.insert(whole.end(), chunk.begin(), chunk.end());
+  init_stage_weights(cfg.model, setup.preset, whole);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < units.size(); ++i) {
+    auto full = whole[i]->named_parameters();
+    for (auto& np : units[i]->named_parameters()) {
+      const std::string name = units[i]->unit_name() + "." + np.key();
+      np.value().copy_(tp_layout.shard(name, full[np.key()].detach(), cfg.model.init_from));
+    }
+  }
+}
+
+void StageRuntime::finalize_grads() {
+  optimizer->reduce_grads();
+  tied->sum_gradients(setup.comms.pipeline(), optimizer->reduced_grad(TiedHead::kEmbeddingName));
+}
+
+std::string StageRuntime::param_hash_text() {
+  int64_t sum = 0;
+  if (at.dp_rank == 0)  // the digest of the whole tensor (gathered over TP), counted on TP rank 0
+    for (const auto& [name, p] : params) {
+      if (tied->not_written(name)) continue;
+      const torch::Tensor full = tp_layout.gather(name, p.detach());
+      if (at.tp_rank == 0) sum += param_digest(name, full);
+    }
+  const int64_t hash =
+      setup.comms.world().all_reduce_int(sum, comm::ReduceOp::kSum, "parameter hash");
+  return fmt::format("{:08x}", static_cast<uint64_t>(hash) & 0xffffffffffffULL);
+}
+
+bool StageRuntime::tied_copies_equal() {
+  const int64_t differ = tied->copies_equal(setup.comms.pipeline()) ? 0 : 1;
+  return setup.comms.world().all_reduce_int(differ, comm::ReduceOp::kMax, "tied head check") == 0;
+}
+
+bool StageRuntime::tp_replicated_equal() {
+  int64_t digest = 0;
+  for (const auto& [name, p] : params)
+    if (tp_replicated.count(name)) digest += param_digest(name, p);
+  const bool same = comm::same_on_every_rank(setup.comms.tp_group(), static_cast<uint64_t>(digest),
+                                             "TP replicas");
+  return setup.comms.world().all_reduce_int(same ? 0 : 1, comm::ReduceOp::kMax,
+                                            "TP replica check") == 0;
+}
+
+void StageRuntime::log_layout() const {
+  const Config& cfg = setup.config;
+  const memory::StagePlan& plan = setup.plan;
+  const int64_t vocab = setup.preset.llm.vocab_size;
+  if (tp.active())
+    log_info(
+        "tensor parallel: tp {} (TP all-reduces over {}), vocabulary {} padded to {} "
+        "({} rows per TP rank)",
+        tp.size, setup.comms.tp_group().name(), vocab, padded_vocab_size(vocab, tp.size),
+        models::vocab_per_rank(vocab, tp.size));
+  log_info("stages: {}", plan.describe_stages());
+  log_info("schedule {}{} over {} stages, m {}{}", choice_name(plan.schedule),
+           plan.virtual_stages > 1
+               ? fmt::format(" (v {} model chunks per stage)", plan.virtual_stages)
+               : std::string(),
+           at.stages, cfg.parallel.micro_batches,
+           cfg.parallel.schedule == PipelineSchedule::kAuto ? " (parallel.schedule auto)" : "");
+  log_info(
+      "precision {} (gradient reduction {}), zero1 {}: optimizer state {:.1f} MiB, fp32 "
+      "main gradient {:.1f} MiB on rank 0",
+      choice_name(cfg.train.precision), choice_name(cfg.comm.grad_reduce_dtype), cfg.train.zero1,
+      optimizer->state_bytes() / 1048576.0, optimizer->main_grad_bytes() / 1048576.0);
+}
+
+}  // namespace omnibal::train
