@@ -19,9 +19,7 @@ ShardSpec vocab_shard_spec(int64_t vocab, int tp) { return {0, 1, vocab_per_rank
 
 LlmEmbedUnit::LlmEmbedUnit(const LlmPreset& preset, int64_t img_context_id,
                            const TensorParallel& tp)
-    : PipelineUnit("llm_embed", UnitKind::kLlmEmbed),
-      preset_(preset),
-      img_context_id_(img_context_id) {
+    : PipelineUnit({UnitKind::kLlmEmbed, 0}), preset_(preset), img_context_id_(img_context_id) {
   set_tensor_parallel(tp);
   mark_sharded("tok_embeddings.weight", vocab_shard_spec(preset.vocab_size, tp.size));
   OMNIBAL_CHECK(img_context_id >= 0 && img_context_id < preset.vocab_size,
@@ -100,7 +98,7 @@ torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
 }
 
 LlmBlockUnit::LlmBlockUnit(const LlmPreset& preset, int index, const TensorParallel& tp)
-    : PipelineUnit("llm_block_" + std::to_string(index), UnitKind::kLlmBlock) {
+    : PipelineUnit({UnitKind::kLlmBlock, index}) {
   set_tensor_parallel(tp);
   attention_norm = register_module("attention_norm", RmsNorm(preset.width, preset.norm_eps));
   attention = register_module("attention", LlmAttention(preset, tp));
@@ -143,7 +141,7 @@ std::pair<torch::Tensor, torch::Tensor> label_targets(const torch::Tensor& label
 }
 
 LlmHeadUnit::LlmHeadUnit(const LlmPreset& preset, bool own_output, const TensorParallel& tp)
-    : PipelineUnit("llm_head", UnitKind::kLlmHead), vocab_(preset.vocab_size) {
+    : PipelineUnit({UnitKind::kLlmHead, 0}), vocab_(preset.vocab_size) {
   set_tensor_parallel(tp);
   if (own_output) mark_sharded("output.weight", vocab_shard_spec(preset.vocab_size, tp.size));
   norm = register_module("norm", RmsNorm(preset.width, preset.norm_eps));

@@ -4,16 +4,28 @@
 
 namespace omnibal::models {
 
-const char* unit_kind_name(UnitKind kind) {
+Phase input_phase(UnitKind kind) {
   switch (kind) {
-    case UnitKind::kVitEmbed: return "vit_embed";
-    case UnitKind::kVitBlock: return "vit_block";
-    case UnitKind::kProjector: return "projector";
-    case UnitKind::kLlmEmbed: return "llm_embed";
-    case UnitKind::kLlmBlock: return "llm_block";
-    case UnitKind::kLlmHead: return "llm_head";
+    case UnitKind::kVitEmbed: return Phase::kPixels;
+    case UnitKind::kVitBlock:
+    case UnitKind::kProjector: return Phase::kVit;
+    case UnitKind::kLlmEmbed: return Phase::kProjected;
+    case UnitKind::kLlmBlock:
+    case UnitKind::kLlmHead: return Phase::kLlm;
   }
-  return "unknown";
+  OMNIBAL_FAIL("invalid UnitKind ", static_cast<int>(kind));
+}
+
+Phase output_phase(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::kVitEmbed:
+    case UnitKind::kVitBlock: return Phase::kVit;
+    case UnitKind::kProjector: return Phase::kProjected;
+    case UnitKind::kLlmEmbed:
+    case UnitKind::kLlmBlock: return Phase::kLlm;
+    case UnitKind::kLlmHead: return Phase::kLoss;
+  }
+  OMNIBAL_FAIL("invalid UnitKind ", static_cast<int>(kind));
 }
 
 int64_t PipelineUnit::num_parameters() const {

@@ -19,23 +19,24 @@
 #include <memory>
 #include <string>
 
+#include "core/units.h"
 #include "models/dropout.h"
 #include "models/tensor_parallel.h"
 #include "models/unit_state.h"
 
 namespace omnibal::models {
 
-/// The kind of a unit, for cost models and partition constraints.
-enum class UnitKind { kVitEmbed, kVitBlock, kProjector, kLlmEmbed, kLlmBlock, kLlmHead };
-
-/// Name of a kind ("vit_embed", "vit_block", "projector", "llm_embed", "llm_block", "llm_head").
-const char* unit_kind_name(UnitKind kind);
+/// The phase of the state a unit of `kind` consumes (kPixels for the ViT embedding, kVit for
+/// ViT blocks and the projector, kProjected for the LLM embedding, kLlm for LLM blocks and head).
+Phase input_phase(UnitKind kind);
+/// The phase of the state a unit of `kind` produces (kLoss for the head).
+Phase output_phase(UnitKind kind);
 
 /// One pipeline unit: a module with parameters and a forward over UnitState.
 class PipelineUnit : public torch::nn::Module {
  public:
-  PipelineUnit(std::string unit_name, UnitKind kind)
-      : unit_name_(std::move(unit_name)), kind_(kind) {}
+  /// A unit named unit_name(id) (core/units.h).
+  explicit PipelineUnit(UnitId id) : unit_name_(omnibal::unit_name(id)), id_(id) {}
 
   /// Maps the state at this unit's input boundary to the state at its output boundary.
   /// Throws omnibal::Error when `state.phase` is not the phase this unit consumes.
@@ -43,8 +44,15 @@ class PipelineUnit : public torch::nn::Module {
 
   /// Stable unit name ("vit_block_3"); the prefix of its parameters' names in the whole model.
   const std::string& unit_name() const { return unit_name_; }
+  /// Which unit of the chain this is (kind and block index).
+  UnitId id() const { return id_; }
   /// What kind of unit this is.
-  UnitKind kind() const { return kind_; }
+  UnitKind kind() const { return id_.kind; }
+  /// The phase of the state forward() consumes; its hidden tensor has
+  /// hidden_rank(input_phase()) dimensions (unit_state.h).
+  Phase input_phase() const { return models::input_phase(id_.kind); }
+  /// The phase of the state forward() returns.
+  Phase output_phase() const { return models::output_phase(id_.kind); }
   /// Number of parameter elements owned by this unit.
   int64_t num_parameters() const;
   /// Activation recomputation: when set, run_unit() keeps only this unit's input and reruns its
@@ -80,7 +88,7 @@ class PipelineUnit : public torch::nn::Module {
 
  private:
   std::string unit_name_;
-  UnitKind kind_;
+  UnitId id_;
   bool recompute_ = false;
   double dropout_ = 0.0;
   uint64_t name_hash_ = 0;

@@ -18,7 +18,7 @@ torch::Tensor pixel_shuffle_v2(const torch::Tensor& x) {
 }
 
 ProjectorUnit::ProjectorUnit(const VitPreset& vit, const LlmPreset& llm)
-    : PipelineUnit("projector", UnitKind::kProjector) {
+    : PipelineUnit({UnitKind::kProjector, 0}) {
   const int64_t in = 4 * static_cast<int64_t>(vit.width);
   norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({in}).eps(1e-5)));
   fc1 = register_module("fc1", torch::nn::Linear(in, llm.width));

@@ -45,18 +45,6 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
   }
 };
 
-Phase output_phase(UnitKind kind) {
-  switch (kind) {
-    case UnitKind::kVitEmbed:
-    case UnitKind::kVitBlock: return Phase::kVit;
-    case UnitKind::kProjector: return Phase::kProjected;
-    case UnitKind::kLlmEmbed:
-    case UnitKind::kLlmBlock: return Phase::kLlm;
-    case UnitKind::kLlmHead: break;
-  }
-  return Phase::kLoss;
-}
-
 }  // namespace
 
 UnitState run_unit(PipelineUnit& unit, const UnitState& state) {
@@ -68,7 +56,7 @@ UnitState run_unit(PipelineUnit& unit, const UnitState& state) {
   rc->input = state;
   const torch::Tensor anchor = torch::zeros({}, torch::requires_grad());
   torch::Tensor out = RecomputeFunction::apply(state.hidden, anchor, rc);
-  return state.with_hidden(out, output_phase(unit.kind()));
+  return state.with_hidden(out, unit.output_phase());
 }
 
 }  // namespace omnibal::models

@@ -1,12 +1,14 @@
 // RMSNorm (Zhang & Sennrich 2019) as used by LLaMA / InternLM2 and InternViT-6B:
 // y = w * x / sqrt(mean(x^2) + eps), computed in fp32 and cast back to the input dtype.
-// Not here: LayerNorm (torch::nn::LayerNorm is used directly).
+// VitNormLayer: the ViT blocks' norm, LayerNorm or RMSNorm as the preset says.
+// Not here: the projector's LayerNorm (torch::nn::LayerNorm, used directly).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <string>
 
+#include "core/choices.h"
 #include "models/mixed_precision.h"
 
 namespace omnibal::models {
@@ -40,13 +42,13 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-/// LayerNorm or RMSNorm chosen by name ("layernorm" | "rmsnorm"), as InternViT's norm_type, both
-/// computed in fp32 for bf16 inputs (layer_norm_fp32, mixed_precision.h).
+/// LayerNorm or RMSNorm as the preset's vit.norm chooses (InternViT's norm_type), both computed
+/// in fp32 for bf16 inputs (layer_norm_fp32, mixed_precision.h).
 /// Parameters: weight [dim], and bias [dim] for layernorm only.
-class VitNormImpl : public torch::nn::Module {
+class VitNormLayerImpl : public torch::nn::Module {
  public:
-  VitNormImpl(const std::string& kind, int64_t dim, double eps)
-      : rms_(kind == "rmsnorm"), eps_(eps) {
+  VitNormLayerImpl(VitNorm kind, int64_t dim, double eps)
+      : rms_(kind == VitNorm::kRmsNorm), eps_(eps) {
     weight = register_parameter("weight", torch::ones({dim}));
     if (!rms_) bias = register_parameter("bias", torch::zeros({dim}));
   }
@@ -62,6 +64,6 @@ class VitNormImpl : public torch::nn::Module {
   bool rms_;
   double eps_;
 };
-TORCH_MODULE(VitNorm);
+TORCH_MODULE(VitNormLayer);
 
 }  // namespace omnibal::models

@@ -15,6 +15,17 @@ const char* phase_name(Phase phase) {
   return "unknown";
 }
 
+int64_t hidden_rank(Phase phase) {
+  switch (phase) {
+    case Phase::kPixels: return 4;
+    case Phase::kVit: return 3;
+    case Phase::kProjected:
+    case Phase::kLlm: return 2;
+    case Phase::kLoss: return 0;
+  }
+  return 0;
+}
+
 namespace {
 
 constexpr int64_t kHeader = 5;  // side_tensor(): phase, T, n, tiles, dropout_key

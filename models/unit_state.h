@@ -29,6 +29,9 @@ enum class Phase : int64_t { kPixels = 0, kVit = 1, kProjected = 2, kLlm = 3, kL
 
 /// Name of a phase for error messages ("pixels", "vit", "projected", "llm", "loss").
 const char* phase_name(Phase phase);
+/// Dimensions of the hidden tensor in `phase` (the table above): 4 for kPixels, 3 for kVit, 2
+/// for kProjected and kLlm, 0 for kLoss (no tensor).
+int64_t hidden_rank(Phase phase);
 
 /// State passed from one pipeline unit to the next. Side tensors are int64 and live on the
 /// hidden state's device, except cu_seqlens, which stays on the CPU (the attention loop reads it).

@@ -14,7 +14,7 @@ namespace F = torch::nn::functional;
 }  // namespace
 
 VitEmbedUnit::VitEmbedUnit(const VitPreset& preset)
-    : PipelineUnit("vit_embed", UnitKind::kVitEmbed), preset_(preset) {
+    : PipelineUnit({UnitKind::kVitEmbed, 0}), preset_(preset) {
   const int64_t d = preset.width, p = preset.patch_size;
   const int64_t side = preset.tile_size / preset.patch_size;
   patch_embedding = register_module("patch_embedding",
@@ -98,12 +98,12 @@ torch::Tensor VitAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 VitBlockUnit::VitBlockUnit(const VitPreset& preset, int index, const TensorParallel& tp)
-    : PipelineUnit("vit_block_" + std::to_string(index), UnitKind::kVitBlock) {
+    : PipelineUnit({UnitKind::kVitBlock, index}) {
   const int64_t d = preset.width;
   set_tensor_parallel(tp);
-  norm1 = register_module("norm1", VitNorm(preset.norm, d, kVitNormEps));
+  norm1 = register_module("norm1", VitNormLayer(preset.norm, d, kVitNormEps));
   attn = register_module("attn", VitAttention(preset, tp));
-  norm2 = register_module("norm2", VitNorm(preset.norm, d, kVitNormEps));
+  norm2 = register_module("norm2", VitNormLayer(preset.norm, d, kVitNormEps));
   mlp = register_module("mlp", torch::nn::Sequential());
   mlp->push_back("fc1", torch::nn::Linear(d, preset.mlp_dim));
   mlp->push_back("act", torch::nn::GELU());

@@ -73,7 +73,7 @@ class VitBlockUnit : public PipelineUnit {
   VitBlockUnit(const VitPreset& preset, int index, const TensorParallel& tp = {});
   UnitState forward(const UnitState& state) override;
 
-  VitNorm norm1{nullptr}, norm2{nullptr};
+  VitNormLayer norm1{nullptr}, norm2{nullptr};
   VitAttention attn{nullptr};
   torch::nn::Sequential mlp{nullptr};
   torch::Tensor ls1, ls2;  ///< undefined without layer scale

@@ -46,7 +46,7 @@ void init_tensor(torch::Tensor& param, const std::string& name, uint64_t seed, d
 }
 
 int64_t vit_block_params(const VitPreset& v) {
-  const int64_t d = v.width, norm = v.norm == "layernorm" ? 2 * d : d;
+  const int64_t d = v.width, norm = v.norm == VitNorm::kLayerNorm ? 2 * d : d;
   int64_t n = 2 * norm + 3 * d * d + (v.qkv_bias ? 3 * d : 0) + d * d + d;
   n += (v.qk_norm ? 2 * d : 0) + (v.layer_scale ? 2 * d : 0);
   return n + 2 * static_cast<int64_t>(v.mlp_dim) * d + v.mlp_dim + d;
@@ -57,17 +57,23 @@ int64_t llm_block_params(const LlmPreset& l) {
   return 2 * d + 2 * d * d + 2 * d * l.kv_heads * hd + 3 * d * static_cast<int64_t>(l.mlp_dim);
 }
 
-}  // namespace
-
-std::vector<std::string> unit_names(const ModelPreset& preset) {
-  std::vector<std::string> names{"vit_embed"};
-  for (int i = 0; i < preset.vit.depth; ++i) names.push_back("vit_block_" + std::to_string(i));
-  names.push_back("projector");
-  names.push_back("llm_embed");
-  for (int i = 0; i < preset.llm.depth; ++i) names.push_back("llm_block_" + std::to_string(i));
-  names.push_back("llm_head");
-  return names;
+/// The unit `id` of `preset` at full size (before TP sharding), parameters not yet initialised.
+/// `own_head`: the head holds its own output weight (not tied to an embedding of its list).
+UnitPtr build_unit(const ModelPreset& preset, const VlmOptions& options, UnitId id, bool own_head) {
+  const TensorParallel& tp = options.tp;
+  switch (id.kind) {
+    case UnitKind::kVitEmbed: return std::make_shared<VitEmbedUnit>(preset.vit);
+    case UnitKind::kVitBlock: return std::make_shared<VitBlockUnit>(preset.vit, id.index, tp);
+    case UnitKind::kProjector: return std::make_shared<ProjectorUnit>(preset.vit, preset.llm);
+    case UnitKind::kLlmEmbed:
+      return std::make_shared<LlmEmbedUnit>(preset.llm, options.img_context_id, tp);
+    case UnitKind::kLlmBlock: return std::make_shared<LlmBlockUnit>(preset.llm, id.index, tp);
+    case UnitKind::kLlmHead: return std::make_shared<LlmHeadUnit>(preset.llm, own_head, tp);
+  }
+  OMNIBAL_FAIL("invalid UnitKind ", static_cast<int>(id.kind));
 }
+
+}  // namespace
 
 std::vector<int64_t> unit_parameter_counts(const ModelPreset& preset) {
   const VitPreset& v = preset.vit;
@@ -93,7 +99,7 @@ void init_unit_parameters(PipelineUnit& unit, uint64_t seed, double std) {
 std::vector<std::vector<UnitPtr>> make_chunk_units(const ModelPreset& preset,
                                                    const VlmOptions& options,
                                                    const std::vector<UnitRange>& ranges) {
-  const int64_t total = preset.vit.depth + preset.llm.depth + 4;
+  const int64_t total = unit_count(preset);
   std::vector<int64_t> indices;
   for (const auto& [begin, end] : ranges) {
     OMNIBAL_CHECK(0 <= begin && begin < end && end <= total &&
@@ -102,7 +108,7 @@ std::vector<std::vector<UnitPtr>> make_chunk_units(const ModelPreset& preset,
                   " of preset '", preset.name, "', got [", begin, ", ", end, ")");
     for (int64_t i = begin; i < end; ++i) indices.push_back(i);
   }
-  const int64_t projector = preset.vit.depth + 1, embed = projector + 1, head = total - 1;
+  const int64_t embed = preset.vit.depth + 2, head = total - 1;
   const auto embed_at = std::find(indices.begin(), indices.end(), embed);
   const bool tied_here =
       preset.llm.tie_embeddings && embed_at != indices.end() && indices.back() == head;
@@ -112,17 +118,7 @@ std::vector<std::vector<UnitPtr>> make_chunk_units(const ModelPreset& preset,
                 tp.size, ")");
   std::vector<UnitPtr> units;
   for (const int64_t i : indices) {
-    if (i == 0) units.push_back(std::make_shared<VitEmbedUnit>(preset.vit));
-    else if (i < projector)
-      units.push_back(std::make_shared<VitBlockUnit>(preset.vit, static_cast<int>(i - 1), tp));
-    else if (i == projector)
-      units.push_back(std::make_shared<ProjectorUnit>(preset.vit, preset.llm));
-    else if (i == embed)
-      units.push_back(std::make_shared<LlmEmbedUnit>(preset.llm, options.img_context_id, tp));
-    else if (i < head)
-      units.push_back(
-          std::make_shared<LlmBlockUnit>(preset.llm, static_cast<int>(i - embed - 1), tp));
-    else units.push_back(std::make_shared<LlmHeadUnit>(preset.llm, !tied_here, tp));
+    units.push_back(build_unit(preset, options, unit_at(preset, static_cast<int>(i)), !tied_here));
     init_unit_parameters(*units.back(), options.seed, options.init_std);
     units.back()->set_dropout(options.dropout);
   }
@@ -166,15 +162,9 @@ UnitState empty_output(const PipelineUnit& last, const UnitState& state) {
   const torch::TensorOptions opt =
       params.empty() ? torch::TensorOptions(torch::kFloat32)
                      : torch::TensorOptions(params.front().dtype()).device(params.front().device());
-  switch (last.kind()) {
-    case UnitKind::kVitEmbed:
-    case UnitKind::kVitBlock: return state.with_hidden(torch::zeros({0, 0, 0}, opt), Phase::kVit);
-    case UnitKind::kProjector:
-      return state.with_hidden(torch::zeros({0, 0}, opt), Phase::kProjected);
-    case UnitKind::kLlmEmbed:
-    case UnitKind::kLlmBlock: return state.with_hidden(torch::zeros({0, 0}, opt), Phase::kLlm);
-    case UnitKind::kLlmHead: break;
-  }
+  const Phase phase = last.output_phase();
+  if (phase != Phase::kLoss)  // no rows, in the rank the next unit expects
+    return state.with_hidden(torch::zeros(std::vector<int64_t>(hidden_rank(phase), 0), opt), phase);
   UnitState out = state.with_hidden(torch::Tensor(), Phase::kLoss);
   out.loss_sum = torch::zeros({}, opt.dtype(torch::kFloat32));
   out.label_count = 0;
@@ -210,7 +200,7 @@ void load_unit(PipelineUnit& unit, const std::string& path) {
 
 VlmImpl::VlmImpl(const ModelPreset& preset, const VlmOptions& options)
     : preset_(preset), options_(options) {
-  units_ = make_units(preset, options, 0, preset.vit.depth + preset.llm.depth + 4);
+  units_ = make_units(preset, options, 0, unit_count(preset));
   for (auto& unit : units_) register_module(unit->unit_name(), unit);
 }
 

@@ -60,10 +60,6 @@ struct VlmOptions {
   }
 };
 
-/// Names of all units of `preset` in model order (vit_embed ... llm_head):
-/// vit.depth + llm.depth + 4 entries.
-std::vector<std::string> unit_names(const ModelPreset& preset);
-
 /// Parameter count of every unit of `preset` in model order, from the architecture alone (no
 /// tensors are allocated), so the 6B+20B / 6B+34B presets can be costed on any machine.
 /// A tied head counts 0 (its weight is llm_embed's).

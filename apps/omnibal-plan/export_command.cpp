@@ -71,7 +71,7 @@ int run_export(const ExportArgs& a) {
   const ModelPreset preset = load_model_preset(a.preset.empty() ? saved.model.preset : a.preset);
   checkpoint::HfExportOptions options;
   options.style = a.style.empty() ? checkpoint::resolve_hf_style(saved.model.hf_style, "")
-                                  : checkpoint::parse_hf_llm_style(a.style);
+                                  : checkpoint::parse_hf_style(a.style);
   options.max_shard_bytes = static_cast<uint64_t>(a.max_shard_gb * 1e9);
   options.trained = trained_settings(saved, preset, a.tokenizer);
   if (a.dtype == "bf16") options.dtype = torch::kBFloat16;
@@ -90,8 +90,8 @@ int run_export(const ExportArgs& a) {
   const auto tensors = checkpoint::load_checkpoint_tensors(dir, wanted);
   const auto report = checkpoint::export_hf(tensors, preset, a.out, options);
   fmt::print("exported {} ({} preset, {} layout): {} tensors, {:.1f} MB in {} shard(s) to {}\n",
-             dir, preset.name, checkpoint::hf_llm_style_name(options.style), report.tensors,
-             report.bytes / 1e6, report.files.size(), a.out);
+             dir, preset.name, choice_name(options.style), report.tensors, report.bytes / 1e6,
+             report.files.size(), a.out);
   fmt::print("config.json: template {}, tiles {}..{}{}, pad_token_id {}\n",
              checkpoint::internvl_template_name(options.trained.chat_template),
              options.trained.min_dynamic_patch, options.trained.max_dynamic_patch,

@@ -62,11 +62,11 @@ struct HfTrainingSettings {
 };
 
 struct HfExportOptions {
-  HfLlmStyle style = HfLlmStyle::kInternLm2;
+  HfStyle style = HfStyle::kInternLm2;    ///< the LLM naming, resolved (not kAuto)
   HfTrainingSettings trained;             ///< written to config.json
   std::optional<torch::Dtype> dtype;      ///< cast every tensor; default keeps each dtype
   uint64_t max_shard_bytes = 5000000000;  ///< like transformers' "5GB"
-  HfExportOptions& with_style(HfLlmStyle s) {
+  HfExportOptions& with_style(HfStyle s) {
     style = s;
     return *this;
   }
@@ -99,9 +99,9 @@ HfExportReport export_hf(const std::map<std::string, torch::Tensor>& tensors,
                          const HfExportOptions& options = {});
 
 /// InternVL-Chat's config.json for `preset` (torch_dtype e.g. "bfloat16") trained with `trained`.
-/// Throws omnibal::Error for a pad id outside [0, vocab_size), tiles outside 1 <= min <= max, or a
-/// chat template with no InternVL counterpart.
-nlohmann::json hf_config_json(const ModelPreset& preset, HfLlmStyle style,
+/// Throws omnibal::Error for a pad id outside [0, vocab_size), tiles outside 1 <= min <= max, a
+/// chat template with no InternVL counterpart, or an unresolved style (kAuto).
+nlohmann::json hf_config_json(const ModelPreset& preset, HfStyle style,
                               const std::string& torch_dtype,
                               const HfTrainingSettings& trained = {});
 

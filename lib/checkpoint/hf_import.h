@@ -14,10 +14,10 @@
 #pragma once
 
 #include "checkpoint/hf_name_map.h"
+#include "core/choices.h"
 #include "core/model_preset.h"
 #include "models/pipeline_unit.h"
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,23 +25,23 @@ namespace omnibal::checkpoint {
 
 /// What load_pretrained did. Entries read "<omnibal name> (<hf name>)" or "<hf name>: ...".
 struct PretrainedLoadReport {
-  HfLlmStyle style = HfLlmStyle::kInternLm2;  ///< as given, or detected from the checkpoint's names
-  int64_t loaded = 0;                         ///< parameters set from the checkpoint
-  std::vector<std::string> missing;           ///< allowed: parameters left at initialisation
-  std::vector<std::string> unexpected;        ///< allowed: checkpoint tensors nobody uses
-  std::vector<std::string> mismatched;        ///< allowed: shape mismatches, left at initialisation
-  std::vector<std::string> opened_files;      ///< shard files this call mapped
+  HfStyle style = HfStyle::kInternLm2;    ///< as given, or detected from the checkpoint's names
+  int64_t loaded = 0;                     ///< parameters set from the checkpoint
+  std::vector<std::string> missing;       ///< allowed: parameters left at initialisation
+  std::vector<std::string> unexpected;    ///< allowed: checkpoint tensors nobody uses
+  std::vector<std::string> mismatched;    ///< allowed: shape mismatches, left at initialisation
+  std::vector<std::string> opened_files;  ///< shard files this call mapped
 };
 
 /// Sets the parameters of `units` (a pipeline stage's units of `preset`, any contiguous range)
 /// from the Hugging Face checkpoint in `dir`. `style`: the LLM naming (hf_style.h; the trainer
-/// passes model.hf_style resolved from config.json); nullopt = detected from the tensor names.
+/// passes model.hf_style resolved from config.json); kAuto = detected from the tensor names.
 /// Throws omnibal::Error listing every missing, unexpected and mismatched tensor not covered by
 /// `allow_missing` (then no parameter changed), or when `style` contradicts the tensor names
 /// (e.g. config.json says LlamaForCausalLM but the checkpoint holds attention.wqkv).
 PretrainedLoadReport load_pretrained(const std::vector<models::UnitPtr>& units,
                                      const ModelPreset& preset, const std::string& dir,
                                      const std::vector<std::string>& allow_missing,
-                                     std::optional<HfLlmStyle> style = std::nullopt);
+                                     HfStyle style = HfStyle::kAuto);
 
 }  // namespace omnibal::checkpoint

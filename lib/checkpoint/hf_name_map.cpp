@@ -1,21 +1,15 @@
 #include "checkpoint/hf_name_map.h"
 
 #include "core/error.h"
+#include "core/units.h"
 
 #include <algorithm>
 
 namespace omnibal::checkpoint {
 namespace {
 
-bool has_prefix(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
-/// Index N of "<prefix>N", or -1.
-int unit_index(const std::string& unit, const std::string& prefix) {
-  if (!has_prefix(unit, prefix) || unit.size() == prefix.size()) return -1;
-  const std::string digits = unit.substr(prefix.size());
-  if (!std::all_of(digits.begin(), digits.end(), ::isdigit) || digits.size() > 6) return -1;
-  return std::stoi(digits);
-}
+constexpr const char* kUnresolved =
+    "Hugging Face names: the LLM naming (model.hf_style) must be resolved, not auto";
 
 struct MappingList {
   std::vector<HfTensorMapping> items;
@@ -29,20 +23,20 @@ struct MappingList {
 };
 
 void vit_block(MappingList& m, const VitPreset& vit, int i) {
-  const std::string o = "vit_block_" + std::to_string(i) + ".";
+  const std::string o = unit_name({UnitKind::kVitBlock, i}) + ".";
   const std::string h = "vision_model.encoder.layers." + std::to_string(i) + ".";
   std::vector<std::string> locals{"norm1.weight",   "attn.qkv.weight", "attn.proj.weight",
                                   "attn.proj.bias", "norm2.weight",    "mlp.fc1.weight",
                                   "mlp.fc1.bias",   "mlp.fc2.weight",  "mlp.fc2.bias"};
-  if (vit.norm == "layernorm") locals.insert(locals.end(), {"norm1.bias", "norm2.bias"});
+  if (vit.norm == VitNorm::kLayerNorm) locals.insert(locals.end(), {"norm1.bias", "norm2.bias"});
   if (vit.qkv_bias) locals.push_back("attn.qkv.bias");
   if (vit.qk_norm) locals.insert(locals.end(), {"attn.q_norm.weight", "attn.k_norm.weight"});
   if (vit.layer_scale) locals.insert(locals.end(), {"ls1", "ls2"});
   for (const auto& l : locals) m.same(h + l, o + l);
 }
 
-void llm_block(MappingList& m, HfLlmStyle style, int i) {
-  const std::string o = "llm_block_" + std::to_string(i) + ".";
+void llm_block(MappingList& m, HfStyle style, int i) {
+  const std::string o = unit_name({UnitKind::kLlmBlock, i}) + ".";
   const std::string h = "language_model.model.layers." + std::to_string(i) + ".";
   const std::vector<std::string> qkv{o + "attention.wq.weight", o + "attention.wk.weight",
                                      o + "attention.wv.weight"};
@@ -54,7 +48,7 @@ void llm_block(MappingList& m, HfLlmStyle style, int i) {
     m.same(h + "mlp.down_proj.weight", o + "feed_forward.w2.weight");
   };
   switch (style) {
-    case HfLlmStyle::kInternLm2:
+    case HfStyle::kInternLm2:
       m.same(h + "attention_norm.weight", o + "attention_norm.weight");
       m.fused(h + "attention.wqkv.weight", qkv, HfFusion::kInternLm2Qkv);
       m.same(h + "attention.wo.weight", o + "attention.wo.weight");
@@ -62,13 +56,13 @@ void llm_block(MappingList& m, HfLlmStyle style, int i) {
       for (const char* w : {"w1", "w2", "w3"})
         m.same(h + "feed_forward." + w + ".weight", o + "feed_forward." + w + ".weight");
       return;
-    case HfLlmStyle::kLlamaFused:
+    case HfStyle::kLlamaFused:
       llama_common();
       m.fused(h + "self_attn.qkv_proj.weight", qkv, HfFusion::kConcat);
       m.fused(h + "mlp.gate_up_proj.weight",
               {o + "feed_forward.w1.weight", o + "feed_forward.w3.weight"}, HfFusion::kConcat);
       return;
-    case HfLlmStyle::kLlama:
+    case HfStyle::kLlama:
       llama_common();
       m.same(h + "self_attn.q_proj.weight", qkv[0]);
       m.same(h + "self_attn.k_proj.weight", qkv[1]);
@@ -76,7 +70,9 @@ void llm_block(MappingList& m, HfLlmStyle style, int i) {
       m.same(h + "mlp.gate_proj.weight", o + "feed_forward.w1.weight");
       m.same(h + "mlp.up_proj.weight", o + "feed_forward.w3.weight");
       return;
+    case HfStyle::kAuto: break;
   }
+  OMNIBAL_FAIL(kUnresolved);
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -87,94 +83,95 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::string hf_embedding_name(HfLlmStyle style) {
+std::string hf_embedding_name(HfStyle style) {
   switch (style) {
-    case HfLlmStyle::kInternLm2: return "language_model.model.tok_embeddings.weight";
-    case HfLlmStyle::kLlama:
-    case HfLlmStyle::kLlamaFused: return "language_model.model.embed_tokens.weight";
+    case HfStyle::kInternLm2: return "language_model.model.tok_embeddings.weight";
+    case HfStyle::kLlama:
+    case HfStyle::kLlamaFused: return "language_model.model.embed_tokens.weight";
+    case HfStyle::kAuto: break;
   }
-  OMNIBAL_FAIL("hf_embedding_name: invalid HfLlmStyle ", static_cast<int>(style));
+  OMNIBAL_FAIL(kUnresolved);
 }
 
-std::string hf_lm_head_name(HfLlmStyle style) {
+std::string hf_lm_head_name(HfStyle style) {
   switch (style) {
-    case HfLlmStyle::kInternLm2: return "language_model.output.weight";
-    case HfLlmStyle::kLlama:
-    case HfLlmStyle::kLlamaFused: return "language_model.lm_head.weight";
+    case HfStyle::kInternLm2: return "language_model.output.weight";
+    case HfStyle::kLlama:
+    case HfStyle::kLlamaFused: return "language_model.lm_head.weight";
+    case HfStyle::kAuto: break;
   }
-  OMNIBAL_FAIL("hf_lm_head_name: invalid HfLlmStyle ", static_cast<int>(style));
+  OMNIBAL_FAIL(kUnresolved);
 }
 
-std::string hf_llm_style_name(HfLlmStyle style) {
-  switch (style) {
-    case HfLlmStyle::kInternLm2: return "internlm2";
-    case HfLlmStyle::kLlama: return "llama";
-    case HfLlmStyle::kLlamaFused: return "llama-fused";
-  }
-  return "?";
+HfStyle parse_hf_style(const std::string& name) {
+  const auto style = find_choice<HfStyle>(name);
+  OMNIBAL_CHECK(style && *style != HfStyle::kAuto, "unknown Hugging Face LLM style \"", name,
+                "\" (expected internlm2, llama or llama-fused)");
+  return *style;
 }
 
-HfLlmStyle parse_hf_llm_style(const std::string& name) {
-  for (auto s : {HfLlmStyle::kInternLm2, HfLlmStyle::kLlama, HfLlmStyle::kLlamaFused})
-    if (hf_llm_style_name(s) == name) return s;
-  OMNIBAL_FAIL("unknown Hugging Face LLM style \"", name,
-               "\" (expected internlm2, llama or llama-fused)");
-}
-
-HfLlmStyle detect_hf_llm_style(const std::vector<std::string>& hf_names) {
+HfStyle detect_hf_style(const std::vector<std::string>& hf_names) {
   auto any = [&](const char* part) {
     return std::any_of(hf_names.begin(), hf_names.end(),
                        [&](const std::string& n) { return n.find(part) != std::string::npos; });
   };
-  if (any(".attention.wqkv.")) return HfLlmStyle::kInternLm2;
-  if (any(".self_attn.qkv_proj.")) return HfLlmStyle::kLlamaFused;
-  if (any(".self_attn.q_proj.")) return HfLlmStyle::kLlama;
+  if (any(".attention.wqkv.")) return HfStyle::kInternLm2;
+  if (any(".self_attn.qkv_proj.")) return HfStyle::kLlamaFused;
+  if (any(".self_attn.q_proj.")) return HfStyle::kLlama;
   OMNIBAL_FAIL(
       "cannot tell the LLM layout: no attention.wqkv (InternLM2), self_attn.qkv_proj "
       "(LLaMA fused) or self_attn.q_proj (LLaMA) tensor among ",
       hf_names.size(), " names");
 }
 
-std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset,
-                                                  const std::string& unit, HfLlmStyle style) {
+std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset, UnitId unit,
+                                                  HfStyle style) {
   MappingList m;
-  if (unit == "vit_embed") {
-    for (const char* l : {"patch_embedding.weight", "patch_embedding.bias", "class_embedding",
-                          "position_embedding"})
-      m.same(std::string("vision_model.embeddings.") + l, std::string("vit_embed.") + l);
-  } else if (const int i = unit_index(unit, "vit_block_"); i >= 0 && i < preset.vit.depth) {
-    vit_block(m, preset.vit, i);
-  } else if (unit == "projector") {
-    m.same("mlp1.0.weight", "projector.norm.weight");
-    m.same("mlp1.0.bias", "projector.norm.bias");
-    m.same("mlp1.1.weight", "projector.fc1.weight");
-    m.same("mlp1.1.bias", "projector.fc1.bias");
-    m.same("mlp1.3.weight", "projector.fc2.weight");
-    m.same("mlp1.3.bias", "projector.fc2.bias");
-  } else if (unit == "llm_embed") {
-    m.same(hf_embedding_name(style), "llm_embed.tok_embeddings.weight");
-  } else if (const int j = unit_index(unit, "llm_block_"); j >= 0 && j < preset.llm.depth) {
-    llm_block(m, style, j);
-  } else if (unit == "llm_head") {
-    m.same("language_model.model.norm.weight", "llm_head.norm.weight");
-    m.same(preset.llm.tie_embeddings ? hf_embedding_name(style) : hf_lm_head_name(style),
-           "llm_head.output.weight");
-  } else {
-    OMNIBAL_FAIL("no Hugging Face names for unit \"", unit, "\" of preset ", preset.name,
-                 " (expected vit_embed, vit_block_0..", preset.vit.depth - 1,
-                 ", projector, llm_embed, llm_block_0..", preset.llm.depth - 1, ", llm_head)");
+  switch (unit.kind) {
+    case UnitKind::kVitEmbed:
+      for (const char* l : {"patch_embedding.weight", "patch_embedding.bias", "class_embedding",
+                            "position_embedding"})
+        m.same(std::string("vision_model.embeddings.") + l, std::string("vit_embed.") + l);
+      break;
+    case UnitKind::kVitBlock: vit_block(m, preset.vit, unit.index); break;
+    case UnitKind::kProjector:
+      m.same("mlp1.0.weight", "projector.norm.weight");
+      m.same("mlp1.0.bias", "projector.norm.bias");
+      m.same("mlp1.1.weight", "projector.fc1.weight");
+      m.same("mlp1.1.bias", "projector.fc1.bias");
+      m.same("mlp1.3.weight", "projector.fc2.weight");
+      m.same("mlp1.3.bias", "projector.fc2.bias");
+      break;
+    case UnitKind::kLlmEmbed:
+      m.same(hf_embedding_name(style), "llm_embed.tok_embeddings.weight");
+      break;
+    case UnitKind::kLlmBlock: llm_block(m, style, unit.index); break;
+    case UnitKind::kLlmHead:
+      m.same("language_model.model.norm.weight", "llm_head.norm.weight");
+      m.same(preset.llm.tie_embeddings ? hf_embedding_name(style) : hf_lm_head_name(style),
+             "llm_head.output.weight");
+      break;
   }
   return m.items;
 }
 
-std::vector<HfTensorMapping> hf_mappings(const ModelPreset& preset, HfLlmStyle style) {
-  std::vector<std::string> units{"vit_embed"};
-  for (int i = 0; i < preset.vit.depth; ++i) units.push_back("vit_block_" + std::to_string(i));
-  units.insert(units.end(), {"projector", "llm_embed"});
-  for (int i = 0; i < preset.llm.depth; ++i) units.push_back("llm_block_" + std::to_string(i));
-  units.push_back("llm_head");
+std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset,
+                                                  const std::string& unit, HfStyle style) {
+  // The model's spelling of a unit of this preset (a block index below its tower's depth).
+  const auto id = find_unit_id(unit);
+  const int blocks = !id                               ? 0
+                     : id->kind == UnitKind::kVitBlock ? preset.vit.depth
+                                                       : preset.llm.depth;
+  OMNIBAL_CHECK(id && unit_name(*id) == unit && (!is_block(id->kind) || id->index < blocks),
+                "no Hugging Face names for unit \"", unit, "\" of preset ", preset.name,
+                " (expected vit_embed, vit_block_0..", preset.vit.depth - 1,
+                ", projector, llm_embed, llm_block_0..", preset.llm.depth - 1, ", llm_head)");
+  return hf_mappings_for_unit(preset, *id, style);
+}
+
+std::vector<HfTensorMapping> hf_mappings(const ModelPreset& preset, HfStyle style) {
   std::vector<HfTensorMapping> all;
-  for (const auto& u : units) {
+  for (const UnitId& u : unit_chain(preset)) {
     auto m = hf_mappings_for_unit(preset, u, style);
     all.insert(all.end(), m.begin(), m.end());
   }

@@ -4,7 +4,7 @@
 //   vision_model.encoder.layers.N.{norm1, attn.qkv, attn.q_norm, attn.k_norm, attn.proj, ls1,
 //                                  norm2, mlp.fc1, mlp.fc2, ls2}                     <- vit_block_N
 //   mlp1.0 (LayerNorm), mlp1.1 (Linear), mlp1.3 (Linear; mlp1.2 is the GELU)          <- projector
-//   language_model.*: the LLM in one of three styles (HfLlmStyle):
+//   language_model.*: the LLM in one of three styles (HfStyle, model.hf_style):
 //     InternLM2: model.tok_embeddings, model.layers.N.{attention_norm, attention.wqkv,
 //                attention.wo, ffn_norm, feed_forward.w1/w2/w3}, model.norm, output
 //     LLaMA:     model.embed_tokens, model.layers.N.{input_layernorm, self_attn.q_proj/k_proj/
@@ -24,7 +24,9 @@
 // Qwen2-style biases, tensor-parallel shards.
 #pragma once
 
+#include "core/choices.h"
 #include "core/model_preset.h"
+#include "core/units.h"
 
 #include <torch/torch.h>
 
@@ -33,24 +35,23 @@
 
 namespace omnibal::checkpoint {
 
-/// Naming of the LLM inside language_model.*.
-enum class HfLlmStyle { kInternLm2, kLlama, kLlamaFused };
+/// Every function below that takes an HfStyle throws omnibal::Error for kAuto: resolve it first
+/// (hf_style.h).
 
-/// "internlm2" | "llama" | "llama-fused".
-std::string hf_llm_style_name(HfLlmStyle style);
-/// Inverse of hf_llm_style_name; throws omnibal::Error listing the accepted names.
-HfLlmStyle parse_hf_llm_style(const std::string& name);
+/// A resolved LLM naming (model.hf_style without auto) from its name. Throws omnibal::Error
+/// "unknown Hugging Face LLM style ... (expected internlm2, llama or llama-fused)" otherwise.
+HfStyle parse_hf_style(const std::string& name);
 /// The style of a checkpoint from its tensor names (attention.wqkv -> InternLM2,
 /// self_attn.qkv_proj -> LLaMA fused, self_attn.q_proj -> LLaMA). Throws omnibal::Error when no
 /// LLM attention tensor is present.
-HfLlmStyle detect_hf_llm_style(const std::vector<std::string>& hf_names);
+HfStyle detect_hf_style(const std::vector<std::string>& hf_names);
 
 /// The token embedding's Hugging Face name ("language_model.model.tok_embeddings.weight" for
 /// InternLM2, "language_model.model.embed_tokens.weight" for both LLaMA styles).
-std::string hf_embedding_name(HfLlmStyle style);
+std::string hf_embedding_name(HfStyle style);
 /// The LM head's Hugging Face name ("language_model.output.weight" for InternLM2,
 /// "language_model.lm_head.weight" for both LLaMA styles), tied or not.
-std::string hf_lm_head_name(HfLlmStyle style);
+std::string hf_lm_head_name(HfStyle style);
 
 /// How omnibal parts combine into one Hugging Face tensor.
 enum class HfFusion {
@@ -66,13 +67,17 @@ struct HfTensorMapping {
   HfFusion fusion = HfFusion::kNone;
 };
 
-/// The mappings of one unit ("vit_block_3", "llm_head", ...), covering every parameter the unit
-/// has for `preset` (optional ones such as qkv bias, q/k norm, layer scale, LayerNorm bias
-/// follow the preset). Throws omnibal::Error for an unknown unit name.
+/// The mappings of one unit of `preset` (a block index below its tower's depth), covering
+/// every parameter the unit has (optional ones such as qkv bias, q/k norm, layer scale,
+/// LayerNorm bias follow the preset).
+std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset, UnitId unit,
+                                                  HfStyle style);
+/// The same by the unit's model name ("vit_block_3", "llm_head", ...). Throws omnibal::Error for
+/// a name that is no unit of `preset`.
 std::vector<HfTensorMapping> hf_mappings_for_unit(const ModelPreset& preset,
-                                                  const std::string& unit, HfLlmStyle style);
+                                                  const std::string& unit, HfStyle style);
 /// The mappings of every unit of `preset`, in model order.
-std::vector<HfTensorMapping> hf_mappings(const ModelPreset& preset, HfLlmStyle style);
+std::vector<HfTensorMapping> hf_mappings(const ModelPreset& preset, HfStyle style);
 
 /// Builds the Hugging Face tensor from its parts (shapes as the omnibal parameters).
 torch::Tensor fuse_for_hf(const HfTensorMapping& mapping, const std::vector<torch::Tensor>& parts,

@@ -6,22 +6,22 @@
 
 namespace omnibal::checkpoint {
 
-HfLlmStyle hf_style_from_config(const nlohmann::json& config, const std::string& where) {
+HfStyle hf_style_from_config(const nlohmann::json& config, const std::string& where) {
   OMNIBAL_CHECK(config.is_object(), where, ": expected a JSON object");
   if (config.contains("omnibal") && config["omnibal"].is_object() &&
       config["omnibal"].contains("llm_style")) {
     const auto& s = config["omnibal"]["llm_style"];
     OMNIBAL_CHECK(s.is_string(), where, ": omnibal.llm_style: expected a string");
-    return parse_hf_llm_style(s.get<std::string>());
+    return parse_hf_style(s.get<std::string>());
   }
   std::string arch;
   if (config.contains("llm_config") && config["llm_config"].is_object()) {
     const auto& a = config["llm_config"].value("architectures", nlohmann::json::array());
     if (a.is_array() && !a.empty() && a[0].is_string()) arch = a[0].get<std::string>();
   }
-  if (arch == "InternLM2ForCausalLM") return HfLlmStyle::kInternLm2;
-  if (arch == "LlamaForCausalLM") return HfLlmStyle::kLlama;
-  if (arch == "Phi3ForCausalLM") return HfLlmStyle::kLlamaFused;
+  if (arch == "InternLM2ForCausalLM") return HfStyle::kInternLm2;
+  if (arch == "LlamaForCausalLM") return HfStyle::kLlama;
+  if (arch == "Phi3ForCausalLM") return HfStyle::kLlamaFused;
   OMNIBAL_FAIL(
       where, ": llm_config.architectures[0] is ", arch.empty() ? "absent" : "\"" + arch + "\"",
       "; omnibal reads InternLM2ForCausalLM (internlm2), LlamaForCausalLM (llama) and ",
@@ -29,7 +29,7 @@ HfLlmStyle hf_style_from_config(const nlohmann::json& config, const std::string&
       "tensors follow one of these layouts");
 }
 
-HfLlmStyle hf_style_of_dir(const std::string& dir) {
+HfStyle hf_style_of_dir(const std::string& dir) {
   const std::string path = dir + "/config.json";
   std::ifstream in(path);
   OMNIBAL_CHECK(in.good(), path,
@@ -44,28 +44,13 @@ HfLlmStyle hf_style_of_dir(const std::string& dir) {
   return hf_style_from_config(config, path);
 }
 
-HfLlmStyle resolve_hf_style(HfStyle value, const std::string& init_from) {
-  switch (value) {
-    case HfStyle::kAuto:
-      return init_from.empty() ? HfLlmStyle::kInternLm2 : hf_style_of_dir(init_from);
-    case HfStyle::kInternLm2: return HfLlmStyle::kInternLm2;
-    case HfStyle::kLlama: return HfLlmStyle::kLlama;
-    case HfStyle::kLlamaFused: return HfLlmStyle::kLlamaFused;
-  }
-  OMNIBAL_FAIL("model.hf_style: invalid value ", static_cast<int>(value));
+HfStyle resolve_hf_style(HfStyle value, const std::string& init_from) {
+  if (value != HfStyle::kAuto) return value;
+  return init_from.empty() ? HfStyle::kInternLm2 : hf_style_of_dir(init_from);
 }
 
-HfLlmStyle resolve_hf_style(const std::string& value, const std::string& init_from) {
+HfStyle resolve_hf_style(const std::string& value, const std::string& init_from) {
   return resolve_hf_style(parse_choice<HfStyle>(value, "model.hf_style"), init_from);
-}
-
-HfStyle config_hf_style(HfLlmStyle style) {
-  switch (style) {
-    case HfLlmStyle::kInternLm2: return HfStyle::kInternLm2;
-    case HfLlmStyle::kLlama: return HfStyle::kLlama;
-    case HfLlmStyle::kLlamaFused: return HfStyle::kLlamaFused;
-  }
-  OMNIBAL_FAIL("HfLlmStyle: invalid value ", static_cast<int>(style));
 }
 
 }  // namespace omnibal::checkpoint

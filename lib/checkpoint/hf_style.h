@@ -1,4 +1,4 @@
-// Which Hugging Face LLM naming (HfLlmStyle) a checkpoint directory uses, and the one rule that
+// Which Hugging Face LLM naming (HfStyle, model.hf_style) a checkpoint directory uses, and the one rule that
 // makes import (model.init_from) and export (omnibal-plan export) agree:
 //   import: model.hf_style if set, else the directory's config.json:
 //     1. "omnibal": {"llm_style": ...}, written by export_hf, wins;
@@ -24,21 +24,18 @@
 namespace omnibal::checkpoint {
 
 /// The style an InternVL-Chat config.json (parsed) declares; `where` names the file in errors.
-/// Throws omnibal::Error when it has neither an omnibal.llm_style nor a known
+/// Never kAuto. Throws omnibal::Error when it has neither an omnibal.llm_style nor a known
 /// llm_config.architectures[0].
-HfLlmStyle hf_style_from_config(const nlohmann::json& config, const std::string& where);
+HfStyle hf_style_from_config(const nlohmann::json& config, const std::string& where);
 
 /// hf_style_from_config of `dir`/config.json. Throws omnibal::Error naming the file when it is
 /// missing or not JSON.
-HfLlmStyle hf_style_of_dir(const std::string& dir);
+HfStyle hf_style_of_dir(const std::string& dir);
 
-/// model.hf_style resolved: kAuto -> hf_style_of_dir(init_from), or internlm2 when init_from is
-/// empty; otherwise the named style.
-HfLlmStyle resolve_hf_style(HfStyle value, const std::string& init_from);
+/// model.hf_style resolved (never kAuto): kAuto -> hf_style_of_dir(init_from), or internlm2 when
+/// init_from is empty; otherwise `value`.
+HfStyle resolve_hf_style(HfStyle value, const std::string& init_from);
 /// The same from the key's text ("auto", "llama", ...); errors name model.hf_style and the choices.
-HfLlmStyle resolve_hf_style(const std::string& value, const std::string& init_from);
-
-/// The config value (model.hf_style) of a resolved style.
-HfStyle config_hf_style(HfLlmStyle style);
+HfStyle resolve_hf_style(const std::string& value, const std::string& init_from);
 
 }  // namespace omnibal::checkpoint

@@ -62,6 +62,10 @@ enum class RuntimeDevice { kCpu, kCuda };
 /// internlm2).
 enum class HfStyle { kAuto, kInternLm2, kLlama, kLlamaFused };
 
+/// `vit.norm` (model presets): the ViT blocks' normalisation, as InternViT's norm_type: LayerNorm
+/// (weight and bias) or RMSNorm (weight only; InternViT-6B).
+enum class VitNorm { kLayerNorm, kRmsNorm };
+
 /// `loss.reduction`: how per-token losses are weighted (models/loss_reduction.h has the formulas).
 enum class LossReduction { kToken, kSample, kSquare };
 
@@ -142,6 +146,11 @@ template <> struct Choices<HfStyle> {
        {HfStyle::kLlama, "llama"},
        {HfStyle::kLlamaFused, "llama-fused"}}};
   static constexpr std::size_t parsed = 4;
+};
+template <> struct Choices<VitNorm> {
+  static constexpr std::array<std::pair<VitNorm, std::string_view>, 2> names{
+      {{VitNorm::kLayerNorm, "layernorm"}, {VitNorm::kRmsNorm, "rmsnorm"}}};
+  static constexpr std::size_t parsed = 2;
 };
 template <> struct Choices<LossReduction> {
   static constexpr std::array<std::pair<LossReduction, std::string_view>, 3> names{

@@ -35,8 +35,6 @@ void ModelPreset::validate(const std::string& origin) const {
                 ") for pixel shuffle, got ", vit.tile_size);
   OMNIBAL_CHECK(vit.width % vit.heads == 0, origin, ": vit.heads: expected a divisor of width ",
                 vit.width, ", got ", vit.heads);
-  OMNIBAL_CHECK(vit.norm == "layernorm" || vit.norm == "rmsnorm", origin,
-                ": vit.norm: expected layernorm | rmsnorm, got '", vit.norm, "'");
   OMNIBAL_CHECK(vit.mean.size() == 3 && vit.std.size() == 3, origin,
                 ": vit.mean / vit.std: expected 3 values each");
   OMNIBAL_CHECK(

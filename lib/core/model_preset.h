@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/choices.h"
+
 namespace omnibal {
 
 /// Vision encoder (InternViT style): patch embedding, class token, learned positions, pre-norm
@@ -22,7 +24,7 @@ struct VitPreset {
   bool layer_scale = true;
   bool qkv_bias = true;
   bool qk_norm = false;                           ///< InternViT-6B normalises q and k
-  std::string norm = "layernorm";                 ///< layernorm | rmsnorm
+  VitNorm norm = VitNorm::kLayerNorm;             ///< layernorm | rmsnorm
   std::vector<double> mean{0.485, 0.456, 0.406};  ///< per-channel pixel normalisation
   std::vector<double> std{0.229, 0.224, 0.225};
   template <class V> void visit_fields(V& v) {

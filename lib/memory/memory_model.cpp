@@ -13,8 +13,7 @@ double kept_activation_bytes(const partition::UnitCostTable& table, int begin, i
   double kept = 0;
   for (int u = begin; u < end; ++u) {
     const auto& unit = table.units[u];
-    const bool checkpointed = recompute[u] && unit.recomputable() && unit.trainable;
-    kept += checkpointed ? table.checkpoint_bytes(u) : unit.activation_bytes;
+    kept += unit.checkpointed(recompute[u]) ? table.checkpoint_bytes(u) : unit.activation_bytes;
   }
   return kept;
 }
@@ -127,7 +126,7 @@ StageMemory rank_memory(const partition::UnitCostTable& table,
       mem.gradients += params * options.grad_bytes_per_param;
       mem.optimizer +=
           params * options.optimizer_bytes_per_param / (options.zero1 ? options.dp : 1);
-      if (recompute[u] && unit.recomputable())
+      if (unit.checkpointed(recompute[u]))
         mem.transient = std::max(mem.transient, unit.activation_bytes);
     }
     kept[c] = kept_activation_bytes(table, begin, end, recompute);

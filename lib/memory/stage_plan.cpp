@@ -271,7 +271,7 @@ partition::PartitionSearchInput search_input(const UnitCostTable& table,
   for (size_t u = 0; u < table.units.size(); ++u) {
     const auto& c = table.units[u];
     const bool flag = recompute[static_cast<int>(u)];
-    const bool rc = flag && c.recomputable() && c.trainable;
+    const bool rc = c.checkpointed(flag);
     const double tp_f = tp_comm ? partition::tp_forward_seconds(c, table.tp, o.tp_link) : 0.0;
     const double tp_b =
         tp_comm ? partition::tp_backward_seconds(c, flag, table.tp, o.tp_link) : 0.0;

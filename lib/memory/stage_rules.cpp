@@ -1,6 +1,7 @@
 #include "memory/stage_rules.h"
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace omnibal::memory {
 
@@ -10,13 +11,12 @@ int RecomputeFlags::count(int begin, int end) const {
   return n;
 }
 
-bool is_block_unit(const std::string& name) {
-  return name.rfind("vit_block_", 0) == 0 || name.rfind("llm_block_", 0) == 0;
-}
-
 std::vector<bool> block_units(const std::vector<std::string>& unit_names) {
   std::vector<bool> out;
-  for (const auto& n : unit_names) out.push_back(is_block_unit(n));
+  for (const auto& n : unit_names) {
+    const auto id = find_unit_id(n);
+    out.push_back(id && is_recomputable(id->kind));
+  }
   return out;
 }
 

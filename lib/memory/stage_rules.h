@@ -39,11 +39,9 @@ struct RecomputeFlags {
   bool operator!=(const RecomputeFlags& o) const { return !(*this == o); }
 };
 
-/// True for the units whose activations recomputation saves: ViT and LLM blocks, by the
-/// trainer's unit names ("vit_block_3", "llm_block_0").
-bool is_block_unit(const std::string& unit_name);
-
-/// Per-unit block mask of a chain given by the trainer's unit names.
+/// Per-unit block mask of a chain given by unit names in either spelling (core/units.h): set
+/// for the units whose activations recomputation saves (is_recomputable: ViT and LLM blocks);
+/// a name that is no unit's counts as no block.
 std::vector<bool> block_units(const std::vector<std::string>& unit_names);
 
 /// Per-unit block mask of a cost table (UnitCost::recomputable(), frozen blocks included, as

@@ -1,6 +1,7 @@
 #include "partition/analytic_cost_model.h"
 
 #include "core/error.h"
+#include "core/units.h"
 #include "partition/tensor_parallel.h"
 
 namespace omnibal::partition {
@@ -37,7 +38,7 @@ AnalyticCostModel::AnalyticCostModel(ModelPreset preset, DeviceSpec device, int 
                 "analytic cost model: device '", device_.name, "' lacks peak figures");
 }
 
-int AnalyticCostModel::num_units() const { return preset_.vit.depth + preset_.llm.depth + 4; }
+int AnalyticCostModel::num_units() const { return unit_count(preset_); }
 
 double AnalyticCostModel::vit_attention_width() const {
   const auto& v = preset_.vit;
@@ -45,18 +46,6 @@ double AnalyticCostModel::vit_attention_width() const {
                         ? static_cast<int>(padded_heads(v.heads, tp_))
                         : v.heads;
   return static_cast<double>(heads) * v.width / v.heads;
-}
-
-UnitKind AnalyticCostModel::kind_of(int unit) const {
-  const int lv = preset_.vit.depth, lt = preset_.llm.depth;
-  OMNIBAL_CHECK(unit >= 0 && unit < num_units(), "unit index ", unit, " out of range [0, ",
-                num_units(), ")");
-  if (unit == 0) return UnitKind::VitEmbed;
-  if (unit <= lv) return UnitKind::VitBlock;
-  if (unit == lv + 1) return UnitKind::Projector;
-  if (unit == lv + 2) return UnitKind::LlmEmbed;
-  if (unit <= lv + 2 + lt) return UnitKind::LlmBlock;
-  return UnitKind::Head;
 }
 
 UnitWork AnalyticCostModel::work(int unit, const MicroBatchLoad& load) const {
@@ -71,35 +60,35 @@ UnitWork AnalyticCostModel::work(int unit, const MicroBatchLoad& load) const {
   const double dkv = dl * l.kv_heads / l.heads;
   const double N = static_cast<double>(load.computed_tokens());
   UnitWork w;
-  switch (kind_of(unit)) {
-    case UnitKind::VitEmbed: {
+  switch (unit_at(preset_, unit).kind) {
+    case UnitKind::kVitEmbed: {
       const double patches = nv - 1, pixels = 3.0 * v.tile_size * v.tile_size;
       w.gemm_flops = 2 * T * patches * (3.0 * v.patch_size * v.patch_size) * dv;
       w.memory_bytes = kBf16 * T * (pixels + 3 * nv * dv);  // read pixels, write + add positions
       break;
     }
-    case UnitKind::VitBlock: {
+    case UnitKind::kVitBlock: {
       const double da = vit_attention_width();  // heads x head dim (dv without dummy heads)
       w.gemm_flops = 2 * T * nv * (4 * dv * da + 2 * dv * fv) / tp;
       w.attention_flops = 4 * T * nv * nv * da / tp;  // QK^T and AV, full attention per tile
       w.memory_bytes = kBf16 * T * nv * (10 * dv + (8 * da + 2 * fv) / tp);
       break;
     }
-    case UnitKind::Projector: {
+    case UnitKind::kProjector: {
       const double n = T * preset_.tokens_per_tile();
       w.gemm_flops = 2 * n * (4 * dv * dl + dl * dl);
       w.memory_bytes = kBf16 * n * (16 * dv + 2 * dl);  // pixel shuffle copy, LN, GELU
       break;
     }
-    case UnitKind::LlmEmbed:
+    case UnitKind::kLlmEmbed:
       w.memory_bytes = kBf16 * N * dl * 2;  // gather rows, merge vision features
       break;
-    case UnitKind::LlmBlock:
+    case UnitKind::kLlmBlock:
       w.gemm_flops = 2 * N * (2 * dl * dl + 2 * dl * dkv + 3 * dl * fl) / tp;
       w.attention_flops = 2 * load.attention_square_sum() * dl / tp;  // causal: half of 4 L^2 d
       w.memory_bytes = kBf16 * N * (10 * dl + (2 * dl + 2 * dkv + 3 * fl) / tp);
       break;
-    case UnitKind::Head:
+    case UnitKind::kLlmHead:
       w.gemm_flops = 2 * N * dl * V / tp;
       w.memory_bytes = kBf16 * N * dl * 2 + N * V / tp * (kBf16 + 2 * 4.0);  // fp32 softmax
       break;
@@ -118,7 +107,7 @@ UnitCost AnalyticCostModel::unit_cost(int unit, const MicroBatchLoad& load) cons
   // ZB-H1's W: the weight-gradient GEMMs (one of the two backward GEMMs of every linear); the
   // input-gradient GEMMs, the attention backward and the element-wise backward are B's.
   c.backward_weight_s = gemm_s;
-  if (freeze_vit_ && (c.kind == UnitKind::VitEmbed || c.kind == UnitKind::VitBlock)) {
+  if (freeze_vit_ && freeze_group(c.kind) == UnitGroup::kVit) {
     c.trainable = false;
     c.backward_s = 0;  // nothing upstream of a frozen ViT needs gradients
     c.backward_weight_s = 0.0;
@@ -134,7 +123,9 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
   const auto& v = preset_.vit;
   const auto& l = preset_.llm;
   UnitCost c;
-  c.kind = kind_of(unit);
+  const UnitId id = unit_at(preset_, unit);
+  c.name = cost_table_name(id);
+  c.kind = id.kind;
   const double tp = tp_;
   const double T = static_cast<double>(load.tiles());
   const double nv = preset_.vit_tokens_per_tile();
@@ -145,24 +136,21 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
   const double side_before_llm = kInt64 * 3 * N;  // ids, labels, positions travel with the ViT
   const double side_llm = kInt64 * 2 * N;         // labels, positions
   double params = 0;
-  const int lv = v.depth;
   switch (c.kind) {
-    case UnitKind::VitEmbed:
-      c.name = "vit_embed";
+    case UnitKind::kVitEmbed:
       params = 3.0 * v.patch_size * v.patch_size * dv + dv + nv * dv + dv;
       c.activation_bytes = kBf16 * T * 3.0 * v.tile_size * v.tile_size;
       // W of the patch embedding: its input patches and the gradient of its [T n, d] output.
       c.weight_grad_bytes = kBf16 * T * (3.0 * v.tile_size * v.tile_size + (nv - 1) * dv);
       c.output_bytes = kBf16 * T * nv * dv + side_before_llm;
       break;
-    case UnitKind::VitBlock: {
-      c.name = "vit_block." + std::to_string(unit - 1);
+    case UnitKind::kVitBlock: {
       // Sharded: qkv (+ bias), qk-norm weights, proj, fc1 (+ bias), fc2. Replicated: the two
       // norms (weight + bias for layernorm), the proj and fc2 biases, the layer scales.
       const double da = vit_attention_width();
       const double sharded =
           4 * dv * da + 2 * dv * fv + fv + (v.qkv_bias ? 3 * da : 0) + (v.qk_norm ? 2 * da : 0);
-      const double norm = v.norm == "layernorm" ? 2 * dv : dv;
+      const double norm = v.norm == VitNorm::kLayerNorm ? 2 * dv : dv;
       const double replicated = 2 * norm + 2 * dv + (v.layer_scale ? 2 * dv : 0);
       params = sharded / tp + replicated;
       c.activation_bytes = kBf16 * T * nv * (7 * dv + (4 * da + 2 * fv) / tp);
@@ -172,9 +160,8 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
       c.output_bytes = kBf16 * T * nv * dv + side_before_llm;
       break;
     }
-    case UnitKind::Projector: {
+    case UnitKind::kProjector: {
       const double n = T * preset_.tokens_per_tile();
-      c.name = "projector";
       params = 8 * dv + 4 * dv * dl + dl + dl * dl + dl;
       c.activation_bytes = kBf16 * n * (8 * dv + 2 * dl);
       // fc1 (shuffled 4 d_vit in, d_llm grad), fc2 (d_llm in, d_llm grad).
@@ -182,15 +169,13 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
       c.output_bytes = kBf16 * n * dl + side_before_llm;
       break;
     }
-    case UnitKind::LlmEmbed:
-      c.name = "llm_embed";
+    case UnitKind::kLlmEmbed:
       params = V / tp * dl;
       c.activation_bytes = kInt64 * N;
       c.weight_grad_bytes = kInt64 * N + kBf16 * N * dl;  // ids and the output gradient
       c.output_bytes = kBf16 * N * dl + side_llm;
       break;
-    case UnitKind::LlmBlock:
-      c.name = "llm_block." + std::to_string(unit - lv - 3);
+    case UnitKind::kLlmBlock:
       params = (2 * dl * dl + 2 * dl * dkv + 3 * dl * fl) / tp + 2 * dl;
       c.activation_bytes = kBf16 * N * (4 * dl + (2 * dl + 2 * dkv + 3 * fl) / tp);
       // wq/wk/wv (norm output d, grads (d + 2 d_kv) / tp), wo (attention d / tp, grad d), w1/w3
@@ -198,8 +183,7 @@ UnitCost AnalyticCostModel::unit_shape(int unit, const MicroBatchLoad& load) con
       c.weight_grad_bytes = kBf16 * N * (4 * dl + (2 * dl + 2 * dkv + 3 * fl) / tp);
       c.output_bytes = kBf16 * N * dl + side_llm;
       break;
-    case UnitKind::Head:
-      c.name = "head";
+    case UnitKind::kLlmHead:
       params = dl + (l.tie_embeddings ? 0 : V / tp * dl);
       c.activation_bytes = kBf16 * N * 2 * dl + 4.0 * N * V / tp;
       c.weight_grad_bytes = kBf16 * N * (dl + V / tp);  // norm output, logits gradient

@@ -87,7 +87,6 @@ class AnalyticCostModel : public CostModel {
   UnitCost unit_cost(int unit, const MicroBatchLoad& load) const;
   /// Name, kind and sizes (parameter, activation, output bytes) per TP rank, before freezing.
   UnitCost unit_shape(int unit, const MicroBatchLoad& load) const;
-  UnitKind kind_of(int unit) const;
   /// ViT attention width: (padded) heads x head dim; the ViT width without dummy heads.
   double vit_attention_width() const;
 

@@ -19,9 +19,7 @@ UnitCostTable ScaledTableCostModel::costs(const MicroBatchLoad& load) const {
   const double vit = static_cast<double>(load.tiles()) / reference_.load.tiles;
   const double llm = static_cast<double>(load.computed_tokens()) / reference_.load.tokens;
   for (auto& u : t.units) {
-    const bool vision = u.kind == UnitKind::VitEmbed || u.kind == UnitKind::VitBlock ||
-                        u.kind == UnitKind::Projector;
-    const double f = vision ? vit : llm;
+    const double f = is_vision(u.kind) ? vit : llm;
     u.forward_s *= f;
     u.backward_s *= f;
     u.activation_bytes *= f;

@@ -44,10 +44,6 @@ std::string why_not_identified(const std::vector<PackTimeObservation>& obs, int 
   return s.str();
 }
 
-bool vision_unit(UnitKind k) {
-  return k == UnitKind::VitEmbed || k == UnitKind::VitBlock || k == UnitKind::Projector;
-}
-
 }  // namespace
 
 double table_pack_seconds(const UnitCostTable& table) {
@@ -167,8 +163,7 @@ balance::PackTimeModel scaled_pack_time(const UnitCostTable& table, const std::s
                 ": the table's load needs tiles > 0 and tokens > 0 to scale, got ",
                 table.load.tiles, " tiles and ", table.load.tokens, " tokens");
   double vit = 0, rest = 0;
-  for (const auto& u : table.units)
-    (vision_unit(u.kind) ? vit : rest) += u.forward_s + u.backward_s;
+  for (const auto& u : table.units) (is_vision(u.kind) ? vit : rest) += u.forward_s + u.backward_s;
   balance::PackTimeModel m;
   m.per_tile_s = vit / static_cast<double>(table.load.tiles);
   m.per_token_s = rest / static_cast<double>(table.load.tokens);

@@ -34,7 +34,7 @@ double tp_forward_seconds(const UnitCost& unit, int tp, const TpLink& link) {
 
 double tp_backward_seconds(const UnitCost& unit, bool recomputed, int tp, const TpLink& link) {
   const auto& ar = unit.tp_all_reduce;
-  const bool again = recomputed && unit.trainable && unit.recomputable();
+  const bool again = unit.checkpointed(recomputed);
   return all_reduce_seconds(ar.backward_bytes + (again ? ar.forward_bytes : 0.0),
                             ar.backward_calls + (again ? ar.forward_calls : 0), tp, link);
 }
@@ -52,9 +52,9 @@ TpAllReduces unit_tp_all_reduces(const ModelPreset& preset, UnitKind kind, int64
   const double vit_tokens = static_cast<double>(tiles) * preset.vit_tokens_per_tile();
   const double n = static_cast<double>(tokens);
   switch (kind) {
-    case UnitKind::VitEmbed:
-    case UnitKind::Projector: break;  // replicated
-    case UnitKind::VitBlock: {
+    case UnitKind::kVitEmbed:
+    case UnitKind::kProjector: break;  // replicated
+    case UnitKind::kVitBlock: {
       const double act = dtype_bytes * vit_tokens * preset.vit.width;
       const int norm_calls = preset.vit.qk_norm ? 2 : 0;  // sum of squares of q and of k
       const double norm_bytes = norm_calls * kFp32 * vit_tokens;
@@ -66,11 +66,11 @@ TpAllReduces unit_tp_all_reduces(const ModelPreset& preset, UnitKind kind, int64
       }
       break;
     }
-    case UnitKind::LlmEmbed:
+    case UnitKind::kLlmEmbed:
       ar.forward_bytes = dtype_bytes * n * preset.llm.width;  // vocab-parallel lookup
       ar.forward_calls = 1;
       break;
-    case UnitKind::LlmBlock: {
+    case UnitKind::kLlmBlock: {
       const double act = dtype_bytes * n * preset.llm.width;
       ar.forward_bytes = 2 * act;
       ar.forward_calls = 2;
@@ -80,7 +80,7 @@ TpAllReduces unit_tp_all_reduces(const ModelPreset& preset, UnitKind kind, int64
       }
       break;
     }
-    case UnitKind::Head:
+    case UnitKind::kLlmHead:
       ar.forward_bytes = 3 * kFp32 * n;  // vocab-parallel cross-entropy: max, sum exp, target
       ar.forward_calls = 3;
       if (trainable) {
@@ -93,7 +93,7 @@ TpAllReduces unit_tp_all_reduces(const ModelPreset& preset, UnitKind kind, int64
 }
 
 void set_tp_all_reduces(UnitCostTable& table, const ModelPreset& preset, double dtype_bytes) {
-  const size_t units = static_cast<size_t>(preset.vit.depth + preset.llm.depth + 4);
+  const size_t units = static_cast<size_t>(unit_count(preset));
   OMNIBAL_CHECK(table.units.size() == units, "TP all-reduces: the cost table of '", table.model,
                 "' has ", table.units.size(), " units, preset '", preset.name, "' ", units);
   for (auto& u : table.units)

@@ -41,7 +41,7 @@ std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const Simulator
       c.weight_kept += unit.deferred_weight_bytes();
       c.tp_forward_s += tp_forward_seconds(unit, setup.tp, link);
       c.tp_backward_s += tp_backward_seconds(unit, setup.recompute[u], setup.tp, link);
-      if (setup.recompute[u] && unit.trainable && unit.recomputable()) {
+      if (unit.checkpointed(setup.recompute[u])) {
         c.checkpointed_forward_s += unit.checkpointed_forward();  // profiled, or forward_s
         c.recompute_s += unit.rerun_seconds();
         c.kept += t.checkpoint_bytes(u);

@@ -11,8 +11,6 @@ namespace omnibal::partition {
 namespace {
 
 constexpr const char* kFormat = "omnibal.unit_costs.v1";
-constexpr UnitKind kKinds[] = {UnitKind::VitEmbed, UnitKind::VitBlock, UnitKind::Projector,
-                               UnitKind::LlmEmbed, UnitKind::LlmBlock, UnitKind::Head};
 
 template <class T> T field(const nlohmann::json& obj, const char* key, const std::string& where) {
   OMNIBAL_CHECK(obj.is_object() && obj.contains(key), where, ": missing key '", key, "'");
@@ -30,25 +28,6 @@ double non_negative(const nlohmann::json& obj, const char* key, const std::strin
 }
 
 }  // namespace
-
-const char* unit_kind_name(UnitKind kind) {
-  switch (kind) {
-    case UnitKind::VitEmbed: return "vit_embed";
-    case UnitKind::VitBlock: return "vit_block";
-    case UnitKind::Projector: return "projector";
-    case UnitKind::LlmEmbed: return "llm_embed";
-    case UnitKind::LlmBlock: return "llm_block";
-    case UnitKind::Head: return "head";
-  }
-  return "?";
-}
-
-UnitKind parse_unit_kind(const std::string& name, const std::string& where) {
-  for (auto k : kKinds)
-    if (name == unit_kind_name(k)) return k;
-  OMNIBAL_FAIL(where, ": unknown unit kind '", name,
-               "', expected vit_embed | vit_block | projector | llm_embed | llm_block | head");
-}
 
 double UnitCost::weight_backward_s() const {
   if (!trainable) return 0.0;
@@ -90,7 +69,7 @@ std::string unit_cost_table_json(const UnitCostTable& table) {
   j["units"] = nlohmann::json::array();
   for (const auto& u : table.units) {
     nlohmann::json unit = {{"name", u.name},
-                           {"kind", unit_kind_name(u.kind)},
+                           {"kind", cost_table_kind_name(u.kind)},
                            {"forward_s", u.forward_s},
                            {"backward_s", u.backward_s},
                            {"activation_bytes", u.activation_bytes},
@@ -138,7 +117,7 @@ UnitCostTable parse_unit_cost_table(const std::string& text, const std::string& 
     const std::string where = origin + ": units[" + std::to_string(i) + "]";
     UnitCost u;
     u.name = field<std::string>(units[i], "name", where);
-    u.kind = parse_unit_kind(field<std::string>(units[i], "kind", where), where);
+    u.kind = parse_cost_table_kind(field<std::string>(units[i], "kind", where), where);
     u.forward_s = non_negative(units[i], "forward_s", where);
     u.backward_s = non_negative(units[i], "backward_s", where);
     u.activation_bytes = non_negative(units[i], "activation_bytes", where);

@@ -39,15 +39,9 @@
 #include <string>
 #include <vector>
 
+#include "core/units.h"
+
 namespace omnibal::partition {
-
-/// What a pipeline unit is. Only vit_block and llm_block are candidates for recomputation.
-enum class UnitKind { VitEmbed, VitBlock, Projector, LlmEmbed, LlmBlock, Head };
-
-/// "vit_embed", "vit_block", "projector", "llm_embed", "llm_block", "head".
-const char* unit_kind_name(UnitKind kind);
-/// Inverse of unit_kind_name; throws omnibal::Error naming `where` on an unknown name.
-UnitKind parse_unit_kind(const std::string& name, const std::string& where);
 
 /// The TP all-reduces one unit runs per micro-batch on each TP rank (all zero at tp 1). Bytes
 /// are summed over the calls (each call all-reduces a buffer of that rank's full size, e.g. a
@@ -65,8 +59,8 @@ struct TpAllReduces {
 
 /// Costs of one unit for one micro-batch, per TP rank (see the file comment).
 struct UnitCost {
-  std::string name;  ///< e.g. "llm_block.17"
-  UnitKind kind = UnitKind::LlmBlock;
+  std::string name;  ///< cost_table_name (core/units.h), e.g. "llm_block.17"
+  UnitKind kind = UnitKind::kLlmBlock;
   double forward_s = 0;         ///< forward compute seconds (TP all-reduces excluded)
   double backward_s = 0;        ///< backward compute seconds, without recomputation
   double activation_bytes = 0;  ///< bytes kept from forward to backward when not recomputed
@@ -101,8 +95,12 @@ struct UnitCost {
   /// recompute planner's value of keeping the unit's activations). forward_s without profiled
   /// checkpoint times.
   double recompute_cost() const;
-  /// True for the unit kinds the recompute planner may checkpoint (ViT and LLM blocks).
-  bool recomputable() const { return kind == UnitKind::VitBlock || kind == UnitKind::LlmBlock; }
+  /// True for the unit kinds the recompute planner may checkpoint (is_recomputable: ViT and LLM
+  /// blocks), frozen or not.
+  bool recomputable() const { return is_recomputable(kind); }
+  /// Whether the unit runs checkpointed under its recompute flag `flag`: flagged, recomputable
+  /// and trainable (a frozen unit has no backward to rerun its forward in).
+  bool checkpointed(bool flag) const { return flag && trainable && recomputable(); }
 };
 
 /// W's share of the backward assumed for tables without backward_weight_s: one half. Every

@@ -54,17 +54,14 @@ StageExecutor::InFlight& StageExecutor::slot(int chunk, int mb) {
 }
 
 comm::MessageHeader StageExecutor::expected_activation(int chunk, int mb) const {
-  // The hidden state's rank follows the boundary phase: ViT tokens [tiles, 1 + P, d] before the
-  // projector, [tokens, d] after it.
-  const models::UnitKind first = chunks_[chunk].front()->kind();
-  const bool vit = first == models::UnitKind::kVitBlock || first == models::UnitKind::kProjector;
+  // The hidden state has the rank of the phase the chunk's first unit consumes: ViT tokens
+  // [tiles, 1 + P, d] before the projector, [tokens, d] after it (sizes vary per micro-batch).
+  const int64_t rank = models::hidden_rank(chunks_[chunk].front()->input_phase());
   comm::MessageHeader h;
   h.kind = comm::MessageKind::kActivation;
   h.micro_batch = mb;
   h.chunk = chunk;
-  h.tensors = {{chunk_dtype(chunks_[chunk]),
-                vit ? std::vector<int64_t>{-1, -1, -1} : std::vector<int64_t>{-1, -1}},
-               {at::kLong, {-1}}};
+  h.tensors = {{chunk_dtype(chunks_[chunk]), std::vector<int64_t>(rank, -1)}, {at::kLong, {-1}}};
   return h;
 }
 
@@ -212,9 +209,7 @@ void StageExecutor::backward(int chunk, int mb) {
   f.input = torch::Tensor();
 }
 
-StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>& program,
-                                        const std::vector<models::PackBatch>& packs,
-                                        double loss_scale, const StepHooks& hooks) {
+void StageExecutor::start_step(const std::vector<schedule::Instruction>& program, size_t packs) {
   using schedule::Op;
   int m = 0;
   split_ = false;
@@ -222,8 +217,8 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
     m = std::max(m, ins.micro_batch + 1);
     if (ins.op == Op::BackwardInput || ins.op == Op::BackwardWeight) split_ = true;
   }
-  OMNIBAL_CHECK(stage_ != 0 || static_cast<int>(packs.size()) >= m, "stage 0 got ", packs.size(),
-                " packs for ", m, " micro-batches");
+  OMNIBAL_CHECK(stage_ != 0 || static_cast<int>(packs) >= m, "stage 0 got ", packs, " packs for ",
+                m, " micro-batches");
   micro_batches_ = m;
   split_keys_.clear();  // only micro-batches whose backward is split record their linears
   for (const auto& ins : program)
@@ -234,76 +229,93 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
   if (split_ && !store_) store_ = c10::make_intrusive<models::WeightGradStore>();
   if (store_) store_->clear();
   idle_s_ = 0;
+}
+
+void StageExecutor::send_activation(int chunk, int mb) {
+  const models::UnitState& out = slot(chunk, mb).output;
+  OMNIBAL_CHECK(out.hidden.defined(), "stage ", stage_, ": SendActivation{", mb, " chunk ", chunk,
+                "} before its Forward");
+  send(comm::MessageKind::kActivation, chunk, mb, {out.hidden.detach(), out.side_tensor()},
+       virtual_of(chunk) + 1);
+}
+
+void StageExecutor::send_grad(int chunk, int mb) {
+  InFlight& f = slot(chunk, mb);
+  OMNIBAL_CHECK(f.input_grad.defined(), "stage ", stage_, ": SendGrad{", mb, " chunk ", chunk,
+                "} before its backward");
+  send(comm::MessageKind::kGradient, chunk, mb, {f.input_grad}, virtual_of(chunk) - 1);
+  f.input_grad = torch::Tensor();
+}
+
+void StageExecutor::backward_weight(int chunk, int mb, StageTimes& times, const StepHooks& hooks) {
+  OMNIBAL_CHECK(slot(chunk, mb).input_done, "stage ", stage_, ": BackwardWeight{", mb, " chunk ",
+                chunk, "} before its BackwardInput");
+  const auto t0 = Clock::now();
+  store_->run(store_key(chunk, mb));
+  if (hooks.after_backward) hooks.after_backward(mb);
+  const double dt = since(t0);
+  times.backward_s += dt;
+  times.weight_s += dt;
+}
+
+void StageExecutor::reduce_grads(StageTimes& times, const StepHooks& hooks, double start_us) {
+  OMNIBAL_CHECK(!store_ || store_->held_bytes() == 0, "stage ", stage_,
+                ": ReduceGrads with deferred weight gradients not yet run (a "
+                "BackwardWeight missing from the program)");
+  const auto t0 = Clock::now();
+  wait_all(sends_);
+  idle_s_ += since(t0);
+  span("send_wait", -1, 0, start_us);
+  const auto t1 = Clock::now();
+  const double reduce_us = spans_ ? trace_clock_us() : 0.0;
+  if (hooks.reduce_grads) hooks.reduce_grads();
+  times.reduce_s += since(t1);
+  span("dp_reduce", -1, 0, reduce_us);
+}
+
+void StageExecutor::execute(const schedule::Instruction& ins,
+                            const std::vector<models::PackBatch>& packs, double loss_scale,
+                            const StepHooks& hooks, StageStepResult& result) {
+  using schedule::Op;
+  const int mb = ins.micro_batch, c = ins.chunk;
+  const double start_us = spans_ ? trace_clock_us() : 0.0;
+  switch (ins.op) {
+    case Op::RecvActivation: receive_activation(c, mb); break;
+    case Op::Forward:
+      if (hooks.before_op) hooks.before_op(FailWhere::kForward, mb);
+      forward(c, mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result, loss_scale,
+              hooks);
+      span("forward", mb, c, start_us);
+      break;
+    case Op::SendActivation: send_activation(c, mb); break;
+    case Op::RecvGrad: receive_grad(c, mb); break;
+    case Op::Backward:
+    case Op::BackwardInput: {
+      if (hooks.before_op) hooks.before_op(FailWhere::kBackward, mb);
+      const auto t0 = Clock::now();
+      backward(c, mb);
+      if (hooks.after_backward) hooks.after_backward(mb);
+      result.times.backward_s += since(t0);
+      span(ins.op == Op::Backward ? "backward" : "backward_input", mb, c, start_us);
+      break;
+    }
+    case Op::BackwardWeight:
+      backward_weight(c, mb, result.times, hooks);
+      span("backward_weight", mb, c, start_us);
+      break;
+    case Op::SendGrad: send_grad(c, mb); break;
+    case Op::ReduceGrads: reduce_grads(result.times, hooks, start_us); break;
+    case Op::OptimizerStep: break;
+  }
+}
+
+StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>& program,
+                                        const std::vector<models::PackBatch>& packs,
+                                        double loss_scale, const StepHooks& hooks) {
+  start_step(program, packs.size());
   StageStepResult result;
   spans_ = hooks.trace ? &result.spans : nullptr;
-  for (const auto& ins : program) {
-    const int mb = ins.micro_batch, c = ins.chunk;
-    const double start_us = spans_ ? trace_clock_us() : 0.0;
-    switch (ins.op) {
-      case Op::RecvActivation: receive_activation(c, mb); break;
-      case Op::Forward:
-        if (hooks.before_op) hooks.before_op("forward", mb);
-        forward(c, mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result,
-                loss_scale, hooks);
-        span("forward", mb, c, start_us);
-        break;
-      case Op::SendActivation: {
-        const models::UnitState& out = slot(c, mb).output;
-        OMNIBAL_CHECK(out.hidden.defined(), "stage ", stage_, ": SendActivation{", mb, " chunk ", c,
-                      "} before its Forward");
-        send(comm::MessageKind::kActivation, c, mb, {out.hidden.detach(), out.side_tensor()},
-             virtual_of(c) + 1);
-        break;
-      }
-      case Op::RecvGrad: receive_grad(c, mb); break;
-      case Op::Backward:
-      case Op::BackwardInput: {
-        if (hooks.before_op) hooks.before_op("backward", mb);
-        const auto t0 = Clock::now();
-        backward(c, mb);
-        if (hooks.after_backward) hooks.after_backward(mb);
-        result.times.backward_s += since(t0);
-        span(ins.op == Op::Backward ? "backward" : "backward_input", mb, c, start_us);
-        break;
-      }
-      case Op::BackwardWeight: {
-        OMNIBAL_CHECK(slot(c, mb).input_done, "stage ", stage_, ": BackwardWeight{", mb, " chunk ",
-                      c, "} before its BackwardInput");
-        const auto t0 = Clock::now();
-        store_->run(store_key(c, mb));
-        if (hooks.after_backward) hooks.after_backward(mb);
-        const double dt = since(t0);
-        result.times.backward_s += dt;
-        result.times.weight_s += dt;
-        span("backward_weight", mb, c, start_us);
-        break;
-      }
-      case Op::SendGrad: {
-        InFlight& f = slot(c, mb);
-        OMNIBAL_CHECK(f.input_grad.defined(), "stage ", stage_, ": SendGrad{", mb, " chunk ", c,
-                      "} before its backward");
-        send(comm::MessageKind::kGradient, c, mb, {f.input_grad}, virtual_of(c) - 1);
-        f.input_grad = torch::Tensor();
-        break;
-      }
-      case Op::ReduceGrads: {
-        OMNIBAL_CHECK(!store_ || store_->held_bytes() == 0, "stage ", stage_,
-                      ": ReduceGrads with deferred weight gradients not yet run (a "
-                      "BackwardWeight missing from the program)");
-        const auto t0 = Clock::now();
-        wait_all(sends_);
-        idle_s_ += since(t0);
-        span("send_wait", -1, 0, start_us);
-        const auto t1 = Clock::now();
-        const double reduce_us = spans_ ? trace_clock_us() : 0.0;
-        if (hooks.reduce_grads) hooks.reduce_grads();
-        result.times.reduce_s += since(t1);
-        span("dp_reduce", -1, 0, reduce_us);
-        break;
-      }
-      case Op::OptimizerStep: break;
-    }
-  }
+  for (const auto& ins : program) execute(ins, packs, loss_scale, hooks, result);
   wait_all(sends_);
   sends_.clear();
   OMNIBAL_CHECK(local_.empty(), "stage ", stage_, ": ", local_.size(),

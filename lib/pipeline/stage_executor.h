@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "comm/tensor_message.h"
+#include "core/choices.h"
 #include "models/pipeline_unit.h"
 #include "models/weight_grad_store.h"
 #include "schedule/instruction.h"
@@ -75,9 +76,9 @@ struct StageStepResult {
 
 /// Hooks of one step (all optional).
 struct StepHooks {
-  /// Called with ("forward" | "backward", micro-batch) before each Forward / Backward; throws to
-  /// inject a failure (debug.fail_at).
-  std::function<void(const char* where, int micro_batch)> before_op;
+  /// Called with (kForward, micro-batch) before each Forward and (kBackward, micro-batch) before
+  /// each Backward and BackwardInput; throws to inject a failure (debug.fail_at).
+  std::function<void(FailWhere where, int micro_batch)> before_op;
   /// Called after each Backward, BackwardInput and BackwardWeight (bf16: the optimizer folds any
   /// bf16 gradient its post-accumulate hooks have not already folded into the fp32 main gradient).
   std::function<void(int micro_batch)> after_backward;
@@ -147,6 +148,14 @@ class StageExecutor {
   void forward(int chunk, int mb, const models::PackBatch* pack, StageStepResult& result,
                double scale, const StepHooks& hooks);
   void backward(int chunk, int mb);
+  /// run_step's parts: the step's bookkeeping from its program, then one instruction each.
+  void start_step(const std::vector<schedule::Instruction>& program, size_t packs);
+  void execute(const schedule::Instruction& ins, const std::vector<models::PackBatch>& packs,
+               double loss_scale, const StepHooks& hooks, StageStepResult& result);
+  void send_activation(int chunk, int mb);
+  void send_grad(int chunk, int mb);
+  void backward_weight(int chunk, int mb, StageTimes& times, const StepHooks& hooks);
+  void reduce_grads(StageTimes& times, const StepHooks& hooks, double start_us);
   comm::MessageHeader expected_activation(int chunk, int mb) const;
   int store_key(int chunk, int mb) const { return chunk * micro_batches_ + mb; }
 

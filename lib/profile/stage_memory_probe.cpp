@@ -49,7 +49,7 @@ std::vector<UnitState> stage_inputs(const ModelPreset& preset, const models::Vlm
 }
 
 StageProbeResult probe_stage_memory(const StageProbe& p) {
-  check_probe(p, models::unit_names(p.preset).size());
+  check_probe(p, omnibal::unit_names(p.preset).size());
   const auto trainable = trainable_units(p.preset, p.freeze);
   bool input_grad = false;
   for (int64_t u = 0; u < p.begin; ++u) input_grad = input_grad || trainable[u];

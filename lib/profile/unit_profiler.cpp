@@ -21,39 +21,7 @@
 namespace omnibal::profile {
 namespace {
 
-using models::UnitKind;
 using models::UnitState;
-
-partition::UnitKind table_kind(UnitKind kind) {
-  switch (kind) {
-    case UnitKind::kVitEmbed: return partition::UnitKind::VitEmbed;
-    case UnitKind::kVitBlock: return partition::UnitKind::VitBlock;
-    case UnitKind::kProjector: return partition::UnitKind::Projector;
-    case UnitKind::kLlmEmbed: return partition::UnitKind::LlmEmbed;
-    case UnitKind::kLlmBlock: return partition::UnitKind::LlmBlock;
-    case UnitKind::kLlmHead: break;
-  }
-  return partition::UnitKind::Head;
-}
-
-/// train.freeze group of a unit kind.
-UnitGroup group_of(UnitKind kind) {
-  switch (kind) {
-    case UnitKind::kVitEmbed:
-    case UnitKind::kVitBlock: return UnitGroup::kVit;
-    case UnitKind::kProjector: return UnitGroup::kProjector;
-    case UnitKind::kLlmEmbed:
-    case UnitKind::kLlmBlock:
-    case UnitKind::kLlmHead: return UnitGroup::kLlm;
-  }
-  return UnitGroup::kLlm;
-}
-
-UnitGroup group_of_name(const std::string& unit) {
-  if (unit.rfind("vit_", 0) == 0) return UnitGroup::kVit;
-  if (unit == "projector") return UnitGroup::kProjector;
-  return UnitGroup::kLlm;
-}
 
 bool frozen(const std::vector<UnitGroup>& freeze, UnitGroup group) {
   return std::find(freeze.begin(), freeze.end(), group) != freeze.end();
@@ -214,122 +182,164 @@ double clock_seconds(ProfileClock clock) {
 
 std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<UnitGroup>& freeze) {
   std::vector<bool> out;
-  for (const auto& name : models::unit_names(preset))
-    out.push_back(!frozen(freeze, group_of_name(name)));
+  for (const UnitId& id : unit_chain(preset)) out.push_back(!frozen(freeze, freeze_group(id.kind)));
   return out;
 }
 
 void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<UnitGroup>& freeze) {
   for (const auto& u : units)
-    if (frozen(freeze, group_of(u->kind())))
+    if (frozen(freeze, freeze_group(u->kind())))
       for (auto& p : u->parameters()) p.requires_grad_(false);
 }
 
-std::string table_unit_name(const std::string& name) {
-  if (name == "llm_head") return "head";
-  for (const std::string prefix : {"vit_block_", "llm_block_"})
-    if (name.rfind(prefix, 0) == 0)
-      return prefix.substr(0, prefix.size() - 1) + "." + name.substr(prefix.size());
-  return name;
-}
+namespace {
 
-ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) {
-  check_options(o);
-  const models::PackBatch pack = make_profiling_pack(preset, o.pack);
-  models::VlmOptions vo;
-  vo.with_img_context_id(profiling_img_context_id(preset, o.pack))
+/// The whole model as one profile runs it: its units, each unit's input state (computed once,
+/// without autograd), how each runs and which also run checkpointed.
+struct ProfiledModel {
+  models::VlmOptions options;
+  std::vector<models::UnitPtr> units;
+  std::vector<int64_t> parameter_counts;  ///< at TP 1, model order
+  std::vector<bool> trainable;            ///< train.freeze applied
+  std::vector<UnitState> inputs;          ///< the state at each unit's input
+  std::vector<UnitMode> modes;
+  /// Trainable ViT / LLM blocks run with autograd (what the recompute planner may checkpoint),
+  /// when ProfileOptions::checkpointed.
+  std::vector<bool> checkpointable;
+};
+
+/// Builds the units of `preset` as `o` asks, freezes them, and runs `pack` through them once.
+ProfiledModel build_profiled_model(const ModelPreset& preset, const ProfileOptions& o,
+                                   const models::PackBatch& pack) {
+  ProfiledModel m;
+  m.options.with_img_context_id(profiling_img_context_id(preset, o.pack))
       .with_seed(o.init_seed)
       .with_device(o.device);
-  if (o.dtype) vo.with_dtype(*o.dtype);
-  if (o.tp > 1) vo.with_tensor_parallel(models::TensorParallel::for_profiling(0, o.tp));
-  const auto counts = models::unit_parameter_counts(preset);
-  const auto units = models::make_units(preset, vo, 0, static_cast<int64_t>(counts.size()));
-  apply_freeze(units, o.freeze);
-  const auto trainable = trainable_units(preset, o.freeze);
-  const size_t n = units.size();
-  std::vector<UnitState> inputs{
-      UnitState::from_pack(pack, o.device, vo.dtype)};  // input state of each unit
+  if (o.dtype) m.options.with_dtype(*o.dtype);
+  if (o.tp > 1) m.options.with_tensor_parallel(models::TensorParallel::for_profiling(0, o.tp));
+  m.parameter_counts = models::unit_parameter_counts(preset);
+  m.units = models::make_units(preset, m.options, 0, unit_count(preset));
+  apply_freeze(m.units, o.freeze);
+  m.trainable = trainable_units(preset, o.freeze);
+  const size_t n = m.units.size();
+  m.inputs = {UnitState::from_pack(pack, o.device, m.options.dtype)};
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i + 1 < n; ++i) {
       if (o.between_units) o.between_units();
-      inputs.push_back(units[i]->forward(inputs[i]));
+      m.inputs.push_back(m.units[i]->forward(m.inputs[i]));
     }
   }
-  std::vector<UnitMode> modes(n);
+  m.modes.resize(n);
+  m.checkpointable.assign(n, false);
   for (size_t i = 0, seen = 0; i < n; ++i) {
-    modes[i] = {seen > 0, seen > 0 || trainable[i]};
-    seen += trainable[i];
+    m.modes[i] = {seen > 0, seen > 0 || m.trainable[i]};
+    seen += m.trainable[i];
+    m.checkpointable[i] = o.checkpointed && m.trainable[i] && m.modes[i].backward &&
+                          is_recomputable(m.units[i]->kind());
   }
-  // Checkpointed runs: trainable ViT / LLM blocks (what the recompute planner may checkpoint).
-  std::vector<bool> checkpointable(n, false);
-  for (size_t i = 0; i < n; ++i) {
-    const auto kind = units[i]->kind();
-    checkpointable[i] = o.checkpointed && trainable[i] && modes[i].backward &&
-                        (kind == UnitKind::kVitBlock || kind == UnitKind::kLlmBlock);
-  }
-  std::vector<std::vector<UnitRun>> runs(n);
-  std::vector<std::vector<CheckpointedRun>> checkpointed(n);
+  return m;
+}
+
+/// The timed runs of one unit (warm-up runs dropped).
+struct UnitSamples {
+  std::vector<UnitRun> runs;
+  std::vector<CheckpointedRun> checkpointed;  ///< empty unless the unit is checkpointable
+};
+
+/// Runs every unit o.warmup + o.repeats times, units interleaved within each round.
+std::vector<UnitSamples> time_units(ProfiledModel& m, const ProfileOptions& o) {
+  const size_t n = m.units.size();
+  std::vector<UnitSamples> samples(n);
   MemoryMeter meter(o.device);
   for (int r = 0; r < o.warmup + o.repeats; ++r)
     for (size_t i = 0; i < n; ++i) {
       if (o.between_units) o.between_units();
       const UnitRun run =
-          run_once(*units[i], inputs[i], modes[i], meter, o.clock, o.split_backward);
-      if (r >= o.warmup) runs[i].push_back(run);
-      if (!checkpointable[i]) continue;
+          run_once(*m.units[i], m.inputs[i], m.modes[i], meter, o.clock, o.split_backward);
+      if (r >= o.warmup) samples[i].runs.push_back(run);
+      if (!m.checkpointable[i]) continue;
       const CheckpointedRun c =
-          run_checkpointed_once(*units[i], inputs[i], modes[i], o.device, o.clock);
-      if (r >= o.warmup) checkpointed[i].push_back(c);
+          run_checkpointed_once(*m.units[i], m.inputs[i], m.modes[i], o.device, o.clock);
+      if (r >= o.warmup) samples[i].checkpointed.push_back(c);
     }
+  return samples;
+}
+
+template <class Run, class Field>
+std::vector<double> column(const std::vector<Run>& runs, Field field) {
+  std::vector<double> out;
+  for (const auto& run : runs) out.push_back(static_cast<double>(run.*field));
+  return out;
+}
+
+/// The table row of unit `i` from its samples; `param_size`: bytes per parameter.
+partition::UnitCost unit_cost(const ProfiledModel& m, size_t i, const UnitSamples& s,
+                              const ProfileOptions& o, double param_size) {
+  const auto& unit = *m.units[i];
+  partition::UnitCost c;
+  c.name = cost_table_name(unit.id());
+  c.kind = unit.kind();
+  c.forward_s = summarize(column(s.runs, &UnitRun::forward_s), o.statistic);
+  c.backward_s =
+      m.modes[i].backward ? summarize(column(s.runs, &UnitRun::backward_s), o.statistic) : 0.0;
+  c.activation_bytes = static_cast<double>(std::max<int64_t>(0, s.runs.back().kept_bytes));
+  c.parameter_bytes =  // under TP: one rank's shards (padded vocabulary rows included)
+      static_cast<double>(o.tp > 1 ? unit.num_parameters() : m.parameter_counts[i]) * param_size;
+  c.trainable = m.trainable[i];
+  if (o.split_backward) {  // 0 for frozen units: they defer nothing
+    const bool deferred = m.trainable[i] && m.modes[i].backward;
+    c.backward_weight_s =
+        deferred ? summarize(column(s.runs, &UnitRun::weight_s), o.statistic) : 0.0;
+    c.weight_grad_bytes = deferred ? static_cast<double>(s.runs.back().weight_bytes) : 0.0;
+  }
+  if (m.checkpointable[i]) {
+    c.checkpointed_forward_s =
+        summarize(column(s.checkpointed, &CheckpointedRun::forward_s), o.statistic);
+    c.checkpointed_backward_s =
+        summarize(column(s.checkpointed, &CheckpointedRun::backward_s), o.statistic);
+  }
+  const bool last = i + 1 == m.units.size();
+  c.output_bytes = last ? 0.0
+                        : static_cast<double>(bytes_of(m.inputs[i + 1].hidden) +
+                                              bytes_of(m.inputs[i + 1].side_tensor()));
+  return c;
+}
+
+/// Appends unit samples' transient bytes and time spread to `res`.
+void add_spread(ProfileResult& res, const UnitSamples& s) {
+  const auto fwd = column(s.runs, &UnitRun::forward_s);
+  const auto bwd = column(s.runs, &UnitRun::backward_s);
+  res.forward_transient_bytes.push_back(static_cast<double>(s.runs.back().forward_transient));
+  res.backward_transient_bytes.push_back(static_cast<double>(s.runs.back().backward_transient));
+  res.forward_min_s.push_back(*std::min_element(fwd.begin(), fwd.end()));
+  res.forward_max_s.push_back(*std::max_element(fwd.begin(), fwd.end()));
+  res.backward_min_s.push_back(*std::min_element(bwd.begin(), bwd.end()));
+  res.backward_max_s.push_back(*std::max_element(bwd.begin(), bwd.end()));
+}
+
+}  // namespace
+
+ProfileResult profile_units(const ModelPreset& preset, const ProfileOptions& o) {
+  check_options(o);
+  const models::PackBatch pack = make_profiling_pack(preset, o.pack);
+  ProfiledModel m = build_profiled_model(preset, o, pack);
+  const std::vector<UnitSamples> samples = time_units(m, o);
   ProfileResult res;
   auto& t = res.table;
   t.model = preset.name;
   t.source = "profiled:" + o.device.str();
   t.load = {o.pack.q_vit, o.pack.q_tok, o.pack.samples};
   t.load.token_sq_sum = profiling_pack_token_sq_sum(preset, profiling_pack_layout(preset, o.pack));
-  const auto dtype = vo.dtype.value_or(models::compat::default_dtype(o.device));
+  const auto dtype = m.options.dtype.value_or(models::compat::default_dtype(o.device));
   const double param_size = static_cast<double>(torch::elementSize(dtype));
-  for (size_t i = 0; i < n; ++i) {
-    std::vector<double> fwd, bwd;
-    for (const auto& run : runs[i]) fwd.push_back(run.forward_s), bwd.push_back(run.backward_s);
-    partition::UnitCost c;
-    c.name = table_unit_name(units[i]->unit_name());
-    c.kind = table_kind(units[i]->kind());
-    c.forward_s = summarize(fwd, o.statistic);
-    c.backward_s = modes[i].backward ? summarize(bwd, o.statistic) : 0.0;
-    c.activation_bytes = static_cast<double>(std::max<int64_t>(0, runs[i].back().kept_bytes));
-    c.parameter_bytes =  // under TP: one rank's shards (padded vocabulary rows included)
-        static_cast<double>(o.tp > 1 ? units[i]->num_parameters() : counts[i]) * param_size;
-    c.trainable = trainable[i];
-    if (o.split_backward) {  // 0 for frozen units: they defer nothing
-      std::vector<double> w;
-      for (const auto& run : runs[i]) w.push_back(run.weight_s);
-      const bool deferred = trainable[i] && modes[i].backward;
-      c.backward_weight_s = deferred ? summarize(w, o.statistic) : 0.0;
-      c.weight_grad_bytes = deferred ? static_cast<double>(runs[i].back().weight_bytes) : 0.0;
-    }
-    if (checkpointable[i]) {
-      std::vector<double> cf, cb;
-      for (const auto& run : checkpointed[i])
-        cf.push_back(run.forward_s), cb.push_back(run.backward_s);
-      c.checkpointed_forward_s = summarize(cf, o.statistic);
-      c.checkpointed_backward_s = summarize(cb, o.statistic);
-    }
-    c.output_bytes = i + 1 < n ? static_cast<double>(bytes_of(inputs[i + 1].hidden) +
-                                                     bytes_of(inputs[i + 1].side_tensor()))
-                               : 0.0;
-    t.units.push_back(c);
-    res.forward_transient_bytes.push_back(static_cast<double>(runs[i].back().forward_transient));
-    res.backward_transient_bytes.push_back(static_cast<double>(runs[i].back().backward_transient));
-    res.forward_min_s.push_back(*std::min_element(fwd.begin(), fwd.end()));
-    res.forward_max_s.push_back(*std::max_element(fwd.begin(), fwd.end()));
-    res.backward_min_s.push_back(*std::min_element(bwd.begin(), bwd.end()));
-    res.backward_max_s.push_back(*std::max_element(bwd.begin(), bwd.end()));
+  for (size_t i = 0; i < m.units.size(); ++i) {
+    t.units.push_back(unit_cost(m, i, samples[i], o, param_size));
+    add_spread(res, samples[i]);
   }
   if (o.tp > 1) {  // one TP rank's compute was timed; the all-reduces follow from the shapes
     t.tp = o.tp;
-    partition::set_tp_all_reduces(t, preset, static_cast<double>(param_size));
+    partition::set_tp_all_reduces(t, preset, param_size);
   }
   return res;
 }

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "core/model_preset.h"
+#include "core/units.h"
 #include "models/pipeline_unit.h"
 #include "partition/unit_cost_table.h"
 #include "profile/profiling_pack.h"
@@ -99,16 +100,12 @@ struct ProfileResult {
   std::vector<double> forward_min_s, forward_max_s, backward_min_s, backward_max_s;
 };
 
-/// Per unit of `preset` (model order): false for units in a frozen group. Throws
-/// omnibal::Error on an unknown group name.
+/// Per unit of `preset` (model order): false for units in a frozen group (freeze_group,
+/// core/units.h).
 std::vector<bool> trainable_units(const ModelPreset& preset, const std::vector<UnitGroup>& freeze);
 
-/// Sets requires_grad = false on the parameters of units whose group is frozen.
+/// Sets requires_grad = false on the parameters of units whose freeze group is in `freeze`.
 void apply_freeze(const std::vector<models::UnitPtr>& units, const std::vector<UnitGroup>& freeze);
-
-/// Cost-table name of a model unit: "vit_block_3" -> "vit_block.3", "llm_head" -> "head" (the
-/// names of partition/analytic_cost_model.h, so profiled and analytic tables line up).
-std::string table_unit_name(const std::string& model_unit_name);
 
 /// Profiles every unit of `preset` (see the file comment). source = "profiled:<device>";
 /// load = the pack's tiles, tokens, samples and squared sample lengths (token_sq_sum). Throws omnibal::Error on bad options (pack

@@ -140,7 +140,7 @@ ObtainedTable obtain_cost_table(const StartupPlanContext& c, const partition::Ta
                 "parallel.cost_table: ", path.empty() ? "start-up profiling" : "'" + path + "'",
                 " failed on rank 0: ", text.substr(1));
   partition::UnitCostTable table = partition::parse_unit_cost_table(text, origin);
-  const auto names = models::unit_names(*c.preset);
+  const auto names = unit_names(*c.preset);
   OMNIBAL_CHECK(table.model == c.preset->name, "parallel.cost_table: '", origin,
                 "' is a table of model '", table.model, "' but model.preset is '", c.preset->name,
                 "'");
@@ -151,9 +151,9 @@ ObtainedTable obtain_cost_table(const StartupPlanContext& c, const partition::Ta
   OMNIBAL_CHECK(table.units.size() == names.size(), "parallel.cost_table: '", origin, "' has ",
                 table.units.size(), " units, the '", c.preset->name, "' preset ", names.size());
   for (size_t u = 0; u < names.size(); ++u)
-    OMNIBAL_CHECK(table.units[u].name == profile::table_unit_name(names[u]),
+    OMNIBAL_CHECK(table.units[u].name == cost_table_name(unit_at(*c.preset, static_cast<int>(u))),
                   "parallel.cost_table: '", origin, "': unit ", u, " is '", table.units[u].name,
-                  "', expected '", profile::table_unit_name(names[u]), "'");
+                  "', expected '", cost_table_name(unit_at(*c.preset, static_cast<int>(u))), "'");
   // train.freeze decides what trains in this run, whatever the table was profiled with.
   const auto trainable = profile::trainable_units(*c.preset, cfg.train.freeze);
   for (size_t u = 0; u < names.size(); ++u) table.units[u].trainable = trainable[u];
@@ -194,7 +194,7 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   o.virtual_stages = cfg.parallel.virtual_stages;
   o.radius = cfg.parallel.partition_radius;
   o.top_k = cfg.parallel.partition_top_k;
-  o.unit_names = models::unit_names(*c.preset);
+  o.unit_names = unit_names(*c.preset);
   // The trainer's own accounting (train.precision, train.zero1); the table gives the parameter
   // bytes in its run dtype, from which parameter counts follow.
   o.memory = memory::trainer_memory_options(cfg.train.precision, cfg.train.zero1, cfg.parallel.dp,
@@ -400,7 +400,7 @@ memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset
                                             const memory::PlanFile* plan_from) {
   memory::StagePlanRequest r;
   r.model = preset.name;
-  r.unit_names = models::unit_names(preset);
+  r.unit_names = unit_names(preset);
   for (int64_t n : models::unit_parameter_counts(preset))
     r.parameter_weights.push_back(static_cast<double>(n));
   r.stages = cfg.parallel.pp;

@@ -39,7 +39,7 @@ TEST_CASE("omnibal-plan export turns a training checkpoint into a Hugging Face c
   REQUIRE(world->size() == 1);
   ScratchDir dir("ckpt_export");
   const auto preset = omnibal::load_model_preset("tiny");
-  const auto n = static_cast<int64_t>(omnibal::models::unit_names(preset).size());
+  const auto n = static_cast<int64_t>(omnibal::unit_names(preset).size());
   auto opt = omnibal::models::VlmOptions{}.with_img_context_id(3).with_seed(21);
   Shard shard;
   for (const auto& u : omnibal::models::make_units(preset, opt, 0, n))
@@ -63,7 +63,7 @@ TEST_CASE("omnibal-plan export turns a training checkpoint into a Hugging Face c
 
   auto target = omnibal::models::make_units(preset, opt.with_seed(22), 0, n);
   const auto report = omnibal::checkpoint::load_pretrained(target, preset, dir.file("hf"), {});
-  CHECK(report.style == omnibal::checkpoint::HfLlmStyle::kLlama);
+  CHECK(report.style == omnibal::HfStyle::kLlama);
   for (const auto& u : target)
     for (const auto& p : u->named_parameters(true)) {
       const std::string name = u->unit_name() + "." + p.key();

@@ -32,7 +32,7 @@ int write_checkpoint(int argc, char** argv) {
   const auto config =
       omnibal::parse_config("model:\n  preset: " + preset_name + "\n", "fixture", overrides);
   const auto preset = omnibal::load_model_preset(preset_name);
-  const auto n = static_cast<int64_t>(omnibal::models::unit_names(preset).size());
+  const auto n = static_cast<int64_t>(omnibal::unit_names(preset).size());
   const auto opt = omnibal::models::VlmOptions{}.with_img_context_id(3).with_seed(17);
   ckpt::Shard shard;
   // A single process holds the whole model: a tied head shares the embedding and has no
@@ -52,8 +52,7 @@ int write_config(int argc, char** argv) {
   const auto preset = omnibal::load_model_preset(argv[2]);
   std::filesystem::create_directories(argv[4]);
   std::ofstream(std::string(argv[4]) + "/config.json")
-      << ckpt::hf_config_json(preset, ckpt::parse_hf_llm_style(argv[3]), "bfloat16").dump(2)
-      << "\n";
+      << ckpt::hf_config_json(preset, ckpt::parse_hf_style(argv[3]), "bfloat16").dump(2) << "\n";
   const auto counts = omnibal::models::unit_parameter_counts(preset);
   std::cout << "parameters " << std::accumulate(counts.begin(), counts.end(), int64_t{0}) << "\n";
   return 0;

@@ -32,7 +32,7 @@ const std::string kFixtures = std::string(OMNIBAL_SOURCE_DIR) + "/tests/checkpoi
 std::vector<models::UnitPtr> build(const omnibal::ModelPreset& preset, uint64_t seed,
                                    int64_t begin = 0, int64_t end = -1) {
   const auto opt = models::VlmOptions{}.with_img_context_id(3).with_seed(seed);
-  const int64_t n = static_cast<int64_t>(models::unit_names(preset).size());
+  const int64_t n = static_cast<int64_t>(omnibal::unit_names(preset).size());
   return models::make_units(preset, opt, begin, end < 0 ? n : end);
 }
 
@@ -48,8 +48,8 @@ std::map<std::string, torch::Tensor> named(const std::vector<models::UnitPtr>& u
 
 TEST_CASE("every parameter of every preset has exactly one Hugging Face name", "[hf]") {
   const auto preset_name = GENERATE(as<std::string>{}, "tiny", "base-100m", "internvl-1.5-6b-20b");
-  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama,
-                              ckpt::HfLlmStyle::kLlamaFused);
+  const auto style = GENERATE(omnibal::HfStyle::kInternLm2, omnibal::HfStyle::kLlama,
+                              omnibal::HfStyle::kLlamaFused);
   const auto preset = omnibal::load_model_preset(preset_name);
   std::set<std::string> hf, parts;
   int64_t elements = 0;
@@ -67,8 +67,8 @@ TEST_CASE("every parameter of every preset has exactly one Hugging Face name", "
     const auto counts = models::unit_parameter_counts(preset);
     CHECK(elements == std::accumulate(counts.begin(), counts.end(), int64_t{0}));
   }
-  const size_t llm_tensors_per_block = style == ckpt::HfLlmStyle::kInternLm2 ? 7
-                                       : style == ckpt::HfLlmStyle::kLlama   ? 9
+  const size_t llm_tensors_per_block = style == omnibal::HfStyle::kInternLm2 ? 7
+                                       : style == omnibal::HfStyle::kLlama   ? 9
                                                                              : 6;
   size_t block0 = 0;
   for (const auto& name : hf) block0 += name.rfind("language_model.model.layers.0.", 0) == 0;
@@ -98,8 +98,8 @@ TEST_CASE("InternLM2 wqkv interleaves q heads, k and v per KV group", "[hf]") {
 }
 
 TEST_CASE("export then import gives identical tensors in every LLM style", "[hf]") {
-  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama,
-                              ckpt::HfLlmStyle::kLlamaFused);
+  const auto style = GENERATE(omnibal::HfStyle::kInternLm2, omnibal::HfStyle::kLlama,
+                              omnibal::HfStyle::kLlamaFused);
   const bool tied = GENERATE(false, true);
   auto preset = omnibal::load_model_preset("tiny");
   preset.llm.tie_embeddings = tied;
@@ -154,7 +154,7 @@ TEST_CASE("a Hugging Face InternLM2 checkpoint written by python3-torch loads in
   const auto preset = omnibal::load_model_preset(kFixtures + "micro.yaml");
   auto units = build(preset, 5);
   const auto report = ckpt::load_pretrained(units, preset, kFixtures + "hf_micro_internlm2", {});
-  CHECK(report.style == ckpt::HfLlmStyle::kInternLm2);
+  CHECK(report.style == omnibal::HfStyle::kInternLm2);
   CHECK(report.opened_files.size() == 2);
   const ckpt::SafetensorsFile expected(kFixtures + "expected_micro.safetensors");
   const auto got = named(units);
@@ -168,7 +168,7 @@ TEST_CASE("a Hugging Face InternLM2 checkpoint written by python3-torch loads in
 
 TEST_CASE("a pipeline stage reads only the shards holding its units", "[hf]") {
   const auto preset = omnibal::load_model_preset(kFixtures + "micro.yaml");
-  const auto names = models::unit_names(preset);
+  const auto names = omnibal::unit_names(preset);
   const auto first_llm = std::find(names.begin(), names.end(), "llm_block_0") - names.begin();
   ScratchDir copy("hf_stage");
   fs::copy(kFixtures + "hf_micro_internlm2", copy.str(), fs::copy_options::recursive);
@@ -250,12 +250,12 @@ TEST_CASE("export lists every missing parameter before writing", "[hf]") {
                                         "language_model.model.layers.2.attention.wqkv.weight)") &&
                         Catch::Contains("vit_embed.class_embedding"));
   CHECK_FALSE(fs::exists(dir.file("out")));
-  CHECK(ckpt::detect_hf_llm_style({"language_model.model.layers.0.self_attn.qkv_proj.weight"}) ==
-        ckpt::HfLlmStyle::kLlamaFused);
-  CHECK_THROWS_WITH(ckpt::detect_hf_llm_style({"mlp1.0.weight"}),
+  CHECK(ckpt::detect_hf_style({"language_model.model.layers.0.self_attn.qkv_proj.weight"}) ==
+        omnibal::HfStyle::kLlamaFused);
+  CHECK_THROWS_WITH(ckpt::detect_hf_style({"mlp1.0.weight"}),
                     Catch::Contains("cannot tell the LLM layout"));
-  CHECK(ckpt::parse_hf_llm_style("llama-fused") == ckpt::HfLlmStyle::kLlamaFused);
-  CHECK_THROWS_WITH(ckpt::parse_hf_llm_style("qwen"),
+  CHECK(ckpt::parse_hf_style("llama-fused") == omnibal::HfStyle::kLlamaFused);
+  CHECK_THROWS_WITH(ckpt::parse_hf_style("qwen"),
                     Catch::Contains("expected internlm2, llama or llama-fused"));
 }
 
@@ -263,7 +263,7 @@ TEST_CASE(
     "config.json decides the LLM naming; unknown architectures and contradicting names are refused",
     "[hf]") {
   const auto preset = omnibal::load_model_preset("tiny");
-  auto config = ckpt::hf_config_json(preset, ckpt::HfLlmStyle::kLlama, "float32");
+  auto config = ckpt::hf_config_json(preset, omnibal::HfStyle::kLlama, "float32");
   config.erase("omnibal");
   config["llm_config"]["architectures"] = {"Qwen2ForCausalLM"};
   CHECK_THROWS_WITH(ckpt::hf_style_from_config(config, "q/config.json"),
@@ -274,11 +274,11 @@ TEST_CASE(
   CHECK_THROWS_WITH(ckpt::hf_style_from_config(config, "q/config.json"),
                     Catch::Contains("is absent"));
   config["omnibal"] = {{"llm_style", "llama-fused"}};
-  CHECK(ckpt::hf_style_from_config(config, "q/config.json") == ckpt::HfLlmStyle::kLlamaFused);
+  CHECK(ckpt::hf_style_from_config(config, "q/config.json") == omnibal::HfStyle::kLlamaFused);
 
-  CHECK(ckpt::resolve_hf_style("auto", "") == ckpt::HfLlmStyle::kInternLm2);
+  CHECK(ckpt::resolve_hf_style("auto", "") == omnibal::HfStyle::kInternLm2);
   CHECK(ckpt::resolve_hf_style("llama", "/nonexistent") ==
-        ckpt::HfLlmStyle::kLlama);  // the override reads nothing
+        omnibal::HfStyle::kLlama);  // the override reads nothing
   CHECK_THROWS_WITH(ckpt::resolve_hf_style("qwen", ""),
                     Catch::Contains("model.hf_style: expected auto"));
   CHECK_THROWS_WITH(ckpt::resolve_hf_style("auto", "/nonexistent"),
@@ -289,19 +289,19 @@ TEST_CASE(
   ckpt::export_hf(named(build(preset, 7)), preset, dir.str());
   auto units = build(preset, 8);
   const auto before = named(units);
-  CHECK_THROWS_WITH(ckpt::load_pretrained(units, preset, dir.str(), {}, ckpt::HfLlmStyle::kLlama),
+  CHECK_THROWS_WITH(ckpt::load_pretrained(units, preset, dir.str(), {}, omnibal::HfStyle::kLlama),
                     Catch::Contains("the LLM layout is llama") &&
                         Catch::Contains("tensor names are internlm2's"));
   CHECK(torch::equal(named(units).at("llm_block_0.attention.wq.weight"),
                      before.at("llm_block_0.attention.wq.weight")));
-  CHECK(ckpt::load_pretrained(units, preset, dir.str(), {}, ckpt::HfLlmStyle::kInternLm2).loaded ==
+  CHECK(ckpt::load_pretrained(units, preset, dir.str(), {}, omnibal::HfStyle::kInternLm2).loaded ==
         static_cast<int64_t>(before.size()));
 }
 
 TEST_CASE("a tied head is exported as its own tensor; config.json records what training used",
           "[hf]") {
-  const auto style = GENERATE(ckpt::HfLlmStyle::kInternLm2, ckpt::HfLlmStyle::kLlama,
-                              ckpt::HfLlmStyle::kLlamaFused);
+  const auto style = GENERATE(omnibal::HfStyle::kInternLm2, omnibal::HfStyle::kLlama,
+                              omnibal::HfStyle::kLlamaFused);
   auto preset = omnibal::load_model_preset("tiny");
   preset.llm.tie_embeddings = true;
   ScratchDir dir("hf_tied_head");
@@ -334,7 +334,7 @@ TEST_CASE("a tied head is exported as its own tensor; config.json records what t
   CHECK(loaded.unexpected.empty());
   CHECK(torch::equal(named(target).at("llm_embed.tok_embeddings.weight"),
                      source.at("llm_embed.tok_embeddings.weight")));
-  const auto names = models::unit_names(preset);
+  const auto names = omnibal::unit_names(preset);
   auto head_stage = build(preset, 98, static_cast<int64_t>(names.size()) - 1);
   ckpt::load_pretrained(head_stage, preset, dir.str(), {});
   CHECK(torch::equal(named(head_stage).at("llm_head.output.weight"),
@@ -356,7 +356,7 @@ TEST_CASE("a tied head is exported as its own tensor; config.json records what t
 TEST_CASE("config.json refuses a pad id outside the vocabulary, bad tiles and unknown templates",
           "[hf]") {
   const auto preset = omnibal::load_model_preset("tiny");
-  const auto style = ckpt::HfLlmStyle::kLlamaFused;
+  const auto style = omnibal::HfStyle::kLlamaFused;
   CHECK(ckpt::hf_config_json(preset, style, "float32")["llm_config"]["pad_token_id"] == 0);
   CHECK_THROWS_WITH(ckpt::hf_config_json(preset, style, "float32",
                                          ckpt::HfTrainingSettings{}.with_pad_token_id(1024)),

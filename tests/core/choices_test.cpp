@@ -37,6 +37,7 @@ TEST_CASE("choices: one name per value, parse and print are inverses", "[core][c
   check_table<OnBadSample>(2);
   check_table<PlaceBy>(2);
   check_table<HfStyle>(4);
+  check_table<VitNorm>(2);
   check_table<LossReduction>(3);
   check_table<ChatTemplateName>(1);
   check_table<UnitGroup>(3);

@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+
 #include "core/error.h"
 
 TEST_CASE("every shipped preset loads and derives InternVL token counts", "[core][preset]") {
@@ -21,4 +24,14 @@ TEST_CASE("every shipped preset loads and derives InternVL token counts", "[core
 TEST_CASE("a missing preset names the path it looked for", "[core][preset]") {
   CHECK_THROWS_WITH(omnibal::load_model_preset("nope"),
                     Catch::Contains("models/presets/nope.yaml"));
+}
+
+TEST_CASE("vit.norm is read as a choice, and another name is refused naming the key",
+          "[core][preset]") {
+  CHECK(omnibal::load_model_preset("tiny").vit.norm == omnibal::VitNorm::kLayerNorm);
+  const auto path = std::filesystem::temp_directory_path() / "omnibal_bad_norm_preset.yaml";
+  std::ofstream(path) << "name: bad\nvit: {norm: batchnorm}\n";
+  CHECK_THROWS_WITH(omnibal::load_model_preset(path.string()),
+                    Catch::Contains("vit.norm: expected layernorm | rmsnorm, got 'batchnorm'"));
+  std::filesystem::remove(path);
 }

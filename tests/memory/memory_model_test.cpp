@@ -7,16 +7,16 @@
 #include "partition/analytic_cost_model.h"
 
 using namespace omnibal;
-using partition::UnitKind;
+using omnibal::UnitKind;
 
 namespace {
 /// vit_embed (frozen), two ViT blocks, one LLM block; bytes chosen for easy arithmetic.
 partition::UnitCostTable four_unit_table() {
   partition::UnitCostTable t;
-  t.units = {{"vit_embed", UnitKind::VitEmbed, 0.1, 0.0, 100, 1000, false, 10},
-             {"vit_block.0", UnitKind::VitBlock, 1.0, 2.0, 200, 2000, true, 20},
-             {"vit_block.1", UnitKind::VitBlock, 1.0, 2.0, 300, 2000, true, 30},
-             {"llm_block.0", UnitKind::LlmBlock, 2.0, 4.0, 500, 4000, true, 40}};
+  t.units = {{"vit_embed", UnitKind::kVitEmbed, 0.1, 0.0, 100, 1000, false, 10},
+             {"vit_block.0", UnitKind::kVitBlock, 1.0, 2.0, 200, 2000, true, 20},
+             {"vit_block.1", UnitKind::kVitBlock, 1.0, 2.0, 300, 2000, true, 30},
+             {"llm_block.0", UnitKind::kLlmBlock, 2.0, 4.0, 500, 4000, true, 40}};
   return t;
 }
 }  // namespace

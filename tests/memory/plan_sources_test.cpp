@@ -11,8 +11,8 @@
 using namespace omnibal;
 using memory::RecomputeSource;
 using memory::SplitSource;
+using omnibal::UnitKind;
 using partition::Partition;
-using partition::UnitKind;
 
 namespace {
 
@@ -26,12 +26,12 @@ partition::UnitCostTable tiny_table() {
   t.model = "tiny";
   t.source = "test";
   t.load = {32, 224, 4};
-  const UnitKind kinds[] = {UnitKind::VitEmbed,  UnitKind::VitBlock, UnitKind::VitBlock,
-                            UnitKind::Projector, UnitKind::LlmEmbed, UnitKind::LlmBlock,
-                            UnitKind::LlmBlock,  UnitKind::LlmBlock, UnitKind::LlmBlock,
-                            UnitKind::Head};
+  const UnitKind kinds[] = {UnitKind::kVitEmbed,  UnitKind::kVitBlock, UnitKind::kVitBlock,
+                            UnitKind::kProjector, UnitKind::kLlmEmbed, UnitKind::kLlmBlock,
+                            UnitKind::kLlmBlock,  UnitKind::kLlmBlock, UnitKind::kLlmBlock,
+                            UnitKind::kLlmHead};
   for (size_t u = 0; u < kNames.size(); ++u) {
-    const double fwd = kinds[u] == UnitKind::VitBlock ? 10 : 1;
+    const double fwd = kinds[u] == UnitKind::kVitBlock ? 10 : 1;
     t.units.push_back({kNames[u], kinds[u], fwd, 2 * fwd, 4.0 * (1 << 20), 1 << 20, true, 1 << 19});
   }
   return t;

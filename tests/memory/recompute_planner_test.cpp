@@ -10,7 +10,7 @@
 
 using omnibal::memory::testing::kMiB;
 using namespace omnibal;
-using partition::UnitKind;
+using omnibal::UnitKind;
 
 namespace {
 
@@ -29,16 +29,16 @@ partition::UnitCostTable random_table(Rng& rng, int vit, int llm) {
   partition::UnitCostTable t;
   auto mib = [&](int lo, int hi) { return kMiB * (lo + static_cast<int>(rng.below(hi - lo + 1))); };
   t.units.push_back(
-      {"vit_embed", UnitKind::VitEmbed, 0.01, 0.02, mib(1, 4), mib(1, 2), true, mib(1, 3)});
+      {"vit_embed", UnitKind::kVitEmbed, 0.01, 0.02, mib(1, 4), mib(1, 2), true, mib(1, 3)});
   for (int i = 0; i < vit; ++i)
-    t.units.push_back({"vit_block", UnitKind::VitBlock, 0.1 + rng.uniform(), 1.0, mib(5, 40),
+    t.units.push_back({"vit_block", UnitKind::kVitBlock, 0.1 + rng.uniform(), 1.0, mib(5, 40),
                        mib(2, 8), true, mib(1, 3)});
   t.units.push_back(
-      {"projector", UnitKind::Projector, 0.02, 0.04, mib(1, 3), mib(1, 2), true, mib(1, 3)});
+      {"projector", UnitKind::kProjector, 0.02, 0.04, mib(1, 3), mib(1, 2), true, mib(1, 3)});
   for (int i = 0; i < llm; ++i)
-    t.units.push_back({"llm_block", UnitKind::LlmBlock, 0.1 + rng.uniform(), 1.0, mib(5, 40),
+    t.units.push_back({"llm_block", UnitKind::kLlmBlock, 0.1 + rng.uniform(), 1.0, mib(5, 40),
                        mib(2, 8), true, mib(1, 3)});
-  t.units.push_back({"head", UnitKind::Head, 0.05, 0.1, mib(2, 6), mib(1, 2), true, 0});
+  t.units.push_back({"head", UnitKind::kLlmHead, 0.05, 0.1, mib(2, 6), mib(1, 2), true, 0});
   return t;
 }
 
@@ -102,10 +102,10 @@ TEST_CASE("adaptive recompute prices a block by its profiled checkpointed times"
   // profiled checkpoint times the tie goes either way; block 1's checkpointed run is profiled
   // cheaper, so it is the one recomputed, and the plan's time is its recompute cost.
   partition::UnitCostTable t;
-  t.units = {{"llm_embed", UnitKind::LlmEmbed, 0.01, 0.02, kMiB, kMiB, true, kMiB},
-             {"llm_block.0", UnitKind::LlmBlock, 0.5, 1.0, 20 * kMiB, kMiB, true, kMiB},
-             {"llm_block.1", UnitKind::LlmBlock, 0.5, 1.0, 20 * kMiB, kMiB, true, kMiB},
-             {"head", UnitKind::Head, 0.05, 0.1, kMiB, kMiB, true, 0}};
+  t.units = {{"llm_embed", UnitKind::kLlmEmbed, 0.01, 0.02, kMiB, kMiB, true, kMiB},
+             {"llm_block.0", UnitKind::kLlmBlock, 0.5, 1.0, 20 * kMiB, kMiB, true, kMiB},
+             {"llm_block.1", UnitKind::kLlmBlock, 0.5, 1.0, 20 * kMiB, kMiB, true, kMiB},
+             {"head", UnitKind::kLlmHead, 0.05, 0.1, kMiB, kMiB, true, 0}};
   t.units[1].checkpointed_forward_s = 0.45;  // block 0: + 0.45 + 1.5 - 0.5 - 1.0 = 0.45 s
   t.units[1].checkpointed_backward_s = 1.5;
   t.units[2].checkpointed_forward_s = 0.4;  // block 1: + 0.4 + 1.3 - 0.5 - 1.0 = 0.2 s

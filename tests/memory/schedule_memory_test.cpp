@@ -12,8 +12,8 @@ using omnibal::memory::testing::kMiB;
 using namespace omnibal;
 using memory::InFlightState;
 using memory::ScheduleLayout;
+using omnibal::UnitKind;
 using partition::Partition;
-using partition::UnitKind;
 
 namespace {
 
@@ -35,7 +35,7 @@ partition::UnitCostTable blocks(int n) {
   t.load = {1, 100, 1};
   for (int u = 0; u < n; ++u) {
     partition::UnitCost c{"llm_block." + std::to_string(u),
-                          UnitKind::LlmBlock,
+                          UnitKind::kLlmBlock,
                           1.0,
                           2.0,
                           10.0 * (1 << 20),

@@ -11,8 +11,8 @@
 
 using omnibal::memory::testing::kMiB;
 using namespace omnibal;
+using omnibal::UnitKind;
 using partition::Partition;
-using partition::UnitKind;
 
 namespace {
 
@@ -28,14 +28,14 @@ partition::UnitCostTable heavy_vit_table() {
   auto add = [&](const char* name, UnitKind kind, double fwd, double act) {
     t.units.push_back({name, kind, fwd, 2 * fwd, act * kMiB, 1 * kMiB, true, 0.5 * kMiB});
   };
-  add("vit_embed", UnitKind::VitEmbed, 1, 1);
-  add("vit_block.0", UnitKind::VitBlock, 10, 8);
-  add("vit_block.1", UnitKind::VitBlock, 10, 8);
-  add("projector", UnitKind::Projector, 1, 1);
-  add("llm_embed", UnitKind::LlmEmbed, 1, 1);
+  add("vit_embed", UnitKind::kVitEmbed, 1, 1);
+  add("vit_block.0", UnitKind::kVitBlock, 10, 8);
+  add("vit_block.1", UnitKind::kVitBlock, 10, 8);
+  add("projector", UnitKind::kProjector, 1, 1);
+  add("llm_embed", UnitKind::kLlmEmbed, 1, 1);
   for (const char* n : {"llm_block.0", "llm_block.1", "llm_block.2", "llm_block.3"})
-    add(n, UnitKind::LlmBlock, 1, 6);
-  add("head", UnitKind::Head, 1, 2);
+    add(n, UnitKind::kLlmBlock, 1, 6);
+  add("head", UnitKind::kLlmHead, 1, 2);
   t.units.back().output_bytes = 0;
   return t;
 }

@@ -128,6 +128,9 @@ TEST_CASE("unit names, kinds and analytic parameter counts match the built model
   int64_t total = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     CHECK(model->units()[i]->unit_name() == names[i]);
+    CHECK(model->units()[i]->id() == omnibal::unit_at(preset, static_cast<int>(i)));
+    // Each unit consumes the phase its predecessor produces (the executor's expected shapes).
+    if (i > 0) CHECK(model->units()[i]->input_phase() == model->units()[i - 1]->output_phase());
     CHECK(model->units()[i]->num_parameters() == counts[i]);
     total += counts[i];
   }
@@ -136,8 +139,8 @@ TEST_CASE("unit names, kinds and analytic parameter counts match the built model
   CHECK(built == total);
   // Totals computed by hand from the YAML (tiny: also the Python golden script's count).
   CHECK(total == (name == "tiny" ? 1189568 : 99587712));
-  CHECK(model->units().front()->kind() == UnitKind::kVitEmbed);
-  CHECK(model->units().back()->kind() == UnitKind::kLlmHead);
+  CHECK(model->units().front()->kind() == omnibal::UnitKind::kVitEmbed);
+  CHECK(model->units().back()->kind() == omnibal::UnitKind::kLlmHead);
   CHECK(model->named_parameters().contains("llm_block_0.attention.wq.weight"));
   CHECK(model->named_parameters().contains("vit_block_0.attn.qkv.weight"));
 }

@@ -5,6 +5,7 @@
 #include "core/error.h"
 
 using namespace omnibal::partition;
+using omnibal::UnitKind;
 
 namespace {
 AnalyticCostModel internvl(bool freeze_vit = false) {
@@ -25,15 +26,15 @@ TEST_CASE("analytic model: unit order and published parameter counts", "[partiti
   const auto t = model.costs(MicroBatchLoad::packed({5, 5}, {1500, 1400}));
   CHECK(t.units[0].name == "vit_embed");
   CHECK(t.units[45].name == "vit_block.44");
-  CHECK(t.units[46].kind == UnitKind::Projector);
-  CHECK(t.units[47].kind == UnitKind::LlmEmbed);
+  CHECK(t.units[46].kind == UnitKind::kProjector);
+  CHECK(t.units[47].kind == UnitKind::kLlmEmbed);
   CHECK(t.units[48].name == "llm_block.0");
-  CHECK(t.units[96].kind == UnitKind::Head);
+  CHECK(t.units[96].kind == UnitKind::kLlmHead);
   // InternViT-6B-448px-V1-5 keeps 45 of InternViT-6B's 48 blocks: 5,540M parameters;
   // InternLM2-20B has 19.86B (published model cards).
-  CHECK(params_of(t, UnitKind::VitEmbed, UnitKind::VitBlock) == Approx(5.54e9).epsilon(0.01));
-  CHECK(params_of(t, UnitKind::LlmEmbed, UnitKind::LlmBlock) +
-            params_of(t, UnitKind::Head, UnitKind::Head) ==
+  CHECK(params_of(t, UnitKind::kVitEmbed, UnitKind::kVitBlock) == Approx(5.54e9).epsilon(0.01));
+  CHECK(params_of(t, UnitKind::kLlmEmbed, UnitKind::kLlmBlock) +
+            params_of(t, UnitKind::kLlmHead, UnitKind::kLlmHead) ==
         Approx(19.86e9).epsilon(0.03));
 }
 

@@ -25,7 +25,7 @@ class EqualUnits : public CostModel {
     const double k = load.computed_tokens() / 100.0;
     for (int u = 0; u < units_; ++u) {
       UnitCost c{"llm_block." + std::to_string(u),
-                 UnitKind::LlmBlock,
+                 UnitKind::kLlmBlock,
                  1.0 * k,
                  2.0 * k,
                  100.0 * load.computed_tokens(),
@@ -134,8 +134,8 @@ TEST_CASE("cost table: the split backward round-trips and old tables get the est
   t.model = "tiny";
   t.source = "test";
   t.load = {2, 100, 1};
-  t.units.push_back({"llm_block.0", UnitKind::LlmBlock, 1.0, 2.0, 400, 10, true, 40});
-  t.units.push_back({"llm_block.1", UnitKind::LlmBlock, 1.0, 2.0, 400, 10, true, 40});
+  t.units.push_back({"llm_block.0", UnitKind::kLlmBlock, 1.0, 2.0, 400, 10, true, 40});
+  t.units.push_back({"llm_block.1", UnitKind::kLlmBlock, 1.0, 2.0, 400, 10, true, 40});
   t.units[0].backward_weight_s = 0.8;
   t.units[0].weight_grad_bytes = 300;
   const auto back = parse_unit_cost_table(unit_cost_table_json(t), "test");
@@ -174,7 +174,7 @@ TEST_CASE("analytic model: W is the weight-gradient GEMMs, inside the backward",
   }
   // An LLM block's W keeps its activation bytes (linear inputs + output gradients).
   const auto& llm = table.units[model.preset().vit.depth + 3];
-  CHECK(llm.kind == UnitKind::LlmBlock);
+  CHECK(llm.kind == UnitKind::kLlmBlock);
   CHECK(*llm.weight_grad_bytes == Approx(llm.activation_bytes));
   CHECK(*llm.backward_weight_s / llm.backward_s < 0.5);
 }

@@ -11,6 +11,7 @@
 
 using namespace omnibal::partition;
 using Catch::Contains;
+using omnibal::UnitKind;
 
 namespace {
 omnibal::ModelPreset tiny() { return omnibal::load_model_preset("tiny"); }
@@ -68,38 +69,38 @@ TEST_CASE("padding and the trainer's head checks", "[partition][tp]") {
 TEST_CASE("TP all-reduces per unit, counted by hand for the tiny preset", "[partition][tp]") {
   const auto p = tiny();
   // 3 tiles of 17 ViT tokens, 100 LLM tokens, bf16.
-  const auto vit = unit_tp_all_reduces(p, UnitKind::VitBlock, 3, 100, 2, 2.0, true);
+  const auto vit = unit_tp_all_reduces(p, UnitKind::kVitBlock, 3, 100, 2, 2.0, true);
   CHECK(vit.forward_bytes == 2 * 2.0 * 51 * 64);
   CHECK(vit.forward_calls == 2);
   CHECK(vit.backward_bytes == 2 * 2.0 * 51 * 64);
   CHECK(vit.backward_calls == 2);
-  const auto frozen = unit_tp_all_reduces(p, UnitKind::VitBlock, 3, 100, 2, 2.0, false);
+  const auto frozen = unit_tp_all_reduces(p, UnitKind::kVitBlock, 3, 100, 2, 2.0, false);
   CHECK(frozen.backward_calls == 0);
   CHECK(frozen.backward_bytes == 0);
-  const auto llm = unit_tp_all_reduces(p, UnitKind::LlmBlock, 3, 100, 2, 2.0, true);
+  const auto llm = unit_tp_all_reduces(p, UnitKind::kLlmBlock, 3, 100, 2, 2.0, true);
   CHECK(llm.forward_bytes == 2 * 2.0 * 100 * 128);
   CHECK(llm.backward_bytes == 2 * 2.0 * 100 * 128);
-  const auto embed = unit_tp_all_reduces(p, UnitKind::LlmEmbed, 3, 100, 2, 2.0, true);
+  const auto embed = unit_tp_all_reduces(p, UnitKind::kLlmEmbed, 3, 100, 2, 2.0, true);
   CHECK(embed.forward_bytes == 2.0 * 100 * 128);
   CHECK(embed.forward_calls == 1);
   CHECK(embed.backward_calls == 0);
-  const auto head = unit_tp_all_reduces(p, UnitKind::Head, 3, 100, 2, 4.0, true);
+  const auto head = unit_tp_all_reduces(p, UnitKind::kLlmHead, 3, 100, 2, 4.0, true);
   CHECK(head.forward_bytes == 3 * 4.0 * 100);  // max, sum of exp, target logit, fp32
   CHECK(head.forward_calls == 3);
   CHECK(head.backward_bytes == 4.0 * 100 * 128);
   CHECK(head.backward_calls == 1);
-  CHECK(unit_tp_all_reduces(p, UnitKind::Projector, 3, 100, 2, 2.0, true) == TpAllReduces{});
-  CHECK(unit_tp_all_reduces(p, UnitKind::VitEmbed, 3, 100, 2, 2.0, true) == TpAllReduces{});
-  CHECK(unit_tp_all_reduces(p, UnitKind::LlmBlock, 3, 100, 1, 2.0, true) == TpAllReduces{});
+  CHECK(unit_tp_all_reduces(p, UnitKind::kProjector, 3, 100, 2, 2.0, true) == TpAllReduces{});
+  CHECK(unit_tp_all_reduces(p, UnitKind::kVitEmbed, 3, 100, 2, 2.0, true) == TpAllReduces{});
+  CHECK(unit_tp_all_reduces(p, UnitKind::kLlmBlock, 3, 100, 1, 2.0, true) == TpAllReduces{});
   // InternViT's qk-norm: one [tokens] fp32 all-reduce for q and one for k, each way.
   const auto internvl = omnibal::load_model_preset("internvl-1.5-6b-20b");
-  const auto qk = unit_tp_all_reduces(internvl, UnitKind::VitBlock, 1, 100, 2, 2.0, true);
+  const auto qk = unit_tp_all_reduces(internvl, UnitKind::kVitBlock, 1, 100, 2, 2.0, true);
   CHECK(qk.forward_calls == 4);
   CHECK(qk.forward_bytes == 2 * 2.0 * 1025 * 3200 + 2 * 4.0 * 1025);
   CHECK(qk.backward_bytes == qk.forward_bytes);
   // Recomputation re-runs the forward's all-reduces in the backward (trainable blocks only).
   UnitCost u;
-  u.kind = UnitKind::LlmBlock;
+  u.kind = UnitKind::kLlmBlock;
   u.tp_all_reduce = llm;
   const TpLink link{1e9, 1e-5};
   CHECK(tp_forward_seconds(u, 2, link) == Approx(2e-5 + 51200 / 1e9));

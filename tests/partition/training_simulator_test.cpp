@@ -10,6 +10,7 @@
 #include "schedule/one_f_one_b.h"
 
 using namespace omnibal::partition;
+using omnibal::UnitKind;
 
 namespace {
 /// Four LLM blocks; each costs 0.5 s forward and 1 s backward per 100 computed tokens, keeps
@@ -20,7 +21,7 @@ class LinearModel : public CostModel {
     UnitCostTable t;
     const double k = load.computed_tokens() / 100.0;
     for (int u = 0; u < 4; ++u)
-      t.units.push_back({"llm_block." + std::to_string(u), UnitKind::LlmBlock, 0.5 * k, 1.0 * k,
+      t.units.push_back({"llm_block." + std::to_string(u), UnitKind::kLlmBlock, 0.5 * k, 1.0 * k,
                          100.0 * load.computed_tokens(), 1e9, true, 10.0 * load.computed_tokens()});
     return t;
   }

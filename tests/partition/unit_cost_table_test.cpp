@@ -9,6 +9,7 @@
 #include "partition/cost_model.h"
 
 using namespace omnibal::partition;
+using omnibal::UnitKind;
 
 namespace {
 UnitCostTable small_table() {
@@ -16,10 +17,10 @@ UnitCostTable small_table() {
   t.model = "tiny";
   t.source = "profiled:cpu";
   t.load = {4, 100, 2};
-  t.units = {{"vit_embed", UnitKind::VitEmbed, 0.1, 0.2, 1000, 50, false, 400},
-             {"vit_block.0", UnitKind::VitBlock, 0.5, 1.0, 3000, 80, false, 400},
-             {"llm_block.0", UnitKind::LlmBlock, 0.25, 0.5, 2000, 90, true, 300},
-             {"head", UnitKind::Head, 0.05, 0.1, 500, 60, true, 0}};
+  t.units = {{"vit_embed", UnitKind::kVitEmbed, 0.1, 0.2, 1000, 50, false, 400},
+             {"vit_block.0", UnitKind::kVitBlock, 0.5, 1.0, 3000, 80, false, 400},
+             {"llm_block.0", UnitKind::kLlmBlock, 0.25, 0.5, 2000, 90, true, 300},
+             {"head", UnitKind::kLlmHead, 0.05, 0.1, 500, 60, true, 0}};
   return t;
 }
 }  // namespace
@@ -34,7 +35,7 @@ TEST_CASE("unit cost tables round-trip through JSON", "[partition][cost_table]")
   CHECK(back.load.tokens == 100);
   REQUIRE(back.units.size() == 4);
   CHECK(back.units[1].name == "vit_block.0");
-  CHECK(back.units[1].kind == UnitKind::VitBlock);
+  CHECK(back.units[1].kind == UnitKind::kVitBlock);
   CHECK(back.units[1].backward_s == 1.0);
   CHECK_FALSE(back.units[1].trainable);
   CHECK(back.units[2].activation_bytes == 2000);

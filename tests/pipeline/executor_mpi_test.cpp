@@ -121,7 +121,7 @@ TEST_CASE("an empty micro-batch runs through 2 stages: same messages, no loss, n
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   REQUIRE(world == 2);
   const ModelPreset preset = small_wide_vit();
-  const auto names = models::unit_names(preset);
+  const auto names = omnibal::unit_names(preset);
   // Cut after the ViT (a [tiles, 1 + P, d] boundary) or after the LLM embedding ([T, d]).
   const int cut = GENERATE(2, 4);
   INFO("cut " << cut);
@@ -173,7 +173,7 @@ TEST_CASE("1F1B executor on 2 stages equals the whole model (>= 8 MiB activation
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   REQUIRE(world == 2);
   const ModelPreset preset = small_wide_vit();
-  const auto names = models::unit_names(preset);
+  const auto names = omnibal::unit_names(preset);
   const int cut = 2;  // vit_embed, vit_block_0 | projector, llm_embed, llm_block_0, llm_head
   models::VlmOptions opt;
   opt.with_img_context_id(kImgContext).with_seed(5);
@@ -215,8 +215,7 @@ std::vector<std::vector<models::UnitPtr>> chunk_units(const ModelPreset& preset,
   auto chunks = models::make_chunk_units(preset, opt, ranges);
   for (auto& c : chunks)
     for (auto& u : c)
-      if (u->kind() == models::UnitKind::kVitBlock || u->kind() == models::UnitKind::kLlmBlock)
-        u->set_recompute(recompute);
+      if (omnibal::is_recomputable(u->kind())) u->set_recompute(recompute);
   return chunks;
 }
 
@@ -233,7 +232,7 @@ TEST_CASE("ZB-H1 and interleaved executors on 2 stages equal the whole model", "
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   REQUIRE(world == 2);
   const ModelPreset preset = small_wide_vit();
-  const auto names = models::unit_names(preset);
+  const auto names = omnibal::unit_names(preset);
   const int64_t n = static_cast<int64_t>(names.size());  // 6 units
   const bool recompute = GENERATE(false, true);
   const bool interleaved = GENERATE(false, true);
@@ -281,7 +280,7 @@ TEST_CASE("ZB-H1 and interleaved executors on 2 stages equal the whole model", "
 TEST_CASE("interleaved on one rank hands activations and gradients between its chunks",
           "[pipeline]") {
   const ModelPreset preset = small_wide_vit();
-  const int64_t n = static_cast<int64_t>(models::unit_names(preset).size());
+  const int64_t n = static_cast<int64_t>(omnibal::unit_names(preset).size());
   models::VlmOptions opt;
   opt.with_img_context_id(kImgContext).with_seed(5);
   const std::vector<models::PackBatch> packs = {make_pack(3, 2, 1), make_pack(2, 1, 3)};

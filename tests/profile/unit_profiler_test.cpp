@@ -92,14 +92,14 @@ TEST_CASE("unit profiler: tiny table has the analytic names, exact parameter and
     CHECK(u.forward_s > 0);
     CHECK(u.backward_s > 0);
     CHECK(u.trainable);
-    if (u.kind == partition::UnitKind::VitBlock)
+    if (u.kind == UnitKind::kVitBlock)
       CHECK(u.output_bytes == 4.0 * tiles * vit_tokens * preset.vit.width + side);
-    if (u.kind == partition::UnitKind::LlmBlock) {
+    if (u.kind == UnitKind::kLlmBlock) {
       CHECK(u.output_bytes == 4.0 * T * preset.llm.width + side);
       // RMSNorm keeps its input; q, k, v, attention output, MLP activations come on top.
       CHECK(u.activation_bytes >= 4.0 * 4 * T * preset.llm.width);
     }
-    if (u.kind == partition::UnitKind::VitBlock)
+    if (u.kind == UnitKind::kVitBlock)
       CHECK(u.activation_bytes >= 4.0 * 4 * tiles * vit_tokens * preset.vit.width);
   }
   CHECK(t.units.back().output_bytes == 0);
@@ -128,7 +128,7 @@ TEST_CASE("unit profiler: activation bytes do not depend on the repeat and scale
   for (size_t i = 0; i < a.units.size(); ++i) {
     const auto& u = a.units[i];
     INFO(u.name);
-    if (u.kind == partition::UnitKind::VitBlock || u.kind == partition::UnitKind::LlmBlock) {
+    if (u.kind == UnitKind::kVitBlock || u.kind == UnitKind::kLlmBlock) {
       // Twice the tiles and tokens: at least twice the bytes (attention grows faster), at most
       // 2.5x at these lengths.
       CHECK(b.units[i].activation_bytes >= 1.99 * u.activation_bytes);
@@ -145,8 +145,7 @@ TEST_CASE("unit profiler: train.freeze vit leaves the ViT without backward and a
   const auto t = profile_units(preset, o).table;
   for (const auto& u : t.units) {
     INFO(u.name);
-    const bool vit =
-        u.kind == partition::UnitKind::VitEmbed || u.kind == partition::UnitKind::VitBlock;
+    const bool vit = u.kind == UnitKind::kVitEmbed || u.kind == UnitKind::kVitBlock;
     CHECK(u.trainable == !vit);
     if (vit) {
       CHECK(u.backward_s == 0);
@@ -154,8 +153,7 @@ TEST_CASE("unit profiler: train.freeze vit leaves the ViT without backward and a
       CHECK(u.parameter_bytes > 0);  // frozen weights still occupy memory
     } else {
       CHECK(u.backward_s > 0);
-      if (u.recomputable() || u.kind == partition::UnitKind::Projector)
-        CHECK(u.activation_bytes > 0);
+      if (u.recomputable() || u.kind == UnitKind::kProjector) CHECK(u.activation_bytes > 0);
     }
   }
   // Group names are checked once, where they are read (config and --freeze).
@@ -186,7 +184,7 @@ TEST_CASE("unit profiler: --split-backward times W and counts what the deferred 
       CHECK(*u.weight_grad_bytes == 0);
       continue;
     }
-    if (u.kind == partition::UnitKind::LlmBlock) {
+    if (u.kind == UnitKind::kLlmBlock) {
       CHECK(*u.backward_weight_s > 0);
       CHECK(*u.backward_weight_s < u.backward_s);
       CHECK(*u.weight_grad_bytes == block);
@@ -202,7 +200,7 @@ TEST_CASE("unit profiler: trainable ViT and LLM blocks are also timed checkpoint
   int timed = 0;
   for (const auto& u : t.units) {
     INFO(u.name);
-    const bool block = u.kind == partition::UnitKind::LlmBlock;  // the frozen ViT's are not
+    const bool block = u.kind == UnitKind::kLlmBlock;  // the frozen ViT's are not
     CHECK(u.checkpointed_forward_s.has_value() == block);
     CHECK(u.checkpointed_backward_s.has_value() == block);
     if (!block) continue;

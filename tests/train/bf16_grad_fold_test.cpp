@@ -62,7 +62,7 @@ std::vector<models::UnitPtr> bf16_model(const Variant& v, DistributedOptimizer::
                            .with_img_context_id(models::testing::kImgContextId)
                            .with_seed(7)
                            .with_dtype(torch::kBFloat16);
-  const auto n = static_cast<int64_t>(models::unit_names(preset).size());
+  const auto n = static_cast<int64_t>(omnibal::unit_names(preset).size());
   auto units = models::make_units(preset, options, 0, n);
   for (const auto& u : units) {
     u->set_recompute(v.recompute);

@@ -11,8 +11,8 @@
 using omnibal::Config;
 using omnibal::load_model_preset;
 using omnibal::UnitGroup;
+using omnibal::UnitKind;
 using omnibal::partition::UnitCostTable;
-using omnibal::partition::UnitKind;
 using omnibal::train::trainer_time_model;
 
 TEST_CASE("trainer time model: the start-up table's scaled model, by hand", "[train]") {
@@ -20,12 +20,12 @@ TEST_CASE("trainer time model: the start-up table's scaled model, by hand", "[tr
   table.model = "tiny";
   table.load = {8, 400, 4, 0};  // 8 tiles, 400 tokens
   // ViT units (embed, block, projector) 0.4 s in all; the rest 1.0 s.
-  table.units = {{"vit_embed", UnitKind::VitEmbed, 0.05, 0.05},
-                 {"vit_block.0", UnitKind::VitBlock, 0.1, 0.1},
-                 {"projector", UnitKind::Projector, 0.05, 0.05},
-                 {"llm_embed", UnitKind::LlmEmbed, 0.1, 0.1},
-                 {"llm_block.0", UnitKind::LlmBlock, 0.2, 0.4},
-                 {"head", UnitKind::Head, 0.1, 0.1}};
+  table.units = {{"vit_embed", UnitKind::kVitEmbed, 0.05, 0.05},
+                 {"vit_block.0", UnitKind::kVitBlock, 0.1, 0.1},
+                 {"projector", UnitKind::kProjector, 0.05, 0.05},
+                 {"llm_embed", UnitKind::kLlmEmbed, 0.1, 0.1},
+                 {"llm_block.0", UnitKind::kLlmBlock, 0.2, 0.4},
+                 {"head", UnitKind::kLlmHead, 0.1, 0.1}};
   const auto t =
       trainer_time_model(Config{}, load_model_preset("tiny"), &table, "start-up profile", 10, 500);
   CHECK(t.model.per_tile_s == Approx(0.4 / 8));

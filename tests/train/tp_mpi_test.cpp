@@ -97,7 +97,7 @@ TEST_CASE("TP 2: the whole VLM (qk-norm, RMSNorm ViT, GQA, odd vocabulary) equal
   const TensorParallel tp = omnibal::train::tensor_parallel_over(*world);
   omnibal::ModelPreset preset = omnibal::load_model_preset("tiny");
   preset.vit.qk_norm = true;  // InternViT-6B: q and k normalised over all heads
-  preset.vit.norm = "rmsnorm";
+  preset.vit.norm = omnibal::VitNorm::kRmsNorm;
   preset.llm.vocab_size = 1001;  // padded to 1002 at TP 2
   preset.llm.tie_embeddings = GENERATE(false, true);
   INFO("tie_embeddings " << preset.llm.tie_embeddings);
@@ -109,7 +109,7 @@ TEST_CASE("TP 2: the whole VLM (qk-norm, RMSNorm ViT, GQA, odd vocabulary) equal
   const auto pack = omnibal::profile::make_profiling_pack(preset, po);
   omnibal::models::VlmOptions opt;
   opt.with_img_context_id(omnibal::profile::profiling_img_context_id(preset, po)).with_seed(9);
-  const int64_t n = static_cast<int64_t>(omnibal::models::unit_names(preset).size());
+  const int64_t n = static_cast<int64_t>(omnibal::unit_names(preset).size());
   auto run = [&](const std::vector<omnibal::models::UnitPtr>& units) {
     auto out = omnibal::models::run_units(units, omnibal::models::UnitState::from_pack(pack));
     out.loss_sum.backward();
