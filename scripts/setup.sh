@@ -4,7 +4,8 @@
 #  2. A Python environment holding torch==2.11.0 (its LibTorch is the one omnibal builds against,
 #     CPU and CUDA 13.0 alike; its NVIDIA libraries, NCCL 2.28.9 among them, come with it) and
 #     the scripts' numpy and matplotlib, at a fixed prefix outside the clone (scripts/torch_env.sh)
-#     that every clone on the machine reuses.
+#     that every clone on the machine reuses; and lizard, the function-length test's (added to an
+#     environment made before it was pinned, without rebuilding torch).
 #  3. Checks the CUDA 13.0 toolkit (nvcc) that the CUDA LibTorch's CMake files require.
 # Prints what it installed, the environment's size and the time taken.
 set -euo pipefail
@@ -65,5 +66,18 @@ print(f"setup: torch {torch.__version__} (CUDA {torch.version.cuda}, NCCL "
 PY
   echo "$WANT" > "$STAMP"
   echo "setup: environment $(du -sh "$OMNIBAL_TORCH_ENV" | cut -f1) in $(( $(date +%s) - t0 )) s"
+fi
+# lizard (scripts/dev/function_lengths.py, the house.function_length test) is not in the stamp:
+# a pin added or changed later installs it here without recreating the torch environment.
+LIZARD="lizard==$OMNIBAL_LIZARD_PIN"
+have=$("$OMNIBAL_TORCH_ENV/bin/python" -m pip show --disable-pip-version-check lizard 2>/dev/null |
+       sed -n 's/^Version: //p' || true)
+if [ "$have" = "$OMNIBAL_LIZARD_PIN" ]; then
+  echo "setup: $OMNIBAL_TORCH_ENV holds $LIZARD"
+else
+  echo "setup: installing $LIZARD (with pygments and pathspec, about 12 MB) into" \
+       "$OMNIBAL_TORCH_ENV${have:+, replacing $have}"
+  "$OMNIBAL_TORCH_ENV/bin/python" -m pip install --no-cache-dir --disable-pip-version-check \
+    --progress-bar off -q "$LIZARD"
 fi
 echo "setup: done in $(( $(date +%s) - t0 )) s"

@@ -62,7 +62,6 @@ MicroBatchLoad worst_load(const std::vector<StepLoads>& steps) {
 /// The mean micro-batch of a plan (the balanced profiling load of BMP, docs/paper.md).
 MicroBatchLoad mean_load(const std::vector<StepLoads>& steps) {
   double tiles = 0, n = 0, samples = 0;
-  std::vector<int32_t> lengths;
   double tokens = 0;
   for (const auto& step : steps)
     for (const auto& rank : step)
@@ -295,9 +294,10 @@ void check_options(const AblationOptions& o) {
                 " (the baseline's micro-batch size would not be whole)");
 }
 
-}  // namespace
-
-AblationResult run_partition_ablation(const AblationOptions& o) {
+/// The rows' shared context for checked options: the analytic model of the preset on the
+/// device, the trainer's memory accounting (or the measured table's, --cost-table-in) and the
+/// budget; epoch_samples is left to the caller.
+Context make_context(const AblationOptions& o) {
   check_options(o);
   Context c{o,
             partition::AnalyticCostModel(load_model_preset(o.model),
@@ -307,20 +307,27 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
                                              : partition::VitHeadPadding::kRefuse),
             {},
             0,
-            0};
+            0,
+            std::nullopt};
   // The trainer's accounting of a bf16 run (train/distributed_optimizer.h): bf16 weights,
   // fp32 main gradient plus the bf16 gradient of a backward, fp32 master weights and moments.
   c.memory = memory::trainer_memory_options(Precision::kBf16, o.zero1, o.dp, o.tp);
   if (!o.cost_table_in.empty()) use_measured_table(c);
   c.budget = o.budget_gb > 0 ? o.budget_gb * double(1ull << 30)
                              : memory::default_budget_bytes(c.analytic.device().memory_bytes);
-  const auto table = balance::read_length_files(o.lengths);
-  c.epoch_samples = static_cast<int64_t>(table.size());
-  AblationResult res;
-  res.budget_bytes = c.budget;
-  res.epoch_samples = c.epoch_samples;
-  res.samples_per_pack = static_cast<int>(o.global_batch / (o.dp * o.micro_batches));
+  return c;
+}
 
+/// The simulator loads of the two data plans every row uses.
+struct DataPlans {
+  std::vector<StepLoads> random;  ///< the baseline: random packs of samples_per_pack samples
+  std::vector<StepLoads> isf;     ///< ISF packs
+};
+
+/// Plans the epoch of `table` with random packing and with ISF (recording ISF's budgets in
+/// `res`); throws when the samples do not make one full step.
+DataPlans plan_data(const AblationOptions& o, const balance::SampleTable& table,
+                    AblationResult& res) {
   balance::PlannerOptions po;
   po.dp = o.dp;
   po.micro_batches = o.micro_batches;
@@ -331,20 +338,26 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   const auto isf = balance::plan_method(table, balance::Method::kIsf, po);
   res.isf_budgets = fmt::format("Q_v={} Q_t={} Q't={}", isf.budgets.q_vit, isf.budgets.q_tok,
                                 isf.budgets.q_tok_thresh);
-  const auto base_steps = step_loads(table, random);
-  const auto isf_steps = step_loads(table, isf);
-  OMNIBAL_CHECK(!base_steps.empty() && !isf_steps.empty(), "partition: the length files hold ",
+  DataPlans plans{step_loads(table, random), step_loads(table, isf)};
+  OMNIBAL_CHECK(!plans.random.empty() && !plans.isf.empty(), "partition: the length files hold ",
                 table.size(), " samples, fewer than one step of dp * m micro-batches");
+  return plans;
+}
 
+/// The paper's rows (baseline, + ISF, + balanced partition, + adaptive recompute) and the three
+/// controls (uniform split, greedy profile split, adaptive on the row-3 split), under 1F1B;
+/// also fills res's profile table, planner options and the two BMP searches.
+void add_paper_rows(const Context& c, const DataPlans& data, AblationResult& res) {
+  const auto& isf_steps = data.isf;
   res.profile_table = c.model().costs(mean_load(isf_steps));
   res.planner_options = planner_options(c, isf_steps);
   std::vector<double> params;
   for (const auto& u : res.profile_table.units) params.push_back(u.parameter_bytes);
   PartitionSpec fixed;
   fixed.method = PartitionMethod::kParameters;
-  const Partition by_params = memory::fixed_split(fixed, params, o.pp);
+  const Partition by_params = memory::fixed_split(fixed, params, c.o.pp);
   fixed.method = PartitionMethod::kUniform;
-  const Partition uniform = memory::fixed_split(fixed, params, o.pp);
+  const Partition uniform = memory::fixed_split(fixed, params, c.o.pp);
   res.balanced_plan = balanced_plan(c, isf_steps, false, res.search, res.candidate_seconds);
   res.adaptive_plan =
       balanced_plan(c, isf_steps, true, res.adaptive_search, res.adaptive_candidate_seconds);
@@ -352,7 +365,8 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   const Partition bmp_adaptive = res.adaptive_plan.partition;
 
   auto& rows = res.rows;
-  rows.push_back(simulate_row(c, "baseline", "random", "parameters", by_params, base_steps, false));
+  rows.push_back(
+      simulate_row(c, "baseline", "random", "parameters", by_params, data.random, false));
   rows.push_back(simulate_row(c, "+ ISF", "isf", "parameters", by_params, isf_steps, false));
   rows.push_back(simulate_row(c, "+ balanced partition", "isf", "balanced", bmp, isf_steps, false));
   rows.push_back(simulate_row(c, "+ adaptive recompute", "isf", "balanced (memory-aware)",
@@ -363,8 +377,14 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
                               res.search.greedy_anchor, isf_steps, false));
   rows.push_back(
       simulate_row(c, "adaptive on the row-3 split", "isf", "balanced", bmp, isf_steps, true));
-  // Schedules beyond 1F1B: the full OmniBal row under each, and their candidates ranked.
-  const auto extra = extra_schedules(o);
+}
+
+/// Schedules beyond 1F1B (--schedule): the full OmniBal row under each, and every search's
+/// candidates ranked by simulated time (with the 1F1B adaptive search's). A schedule that
+/// cannot be planned is listed in res.schedule_errors instead of a row.
+void add_schedule_rows(const Context& c, const std::vector<StepLoads>& isf_steps,
+                       AblationResult& res) {
+  const auto extra = extra_schedules(c.o);
   if (!extra.empty())
     rank_candidates(res.adaptive_plan, res.adaptive_candidate_seconds, res.ranking);
   for (const Schedule& sched : extra) {
@@ -378,13 +398,29 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
     }
     const auto& plan = res.schedule_plans.back();
     rank_candidates(plan, seconds, res.ranking);
-    rows.push_back(simulate_row(c, "+ " + sched.name(), "isf", "balanced (memory-aware)",
-                                plan.partition, isf_steps, true, sched));
+    res.rows.push_back(simulate_row(c, "+ " + sched.name(), "isf", "balanced (memory-aware)",
+                                    plan.partition, isf_steps, true, sched));
   }
   std::stable_sort(res.ranking.begin(), res.ranking.end(),
                    [](const ScheduleCandidate& a, const ScheduleCandidate& b) {
                      return a.simulated_8_steps_s < b.simulated_8_steps_s;
                    });
+}
+
+}  // namespace
+
+AblationResult run_partition_ablation(const AblationOptions& o) {
+  Context c = make_context(o);
+  const auto table = balance::read_length_files(o.lengths);
+  c.epoch_samples = static_cast<int64_t>(table.size());
+  AblationResult res;
+  res.budget_bytes = c.budget;
+  res.epoch_samples = c.epoch_samples;
+  res.samples_per_pack = static_cast<int>(o.global_batch / (o.dp * o.micro_batches));
+  const DataPlans data = plan_data(o, table, res);
+  add_paper_rows(c, data, res);
+  add_schedule_rows(c, data.isf, res);
+  auto& rows = res.rows;
   for (auto& r : rows) {
     r.speedup = rows[0].epoch_seconds / r.epoch_seconds;
     r.delta = r.components;
@@ -392,6 +428,94 @@ AblationResult run_partition_ablation(const AblationOptions& o) {
   }
   return res;
 }
+
+namespace {
+
+/// The options and the figures every row shares (the JSON's "config").
+nlohmann::json config_json(const AblationResult& res, const AblationOptions& o) {
+  return {{"model", o.model},
+          {"lengths", o.lengths},
+          {"dp", o.dp},
+          {"pp", o.pp},
+          {"tp", o.tp},
+          {"tp_vit_dummy_heads", o.tp_vit_dummy_heads},
+          {"micro_batches", o.micro_batches},
+          {"device", o.device},
+          {"global_batch", o.global_batch},
+          {"zero1", o.zero1},
+          {"budget_gb", res.budget_bytes / 1e9},
+          {"epoch_samples", res.epoch_samples},
+          {"samples_per_pack", res.samples_per_pack},
+          {"isf_budgets", res.isf_budgets},
+          {"cost_table_in", o.cost_table_in},
+          {"schedules", o.schedules},
+          {"virtual_stages", o.virtual_stages}};
+}
+
+/// A time breakdown in seconds: useful_s and comm_s apart (`with_useful`) or summed as other_s.
+nlohmann::json breakdown_json(const partition::TimeBreakdown& b, bool with_useful) {
+  nlohmann::json x = {{"padding_s", b.padding_s},
+                      {"dp_wait_s", b.dp_wait_s},
+                      {"bubble_s", b.bubble_s},
+                      {"recompute_s", b.recompute_s},
+                      {"tp_comm_s", b.tp_comm_s}};
+  if (with_useful) {
+    x["useful_s"] = b.useful_s;
+    x["comm_s"] = b.comm_s;
+  } else {
+    x["other_s"] = b.useful_s + b.comm_s;
+  }
+  return x;
+}
+
+/// One row; `gpus` (dp x pp x tp) turns its epoch into GPU-days.
+nlohmann::json row_json(const AblationRow& r, int gpus) {
+  return {{"name", r.name},
+          {"data", r.data},
+          {"split", r.split},
+          {"recompute", r.recompute},
+          {"schedule", choice_name(r.schedule)},
+          {"virtual_stages", r.virtual_stages},
+          {"partition", r.partition.sizes},
+          {"recomputed_blocks", r.recomputed_units},
+          {"epoch_seconds", r.epoch_seconds},
+          {"speedup", r.speedup},
+          {"gpu_days", r.epoch_seconds * gpus / 86400.0},
+          {"bubble_fraction", r.bubble_fraction},
+          {"peak_memory_gb", r.peak_memory_gb},
+          {"fits", r.fits},
+          {"steps", r.steps},
+          {"samples", r.samples},
+          {"breakdown", breakdown_json(r.delta, false)},
+          {"components", breakdown_json(r.components, true)},
+          {"stage_busy_s", r.stage_busy_s},
+          {"stage_idle_s", r.stage_idle_s}};
+}
+
+/// A BMP search: its anchors, candidate counts and top K, each with its simulated seconds
+/// (`seconds`, one per top entry).
+nlohmann::json search_json(const partition::PartitionSearchResult& r,
+                           const std::vector<double>& seconds) {
+  nlohmann::json s = {{"exact_anchor", r.exact_anchor.sizes},
+                      {"greedy_anchor", r.greedy_anchor.sizes},
+                      {"refined_anchor", r.refined_anchor.sizes},
+                      {"generated", r.generated},
+                      {"non_empty", r.non_empty},
+                      {"fitting", r.fitting}};
+  for (size_t i = 0; i < r.top.size(); ++i) {
+    const auto& t = r.top[i];
+    s["top"].push_back({{"partition", t.partition.sizes},
+                        {"pipeline_s", t.pipeline_s},
+                        {"score", t.score},
+                        {"stage_std_s", t.stage_std_s},
+                        {"max_stage_s", t.max_stage_s},
+                        {"comm_bytes", t.comm_bytes},
+                        {"simulated_8_steps_s", seconds.at(i)}});
+  }
+  return s;
+}
+
+}  // namespace
 
 std::string format_ablation_table(const AblationResult& res) {
   std::string out =
@@ -428,80 +552,9 @@ std::string format_ablation_table(const AblationResult& res) {
 
 std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
   nlohmann::json j;
-  j["config"] = {{"model", o.model},
-                 {"lengths", o.lengths},
-                 {"dp", o.dp},
-                 {"pp", o.pp},
-                 {"tp", o.tp},
-                 {"tp_vit_dummy_heads", o.tp_vit_dummy_heads},
-                 {"micro_batches", o.micro_batches},
-                 {"device", o.device},
-                 {"global_batch", o.global_batch},
-                 {"zero1", o.zero1},
-                 {"budget_gb", res.budget_bytes / 1e9},
-                 {"epoch_samples", res.epoch_samples},
-                 {"samples_per_pack", res.samples_per_pack},
-                 {"isf_budgets", res.isf_budgets},
-                 {"cost_table_in", o.cost_table_in},
-                 {"schedules", o.schedules},
-                 {"virtual_stages", o.virtual_stages}};
-  auto breakdown = [](const partition::TimeBreakdown& b, bool with_useful) {
-    nlohmann::json x = {{"padding_s", b.padding_s},
-                        {"dp_wait_s", b.dp_wait_s},
-                        {"bubble_s", b.bubble_s},
-                        {"recompute_s", b.recompute_s},
-                        {"tp_comm_s", b.tp_comm_s}};
-    if (with_useful) {
-      x["useful_s"] = b.useful_s;
-      x["comm_s"] = b.comm_s;
-    } else {
-      x["other_s"] = b.useful_s + b.comm_s;
-    }
-    return x;
-  };
-  for (const auto& r : res.rows) {
-    const int gpus = o.dp * o.pp * o.tp;
-    j["rows"].push_back({{"name", r.name},
-                         {"data", r.data},
-                         {"split", r.split},
-                         {"recompute", r.recompute},
-                         {"schedule", choice_name(r.schedule)},
-                         {"virtual_stages", r.virtual_stages},
-                         {"partition", r.partition.sizes},
-                         {"recomputed_blocks", r.recomputed_units},
-                         {"epoch_seconds", r.epoch_seconds},
-                         {"speedup", r.speedup},
-                         {"gpu_days", r.epoch_seconds * gpus / 86400.0},
-                         {"bubble_fraction", r.bubble_fraction},
-                         {"peak_memory_gb", r.peak_memory_gb},
-                         {"fits", r.fits},
-                         {"steps", r.steps},
-                         {"samples", r.samples},
-                         {"breakdown", breakdown(r.delta, false)},
-                         {"components", breakdown(r.components, true)},
-                         {"stage_busy_s", r.stage_busy_s},
-                         {"stage_idle_s", r.stage_idle_s}});
-  }
-  auto search_json = [](const partition::PartitionSearchResult& r,
-                        const std::vector<double>& seconds) {
-    nlohmann::json s = {{"exact_anchor", r.exact_anchor.sizes},
-                        {"greedy_anchor", r.greedy_anchor.sizes},
-                        {"refined_anchor", r.refined_anchor.sizes},
-                        {"generated", r.generated},
-                        {"non_empty", r.non_empty},
-                        {"fitting", r.fitting}};
-    for (size_t i = 0; i < r.top.size(); ++i) {
-      const auto& t = r.top[i];
-      s["top"].push_back({{"partition", t.partition.sizes},
-                          {"pipeline_s", t.pipeline_s},
-                          {"score", t.score},
-                          {"stage_std_s", t.stage_std_s},
-                          {"max_stage_s", t.max_stage_s},
-                          {"comm_bytes", t.comm_bytes},
-                          {"simulated_8_steps_s", seconds.at(i)}});
-    }
-    return s;
-  };
+  j["config"] = config_json(res, o);
+  const int gpus = o.dp * o.pp * o.tp;
+  for (const auto& r : res.rows) j["rows"].push_back(row_json(r, gpus));
   for (const auto& rc : res.ranking)
     j["ranking"].push_back({{"schedule", choice_name(rc.schedule)},
                             {"virtual_stages", rc.virtual_stages},

@@ -116,15 +116,13 @@ partition::StepLoads step_loads(balance::EpochPlanner& plans, const balance::Sam
   return loads;
 }
 
-/// Index of unit `name` in the table; the trainer's spelling (vit_block_0) matches the table's
-/// (vit_block.0). Throws omnibal::Error for a name the table does not hold.
+/// Index of unit `name` in the table, in either spelling (core/units.h: vit_block_0 or
+/// vit_block.0). Throws omnibal::Error for a name the table does not hold.
 int unit_index(const partition::UnitCostTable& t, const std::string& name) {
-  auto canon = [](std::string s) {
-    std::replace(s.begin(), s.end(), '.', '_');
-    return s;
-  };
+  const auto id = find_unit_id(name);
   for (size_t u = 0; u < t.units.size(); ++u)
-    if (canon(t.units[u].name) == canon(name)) return static_cast<int>(u);
+    if (t.units[u].name == name || (id && find_unit_id(t.units[u].name) == id))
+      return static_cast<int>(u);
   OMNIBAL_FAIL("--recompute-units: no unit '", name, "' in the cost table");
 }
 
@@ -207,7 +205,9 @@ Json report_step(int64_t step, const partition::StepReport& rep) {
           {"dp_ranks", dp_ranks}};
 }
 
-int run_simulate(const SimulateArgs& a) {
+/// The global step --trace writes (--trace-step, default --first-step); throws when the step
+/// range is empty or does not hold it.
+int64_t checked_trace_step(const SimulateArgs& a) {
   OMNIBAL_CHECK(a.steps >= 1 && a.first_step >= 0, "simulate: --steps must be >= 1 and ",
                 "--first-step >= 0");
   const int64_t trace_step = a.trace_step < 0 ? a.first_step : a.trace_step;
@@ -215,30 +215,93 @@ int run_simulate(const SimulateArgs& a) {
                     (trace_step >= a.first_step && trace_step < a.first_step + a.steps),
                 "simulate: --trace-step ", trace_step, " is not simulated (steps ", a.first_step,
                 "..", a.first_step + a.steps - 1, ")");
+  return trace_step;
+}
+
+/// The cost table of --cost-table-in and the preset it must belong to.
+struct RunCosts {
+  partition::UnitCostTable table;  ///< with the preset's TP all-reduces at the run's tp
+  ModelPreset preset;
+  int tp = 1;  ///< --tp, else parallel.tp
+};
+
+/// Reads the cost table and checks it against the config's preset and the run's tp; its TP
+/// all-reduce volumes follow from the preset in train.precision's dtype.
+RunCosts load_run_costs(const SimulateArgs& a, const Config& cfg) {
+  RunCosts rc;
+  rc.table = partition::read_unit_cost_table(a.cost_table);
+  OMNIBAL_CHECK(rc.table.model == cfg.model.preset, a.cost_table, ": cost table of model '",
+                rc.table.model, "', the config's model.preset is '", cfg.model.preset, "'");
+  rc.tp = a.tp > 0 ? a.tp : cfg.parallel.tp;
+  OMNIBAL_CHECK(rc.table.tp == rc.tp, a.cost_table, ": a table per rank of tp ", rc.table.tp,
+                ", but the run has tp ", rc.tp, " (--tp or parallel.tp; profile at the run's tp)");
+  rc.preset = load_model_preset(cfg.model.preset);
+  check_tensor_parallel(rc.preset, rc.tp);
+  partition::set_tp_all_reduces(rc.table, rc.preset,
+                                cfg.train.precision == Precision::kBf16 ? 2.0 : 4.0);
+  return rc;
+}
+
+/// What names a simulated run in its trace and JSON: the plan hash (the trainer's start-up
+/// log's) and the split.
+struct RunIds {
+  std::string hash, split;
+};
+
+/// Writes the trace of global step g (--trace) in the trainer's format.
+void write_simulated_trace(const SimulateArgs& a, int64_t g, const schedule::StepTrace& trace,
+                           double step_s, const RunIds& ids,
+                           const partition::SimulatorSetup& setup) {
+  schedule::write_trace_file(
+      a.trace_out, schedule::trace_event_json(trace, {{"source", "simulated"},
+                                                      {"step", g},
+                                                      {"step_seconds", step_s},
+                                                      {"config", a.config},
+                                                      {"cost_table", a.cost_table},
+                                                      {"plan_hash", ids.hash},
+                                                      {"partition", ids.split},
+                                                      {"schedule", choice_name(setup.schedule)},
+                                                      {"virtual_stages", setup.virtual_stages}}));
+  fmt::print("trace of step {} written to {}\n", g, a.trace_out);
+}
+
+/// Writes --json: the run's identifiers, its median step seconds and the per-step reports.
+void write_simulation_json(const SimulateArgs& a, const Config& cfg, const RunIds& ids,
+                           const partition::SimulatorSetup& setup, double median,
+                           const Json& steps) {
+  std::ofstream out(a.json_out);
+  OMNIBAL_CHECK(out.good(), "cannot write '", a.json_out, "'");
+  out << Json{{"format", "omnibal.simulation.v1"},
+              {"plan_hash", ids.hash},
+              {"partition", ids.split},
+              {"schedule", choice_name(setup.schedule)},
+              {"virtual_stages", setup.virtual_stages},
+              {"dp", cfg.parallel.dp},
+              {"pp", cfg.parallel.pp},
+              {"micro_batches", cfg.parallel.micro_batches},
+              {"median_step_seconds", median},
+              {"steps", steps}}
+             .dump(1)
+      << "\n";
+}
+
+int run_simulate(const SimulateArgs& a) {
+  const int64_t trace_step = checked_trace_step(a);
   const Config cfg = load_config(a.config, a.overrides);
-  auto table = partition::read_unit_cost_table(a.cost_table);
-  OMNIBAL_CHECK(table.model == cfg.model.preset, a.cost_table, ": cost table of model '",
-                table.model, "', the config's model.preset is '", cfg.model.preset, "'");
-  const int tp = a.tp > 0 ? a.tp : cfg.parallel.tp;
-  OMNIBAL_CHECK(table.tp == tp, a.cost_table, ": a table per rank of tp ", table.tp,
-                ", but the run has tp ", tp, " (--tp or parallel.tp; profile at the run's tp)");
-  const ModelPreset preset = load_model_preset(cfg.model.preset);
-  check_tensor_parallel(preset, tp);
-  partition::set_tp_all_reduces(table, preset, cfg.train.precision == Precision::kBf16 ? 2.0 : 4.0);
+  const RunCosts costs = load_run_costs(a, cfg);
   const balance::SampleTable samples = balance::read_meta_file(cfg.data.meta, cfg.balance.seed);
   // The trainer's plan: the same seed for repeat_time, the preset's max_seq_len as token cap.
   balance::PlannerOptions options = balance::planner_options(cfg.parallel, cfg.balance, cfg.data);
-  options.max_seq_len = preset.llm.max_seq_len;
+  options.max_seq_len = costs.preset.llm.max_seq_len;
   options.max_seq_len_origin = "preset " + cfg.model.preset;
   balance::EpochPlanner plans(samples, cfg.balance.method, options);
-  const partition::ScaledTableCostModel model(table);
-  const partition::SimulatorSetup setup = make_setup(cfg, a, table, model);
-  const std::string split = setup.partition.to_string();
-  const std::string hash = fmt::format("{:016x}", plans.plan_hash());
+  const partition::ScaledTableCostModel model(costs.table);
+  const partition::SimulatorSetup setup = make_setup(cfg, a, costs.table, model);
+  const RunIds ids{fmt::format("{:016x}", plans.plan_hash()), setup.partition.to_string()};
   fmt::print(
       "plan hash {}, partition {}, recompute {}, tp {} x dp {} x pp {}, m {}, schedule {}{}\n",
-      hash, split, choice_name(cfg.memory.recompute.mode), tp, cfg.parallel.dp, cfg.parallel.pp,
-      cfg.parallel.micro_batches, choice_name(setup.schedule),
+      ids.hash, ids.split, choice_name(cfg.memory.recompute.mode), costs.tp, cfg.parallel.dp,
+      cfg.parallel.pp, cfg.parallel.micro_batches, choice_name(setup.schedule),
       setup.virtual_stages > 1 ? fmt::format(" v {}", setup.virtual_stages) : "");
   Json steps = Json::array();
   std::vector<double> times;
@@ -248,20 +311,7 @@ int run_simulate(const SimulateArgs& a) {
     const auto rep =
         partition::simulate_step(setup, step_loads(plans, samples, g), traced ? &trace : nullptr);
     steps.push_back(report_step(g, rep));
-    if (traced) {
-      schedule::write_trace_file(
-          a.trace_out,
-          schedule::trace_event_json(trace, {{"source", "simulated"},
-                                             {"step", g},
-                                             {"step_seconds", rep.step_s},
-                                             {"config", a.config},
-                                             {"cost_table", a.cost_table},
-                                             {"plan_hash", hash},
-                                             {"partition", split},
-                                             {"schedule", choice_name(setup.schedule)},
-                                             {"virtual_stages", setup.virtual_stages}}));
-      fmt::print("trace of step {} written to {}\n", g, a.trace_out);
-    }
+    if (traced) write_simulated_trace(a, g, trace, rep.step_s, ids, setup);
     times.push_back(rep.step_s);
   }
   std::sort(times.begin(), times.end());
@@ -269,22 +319,7 @@ int run_simulate(const SimulateArgs& a) {
   const double median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
   fmt::print("simulated step: median {:.4f} s (min {:.4f}, max {:.4f}) over steps {}..{}\n", median,
              times.front(), times.back(), a.first_step, a.first_step + a.steps - 1);
-  if (!a.json_out.empty()) {
-    std::ofstream out(a.json_out);
-    OMNIBAL_CHECK(out.good(), "cannot write '", a.json_out, "'");
-    out << Json{{"format", "omnibal.simulation.v1"},
-                {"plan_hash", hash},
-                {"partition", split},
-                {"schedule", choice_name(setup.schedule)},
-                {"virtual_stages", setup.virtual_stages},
-                {"dp", cfg.parallel.dp},
-                {"pp", cfg.parallel.pp},
-                {"micro_batches", cfg.parallel.micro_batches},
-                {"median_step_seconds", median},
-                {"steps", steps}}
-               .dump(1)
-        << "\n";
-  }
+  if (!a.json_out.empty()) write_simulation_json(a, cfg, ids, setup, median, steps);
   return 0;
 }
 

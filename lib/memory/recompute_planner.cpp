@@ -11,7 +11,7 @@
 namespace omnibal::memory {
 namespace {
 
-bool candidate(const partition::UnitCost& u) { return u.recomputable() && u.trainable; }
+bool candidate(const partition::UnitCost& u) { return u.checkpointed(true); }
 
 ScheduleLayout layout_of(const partition::Partition& p, const RecomputeOptions& o) {
   return ScheduleLayout::of(o.schedule, o.virtual_stages, p.stages(), o.micro_batches);
@@ -67,100 +67,154 @@ std::vector<bool> knapsack(const std::vector<long>& weight, const std::vector<do
   return chosen;
 }
 
+/// What bounds the kept activations of pipeline rank r (all its chunks) with every candidate
+/// recomputed: the candidates, the static bytes and, per chunk, the kept bytes K0, the bytes a
+/// deferred W keeps and the item weight multiplier.
+struct RankBound {
+  int chunks = 1;                   ///< v: chunks per rank
+  std::vector<int> items;           ///< the rank's recompute candidates (unit indices)
+  std::vector<int> chunk_of_unit;   ///< [unit] the rank's chunk holding it, -1 for other ranks'
+  double fixed = 0;                 ///< static bytes
+  std::vector<double> kept0;        ///< [chunk] kept bytes, everything recomputed
+  std::vector<double> weight_kept;  ///< [chunk] bytes one deferred W keeps
+  /// [chunk] item weight multipliers: g* (one chunk) or each chunk's peak graph count.
+  std::vector<double> mult;
+};
+
+/// The recompute candidates of rank r and their chunks (RankBound's chunks, items and
+/// chunk_of_unit; the rest is filled by bound_all_recomputed).
+RankBound rank_items(const partition::UnitCostTable& table, const partition::Partition& p, int r,
+                     const ScheduleLayout& layout) {
+  RankBound b;
+  b.chunks = layout.chunks_per_rank();
+  b.chunk_of_unit.assign(table.units.size(), -1);
+  for (int c = 0; c < b.chunks; ++c) {
+    const int k = c * layout.ranks + r;
+    for (int u = p.begin(k); u < p.end(k); ++u) {
+      b.chunk_of_unit[u] = c;
+      if (candidate(table.units[u])) b.items.push_back(u);
+    }
+  }
+  return b;
+}
+
+/// Fills the memory terms of `b` for rank r under `flags` (its items all recomputed).
+void bound_all_recomputed(const partition::UnitCostTable& table, const partition::Partition& p,
+                          int r, const ScheduleLayout& layout,
+                          const std::vector<InFlightState>& states, const RecomputeOptions& o,
+                          const std::vector<bool>& flags, RankBound& b) {
+  const int v = b.chunks;
+  b.fixed = rank_memory(table, p, r, layout, states, flags, o.memory).static_bytes();
+  b.kept0.assign(v, 0.0);
+  b.weight_kept.assign(v, 0.0);
+  for (int c = 0; c < v; ++c) {
+    const int k = c * layout.ranks + r;
+    b.kept0[c] = kept_activation_bytes(table, p.begin(k), p.end(k), flags);
+    b.weight_kept[c] = deferred_weight_bytes(table, p.begin(k), p.end(k));
+  }
+  const InFlightState peak = peak_per_chunk(states);
+  b.mult.resize(v);
+  for (int c = 0; c < v; ++c) b.mult[c] = peak.graphs[c];
+}
+
+/// Room for the kept extras (in mult-scaled bytes) given the transient d and the kept bytes K0
+/// per chunk; negative when a state with no graph in flight is already over the budget.
+double kept_capacity(const RankBound& b, const std::vector<InFlightState>& states, double budget,
+                     double d, const std::vector<double>& k0) {
+  const double room = budget - b.fixed - d;
+  double cap = 0;
+  if (b.chunks == 1) {
+    cap = std::numeric_limits<double>::infinity();
+    for (const auto& st : states) {
+      const double left = room - st.deferred[0] * b.weight_kept[0] - st.graphs[0] * k0[0];
+      if (st.graphs[0] == 0) {
+        if (left < 0) return -1.0;
+        continue;
+      }
+      cap = std::min(cap, left * b.mult[0] / st.graphs[0]);
+    }
+    if (cap == std::numeric_limits<double>::infinity()) cap = room;
+  } else {
+    double deferred = 0;
+    for (const auto& st : states) {
+      double x = 0;
+      for (int c = 0; c < b.chunks; ++c) x += st.deferred[c] * b.weight_kept[c];
+      deferred = std::max(deferred, x);
+    }
+    cap = room - deferred;
+    for (int c = 0; c < b.chunks; ++c) cap -= b.mult[c] * k0[c];
+  }
+  return cap;
+}
+
+/// The items at one candidate transient d: those larger than d must be kept (all of them when
+/// d == 0), the rest are the knapsack's optional items.
+struct TransientChoice {
+  std::vector<double> k0;     ///< [chunk] kept bytes with the forced items kept
+  double forced_value = 0;    ///< recompute seconds the forced items save
+  std::vector<int> optional;  ///< units the knapsack may keep
+  std::vector<long> weight;   ///< [optional] extra kept bytes x mult, in granules
+  std::vector<double> value;  ///< [optional] recompute seconds saved
+};
+
+/// Splits b's items at the candidate transient d (see TransientChoice).
+TransientChoice split_at_transient(const partition::UnitCostTable& table, const RankBound& b,
+                                   double d, double granularity_bytes) {
+  TransientChoice t;
+  t.k0 = b.kept0;
+  for (int u : b.items) {
+    const auto& unit = table.units[u];
+    const int c = b.chunk_of_unit[u];
+    const double extra = unit.activation_bytes - table.checkpoint_bytes(u);
+    if (d == 0 || unit.activation_bytes > d) {
+      t.k0[c] += extra;
+      t.forced_value += unit.recompute_cost();
+    } else {
+      t.optional.push_back(u);
+      t.weight.push_back(
+          static_cast<long>(std::ceil(std::max(0.0, b.mult[c] * extra) / granularity_bytes)));
+      t.value.push_back(unit.recompute_cost());
+    }
+  }
+  return t;
+}
+
+/// Candidate transients: none (nothing recomputed) or the activations of one recomputed item;
+/// ascending, distinct.
+std::vector<double> candidate_transients(const partition::UnitCostTable& table,
+                                         const std::vector<int>& items) {
+  std::vector<double> transients = {0.0};
+  for (int u : items) transients.push_back(table.units[u].activation_bytes);
+  std::sort(transients.begin(), transients.end());
+  transients.erase(std::unique(transients.begin(), transients.end()), transients.end());
+  return transients;
+}
+
 /// Adaptive flags for pipeline rank `r` (all its chunks); returns false when it cannot fit even
 /// fully recomputed. Memory = static + transient + max over states i of
 /// sum_c (graphs_ic K_c + deferred_ic Wk_c), K_c the kept bytes of chunk c. One chunk: every
 /// state bounds K (scaled to the largest graph count g*: g* K <= g* / g_i (room_i - g_i K0)), an
 /// exact single constraint. Several chunks: each chunk's own peak count G_c, one linear bound.
+/// For each candidate transient, the items the knapsack keeps maximise the recompute time saved.
 bool adaptive_rank(const partition::UnitCostTable& table, const partition::Partition& p, int r,
                    const ScheduleLayout& layout, const std::vector<InFlightState>& states,
                    const RecomputeOptions& o, std::vector<bool>& flags) {
-  const int v = layout.chunks_per_rank();
-  std::vector<int> items, chunk_of_unit(table.units.size(), -1);
-  for (int c = 0; c < v; ++c) {
-    const int k = c * layout.ranks + r;
-    for (int u = p.begin(k); u < p.end(k); ++u) {
-      chunk_of_unit[u] = c;
-      if (candidate(table.units[u])) items.push_back(u);
-    }
-  }
-  for (int u : items) flags[u] = true;
-  const StageMemory all = rank_memory(table, p, r, layout, states, flags, o.memory);
-  const double fixed = all.static_bytes();
-  std::vector<double> kept0(v, 0.0), weight_kept(v, 0.0);  // everything recomputed
-  for (int c = 0; c < v; ++c) {
-    const int k = c * layout.ranks + r;
-    kept0[c] = kept_activation_bytes(table, p.begin(k), p.end(k), flags);
-    weight_kept[c] = deferred_weight_bytes(table, p.begin(k), p.end(k));
-  }
-  const InFlightState peak = peak_per_chunk(states);
-  // Item weight multipliers: g* (one chunk) or each chunk's peak graphs.
-  std::vector<double> mult(v);
-  for (int c = 0; c < v; ++c) mult[c] = peak.graphs[c];
-  // Room for the kept extras (in mult-scaled bytes) given the transient d and the kept bytes K0.
-  auto capacity = [&](double d, const std::vector<double>& k0) {
-    const double room = o.budget_bytes - fixed - d;
-    double cap = 0;
-    if (v == 1) {
-      cap = std::numeric_limits<double>::infinity();
-      for (const auto& st : states) {
-        const double left = room - st.deferred[0] * weight_kept[0] - st.graphs[0] * k0[0];
-        if (st.graphs[0] == 0) {
-          if (left < 0) return -1.0;
-          continue;
-        }
-        cap = std::min(cap, left * mult[0] / st.graphs[0]);
-      }
-      if (cap == std::numeric_limits<double>::infinity()) cap = room;
-    } else {
-      double deferred = 0;
-      for (const auto& st : states) {
-        double x = 0;
-        for (int c = 0; c < v; ++c) x += st.deferred[c] * weight_kept[c];
-        deferred = std::max(deferred, x);
-      }
-      cap = room - deferred;
-      for (int c = 0; c < v; ++c) cap -= peak.graphs[c] * k0[c];
-    }
-    return cap;
-  };
-  // Candidate transients: none (nothing recomputed) or the activations of one recomputed item.
-  std::vector<double> transients = {0.0};
-  for (int u : items) transients.push_back(table.units[u].activation_bytes);
-  std::sort(transients.begin(), transients.end());
-  transients.erase(std::unique(transients.begin(), transients.end()), transients.end());
+  RankBound b = rank_items(table, p, r, layout);
+  for (int u : b.items) flags[u] = true;
+  bound_all_recomputed(table, p, r, layout, states, o, flags, b);
   double best_value = -1;
   std::vector<bool> best_flags = flags;
-  for (double d : transients) {
-    // Items larger than d must be kept (not recomputed); with d == 0 every item is kept.
-    std::vector<double> k0 = kept0;
-    double forced_value = 0;
-    std::vector<long> weight;
-    std::vector<double> value;
-    std::vector<int> optional;
-    for (int u : items) {
-      const auto& unit = table.units[u];
-      const int c = chunk_of_unit[u];
-      const double extra = unit.activation_bytes - table.checkpoint_bytes(u);
-      if (d == 0 || unit.activation_bytes > d) {
-        k0[c] += extra;
-        forced_value += unit.recompute_cost();
-      } else {
-        optional.push_back(u);
-        weight.push_back(
-            static_cast<long>(std::ceil(std::max(0.0, mult[c] * extra) / o.granularity_bytes)));
-        value.push_back(unit.recompute_cost());
-      }
-    }
-    const double cap = capacity(d, k0);
+  for (double d : candidate_transients(table, b.items)) {
+    const TransientChoice t = split_at_transient(table, b, d, o.granularity_bytes);
+    const double cap = kept_capacity(b, states, o.budget_bytes, d, t.k0);
     if (cap < 0) continue;
     const long cap_units = static_cast<long>(std::floor(cap / o.granularity_bytes));
     double val = 0;
-    const auto keep = knapsack(weight, value, cap_units, &val);
-    if (forced_value + val > best_value) {
-      best_value = forced_value + val;
-      for (int u : items) best_flags[u] = !(d == 0 || table.units[u].activation_bytes > d);
-      for (size_t i = 0; i < optional.size(); ++i) best_flags[optional[i]] = !keep[i];
+    const auto keep = knapsack(t.weight, t.value, cap_units, &val);
+    if (t.forced_value + val > best_value) {
+      best_value = t.forced_value + val;
+      for (int u : b.items) best_flags[u] = !(d == 0 || table.units[u].activation_bytes > d);
+      for (size_t i = 0; i < t.optional.size(); ++i) best_flags[t.optional[i]] = !keep[i];
     }
   }
   if (best_value < 0) return false;  // flags stay "all recomputed"
