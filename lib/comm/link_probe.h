@@ -1,7 +1,7 @@
 // The all-reduce link of one group as a cost model takes it (partition::TpLink,
 // partition::all_reduce_seconds: calls * latency + 2 (n-1)/n * bytes / bandwidth), timed through
 // the Communicator: the latency from small all-reduces, the bus bandwidth from large ones. Used by
-// the trainer's start-up planner (the TP link) and tests/comm/comm_bench (scripts/bench/tp_bench.sh).
+// the trainer's start-up planner (the TP link) and scripts/bench/comm_bench.cpp (tp_bench.sh).
 #pragma once
 
 #include "comm/communicator.h"

@@ -45,15 +45,14 @@ while [ $# -gt 0 ]; do
     *) echo "ablation_measured: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+source scripts/bench/bench_common.sh
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "ablation_measured: $(date -u +%H:%M:%S) UTC, load average before: $LOAD_BEFORE"
-if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' \
-    "${LOAD_BEFORE%% *}" "$MAX_LOAD"; then
+if bench_load_above "${LOAD_BEFORE%% *}" "$MAX_LOAD"; then
   echo "ablation_measured: load average ${LOAD_BEFORE%% *} > $MAX_LOAD on $(nproc) cores: other" \
     "jobs would distort the figures; nothing measured (--max-load to change the bar)" >&2
   exit 3
 fi
-source scripts/bench/bench_common.sh
 bench_binaries
 mkdir -p "$OUT"
 bench_prepare "$OUT"
@@ -63,17 +62,11 @@ has_row() { [[ ",$ROWS," == *",$1,"* ]]; }
 # made once per OUT, so calls with different --rows share it.
 [ -f "$OUT/planner/stage_plan.json" ] ||
   bench_train "$OUT/planner" 1 "${ISF_SET[@]}" --set parallel.micro_batches=4
-read -r PLANNER_SPLIT CANDIDATES BUDGET_GB < <(python3 - "$OUT/planner/stage_plan.json" <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
-split = ",".join(map(str, p["partition"]))
-cands = ";".join(",".join(map(str, c["partition"])) for c in p.get("candidates", []))
-# Halfway between the larger stage's full-recompute and no-recompute bytes: adaptive must keep
-# recomputing some blocks there, and full recomputation fits.
-full, none = max(p["full_bytes"]), max(p["none_bytes"])
-print(split, cands or "-", f"{(full + 0.5 * (none - full)) / 2**30:.6f}")
-PY
-)
+# Its split, other candidates and the memory row's budget: halfway between the larger stage's
+# full-recompute and no-recompute bytes (adaptive must keep recomputing some blocks there, and
+# full recomputation fits).
+read -r PLANNER_SPLIT CANDIDATES BUDGET_GB < <(python3 scripts/bench/report.py ablation-plan \
+  "$OUT/planner")
 echo "ablation_measured: planner split [$PLANNER_SPLIT], candidates ${CANDIDATES//;/ }," \
   "memory row budget $BUDGET_GB GiB"
 grep -h 'partition trials\|stage plan: candidate\|host cost\|stage times at' "$OUT/planner.log" |
@@ -133,25 +126,9 @@ for name in "${ORDER[@]}"; do
 done
 ROWARGS=()
 for name in "${ORDER[@]}"; do ROWARGS+=("$name=${ROW[$name]}"); done
-python3 - "$OUT" "$STEPS" "${ROWARGS[@]}" > "$OUT/steps.txt" <<'PY'
-import json, sys
-out, steps = sys.argv[1], int(sys.argv[2])
-names = [a.split("=") for a in sys.argv[3:]]
-per = {n: [r["samples"] for r in json.load(open(f"{out}/{n}.samples.json"))["steps"]]
-       for n, _ in names}
 # Per row, the samples of its reference configuration's STEPS steps (the random one where the
 # row has one, else the row's first); every configuration of the row runs until it reaches them.
-for row in dict.fromkeys(r for _, r in names):
-    ns = [n for n, r in names if r == row]
-    ref = next((n for n in ns if "random" in n or n == "baseline"), ns[0])
-    target = sum(per[ref][:steps])
-    for n in ns:
-        total, k = 0, 0
-        for k, s in enumerate(per[n], 1):
-            total += s
-            if total >= target: break
-        print(n, k)
-PY
+python3 scripts/bench/report.py ablation-steps "$OUT" "$STEPS" "${ROWARGS[@]}" > "$OUT/steps.txt"
 while read -r name n; do NSTEPS[$name]=$n; done < "$OUT/steps.txt"
 for name in "${ORDER[@]}"; do
   echo "ablation_measured: ${ROW[$name]} / $name: ${NSTEPS[$name]} steps: ${CFG[$name]}"
@@ -168,78 +145,13 @@ echo "ablation_measured: $(date -u +%H:%M:%S) UTC, load average after: $LOAD_AFT
 
 # The simulator on each configuration's first run (its config.yaml), the trainer's steps.
 for name in "${ORDER[@]}"; do
-  rec=$(python3 -c 'import json,sys; print(", ".join(map(str, json.load(open(sys.argv[1]))["recomputed_per_stage"])))' \
-    "$OUT/$name.1/summary.json")
+  rec=$(python3 scripts/bench/run_dir.py summary "$OUT/$name.1" --key recomputed_per_stage)
   extra=()
   grep -q 'adaptive' <<< "${CFG[$name]}" && extra=(--set "memory.recompute=[$rec]")
   "$SIM" simulate --config "$OUT/$name.1/config.yaml" "${extra[@]}" --cost-table-in "$COSTS" \
     --steps "${NSTEPS[$name]}" --json "$OUT/$name.sim.json" > "$OUT/$name.sim.log"
 done
 
-python3 - "$OUT" "$REPS" "$WARMUP" "$LOAD_BEFORE" "$LOAD_AFTER" \
-  "parameters=$PARAMETERS_SPLIT uniform=$UNIFORM_SPLIT planner=$PLANNER_SPLIT" "${ROWARGS[@]}" <<'PY'
-import json, statistics as st, sys
-out, reps, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-load_before, load_after = sys.argv[4], sys.argv[5]
-rules = {}  # split "[6, 4]" -> the rules that give it
-for kv in sys.argv[6].split():
-    k, v = kv.split("=")
-    rules.setdefault("[" + v.replace(",", ", ") + "]", []).append(k)
-row_of = dict(a.split("=") for a in sys.argv[7:])
-names = list(row_of)
-cfg = {}
-for n in names:
-    s = json.load(open(f"{out}/{n}.1/summary.json"))
-    cfg[n] = {"partition": s["partition"], "recomputed": s["recomputed_per_stage"],
-              "method": s["balance_method"]}
-def run(d):
-    rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()]
-    steady = [r for r in rows if r["step"] >= warmup] or rows
-    busy = [[x["busy_s"] for x in r["dp_ranks"]] for r in steady]
-    return {"steps": len(rows), "samples": sum(r["samples"] for r in rows),
-            "sps": sum(r["samples"] for r in rows) / sum(r["step_seconds"] for r in rows),
-            "step_s": st.median(r["step_seconds"] for r in steady),
-            "bubble": st.median(r["bubble_fraction"] for r in steady),
-            "dp_wait_s": st.median(r["dp_wait_s"] for r in steady),
-            "busy_spread_s": st.median(max(b) - min(b) for b in busy)}
-res = {n: [run(f"{out}/{n}.{k}") for k in range(1, reps + 1)] for n in names}
-def sim(n):
-    j = json.load(open(f"{out}/{n}.sim.json"))["steps"]
-    return {"sps": sum(r["samples"] for r in j) / sum(r["step_seconds"] for r in j),
-            "step_s": st.median(r["step_seconds"] for r in j[warmup:] or j)}
-sims = {n: sim(n) for n in names}
-med = lambda n, k: st.median(r[k] for r in res[n])
-def rng(n, k, d):
-    v = [r[k] for r in res[n]]
-    return f"{st.median(v):.{d}f} ({min(v):.{d}f}–{max(v):.{d}f})"
-rows = {}
-for n in names:
-    rows.setdefault(row_of[n], []).append(n)
-ref = {"data": "dp2-random", "model": "split-" + sys.argv[6].split()[0].split("=")[1].replace(",", "-"),
-       "memory": "mem-full", "combined": "baseline"}
-print(f"load average before {load_before}, after {load_after}; {reps} interleaved runs each, "
-      f"medians (min–max); steady = steps >= {warmup}")
-print("| row | configuration | split / recomputed | samples | samples/s | vs row ref. | "
-      "step s (steady) | bubble | dp_wait s | DP busy spread s | simulated samples/s | sim. ratio |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-summary = {}
-for row, ns in rows.items():
-    r0 = ref[row] if ref[row] in ns else ns[0]
-    for n in ns:
-        c = cfg[n]
-        ratio = med(n, "sps") / med(r0, "sps")
-        sratio = sims[n]["sps"] / sims[r0]["sps"]
-        summary[n] = {"row": row, **c, "sps": med(n, "sps"), "ratio": ratio,
-                      "step_s": med(n, "step_s"), "dp_wait_s": med(n, "dp_wait_s"),
-                      "busy_spread_s": med(n, "busy_spread_s"), "sim_sps": sims[n]["sps"],
-                      "sim_ratio": sratio, "runs": res[n]}
-        label = n + (f" ({', '.join(rules[c['partition']])})"
-                     if row == "model" and c["partition"] in rules else "")
-        print(f"| {row} | {label} | {c['partition']} / {c['recomputed']} | {res[n][0]['samples']} | "
-              f"{rng(n, 'sps', 1)} | {ratio:.2f}x | {rng(n, 'step_s', 3)} | {med(n, 'bubble'):.3f} | "
-              f"{med(n, 'dp_wait_s'):.4f} | {med(n, 'busy_spread_s'):.4f} | {sims[n]['sps']:.1f} | "
-              f"{sratio:.2f}x |")
-rows_key = "-".join(rows)
-json.dump({"load_before": load_before, "load_after": load_after, "reps": reps,
-           "configs": summary}, open(f"{out}/result.{rows_key}.json", "w"), indent=1)
-PY
+python3 scripts/bench/report.py ablation-measured "$OUT" "$REPS" "$WARMUP" "$LOAD_BEFORE" \
+  "$LOAD_AFTER" "parameters=$PARAMETERS_SPLIT uniform=$UNIFORM_SPLIT planner=$PLANNER_SPLIT" \
+  "${ROWARGS[@]}"

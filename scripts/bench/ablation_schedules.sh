@@ -30,26 +30,5 @@ start=$(date +%s.%N)
   --dp 32 --pp 8 --micro-batches 8 --device "$DEVICE" --global-batch 1024 \
   --schedule all --virtual-stages 2,3 --json "$OUT/ablation.json" | tee "$OUT/ablation.log"
 end=$(date +%s.%N)
-echo "load after: $(cat /proc/loadavg); $(python3 -c "print(f'{$end - $start:.1f} s')")"
-python3 - "$OUT/ablation.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print("\n| row | schedule | epoch s | speed-up | bubble | peak GB | d_padding | d_dp_wait | "
-      "d_bubble | d_recompute | d_other | split / recomputed blocks per chunk |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-for row in r["rows"]:
-    b = row["breakdown"]
-    v = f" v={row['virtual_stages']}" if row["virtual_stages"] > 1 else ""
-    rc = ",".join(str(x) for x in row["recomputed_blocks"])
-    print(f"| {row['name']} | {row['schedule']}{v} | {row['epoch_seconds']:.1f} | "
-          f"{row['speedup']:.2f}x | {row['bubble_fraction']:.3f} | {row['peak_memory_gb']:.1f} | "
-          f"{b['padding_s']:.1f} | {b['dp_wait_s']:.1f} | {b['bubble_s']:.1f} | "
-          f"{b['recompute_s']:.1f} | {b['other_s']:.1f} | {row['partition']} / [{rc}]"
-          f"{'' if row['fits'] else ' OVER BUDGET'} |")
-    c = row["components"]
-    total = sum(c[k] for k in ("useful_s", "padding_s", "recompute_s", "tp_comm_s", "bubble_s",
-                               "dp_wait_s", "comm_s"))
-    assert abs(total - row["epoch_seconds"]) < 1e-6 * row["epoch_seconds"], row["name"]
-for e in r.get("schedule_errors", []):
-    print(f"\nnot planned: {e}")
-PY
+echo "load after: $(cat /proc/loadavg); $(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f s", e - s }')"
+python3 scripts/bench/report.py ablation-schedules "$OUT/ablation.json"

@@ -33,20 +33,4 @@ for tp in 1 2 4; do
     --global-batch 1024 --json "$OUT/tp$tp.json" > "$OUT/tp$tp.log"
   echo "== tp $tp x dp $dp x pp 8 =="; cat "$OUT/tp$tp.log"
 done
-python3 - "$OUT" <<'PY'
-import json, sys
-out = sys.argv[1]
-runs = {tp: json.load(open(f"{out}/tp{tp}.json")) for tp in (1, 2, 4)}
-base = runs[1]["rows"][0]["epoch_seconds"]
-print("\n| tp x dp x pp | row | epoch s | GPU days | vs tp 1 baseline | speed-up in its tp | "
-      "tp_comm s | peak GB | split / recomputed blocks |")
-print("|---|---|---|---|---|---|---|---|---|")
-for tp, r in runs.items():
-    c = r["config"]
-    for row in r["rows"][:4]:
-        rc = ",".join(str(x) for x in row["recomputed_blocks"])
-        print(f"| {tp} x {c['dp']} x {c['pp']} | {row['name']} | {row['epoch_seconds']:.1f} | "
-              f"{row['gpu_days']:.2f} | {base / row['epoch_seconds']:.2f}x | {row['speedup']:.2f}x | "
-              f"{row['components']['tp_comm_s']:.1f} | {row['peak_memory_gb']:.1f} | "
-              f"{row['partition']} / [{rc}]{'' if row['fits'] else ' OVER BUDGET'} |")
-PY
+python3 scripts/bench/report.py ablation-tp "$OUT"

@@ -27,18 +27,4 @@ for rep in $(seq 1 "$REPS"); do
   "${PIN[@]}" "$PLAN" "${COMMON[@]}" --search --resample 1267819 --search-samples 0 --json "$OUT/1.27M-full-search.$rep.json" >/dev/null
   "${PIN[@]}" "$PLAN" "${COMMON[@]}" --q-vit 9 --q-tok 4096 --q-tok-thresh 3968 --json "$OUT/Q=9.$rep.json" >/dev/null
 done
-python3 - "$OUT" "$REPS" <<'PY'
-import json, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
-print(f"| input | samples/pack | dist ViT | dist LLM | ISF pack ms | placement+metrics ms | search ms |")
-print("|---|---|---|---|---|---|---|")
-for name in ["shared", "1.27M", "1.27M-full-search", "Q=9"]:
-    rows = [json.load(open(f"{out}/{name}.{r}.json"))["results"][0] for r in range(1, reps + 1)]
-    def cell(key):
-        v = [r.get(key, 0.0) for r in rows]
-        if not any(v): return "—"
-        return f"{1e3*statistics.median(v):.1f} ({1e3*min(v):.1f}–{1e3*max(v):.1f})"
-    r0 = rows[0]
-    print(f"| {name} ({r0['samples']:,}) | {r0['samples_per_pack']:.3f} | {r0['dist_ratio_vit']:.5f} | "
-          f"{r0['dist_ratio_llm']:.5f} | {cell('pack_seconds')} | {cell('place_seconds')} | {cell('search_seconds')} |")
-PY
+python3 scripts/bench/report.py balance "$OUT" "$REPS"

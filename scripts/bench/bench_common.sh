@@ -8,6 +8,9 @@
 #   bench_train DIR STEPS [--set ...]   one PP 2 x DP 1 trainer run of the demo config; writes
 #                       DIR.steal (the percent of CPU time the hypervisor took meanwhile) and
 #                       warns above BENCH_MAX_STEAL (2)
+#   bench_load_above LOAD MAX   succeeds when the load average LOAD exceeds MAX
+# What the scripts compute from the runs is in report.py (tables), run_dir.py (the reader of
+# run directories) and sim_rounds.py (sim_vs_measured.sh's rounds).
 # ISF budgets are fixed to what the demo's search picks at m 4 (Q_v 61, Q_t 1024, Q'_t 896), so
 # runs with other m pack the same way.
 ISF_SET=(--set balance.method=isf --set balance.q_vit=61 --set balance.q_tok=1024
@@ -42,9 +45,10 @@ bench_prepare() {
   "$PLAN" partition --model tiny --lengths "${LENGTHS[@]}" --dp 1 --pp 2 --micro-batches 4 \
     --global-batch 32 --device a100-80g --cost-table-in "$COSTS" --json "$out/plan.json" \
     > "$out/plan.log"
-  SPLIT=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"]; print(", ".join(map(str, r[2]["partition"])))' "$out/plan.json")
-  ADAPTIVE_SPLIT=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"]; print(", ".join(map(str, r[3]["partition"])))' "$out/plan.json")
-  ADAPTIVE_RECOMPUTE=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"]; print(", ".join(map(str, r[3]["recomputed_blocks"])))' "$out/plan.json")
+  SPLIT=$(python3 scripts/bench/report.py plan-row "$out/plan.json" 2 partition)
+  ADAPTIVE_SPLIT=$(python3 scripts/bench/report.py plan-row "$out/plan.json" 3 partition)
+  ADAPTIVE_RECOMPUTE=$(python3 scripts/bench/report.py plan-row "$out/plan.json" 3 \
+    recomputed_blocks)
   echo "bench: planner split [$SPLIT]; with adaptive recompute [$ADAPTIVE_SPLIT] recomputing [$ADAPTIVE_RECOMPUTE] blocks per stage"
 }
 
@@ -64,6 +68,11 @@ bench_train() {
          "the run (steal; BENCH_MAX_STEAL ${BENCH_MAX_STEAL:-2}): its times are not this" \
          "machine's own" >&2
   fi
+}
+
+# Succeeds when the load average $1 exceeds $2 (the scripts' --max-load bar).
+bench_load_above() {
+  awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 > b + 0) }'
 }
 
 # Percent of the CPU time the hypervisor took (steal) between two `cpu` lines of /proc/stat:

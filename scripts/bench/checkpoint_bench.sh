@@ -12,5 +12,5 @@ BUILD_DIR=${OMNIBAL_BUILD_DIR:-build}
 cmake --build "$BUILD_DIR" --target omnibal_checkpoint_bench
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; $(date -u +%FT%TZ); $(df -h "$(dirname "$DIR")" | tail -1)"
-"$BUILD_DIR/lib/checkpoint/omnibal_checkpoint_bench" --reps "$REPS" --mib "$MIB" --dir "$DIR"
+"$BUILD_DIR/scripts/bench/omnibal_checkpoint_bench" --reps "$REPS" --mib "$MIB" --dir "$DIR"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

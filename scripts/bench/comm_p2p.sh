@@ -7,4 +7,4 @@ cd "$(dirname "$0")/../.."
 BUILD_DIR=${OMNIBAL_BUILD_DIR:-build}
 cmake --build "$BUILD_DIR" --target comm_bench >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpiexec -n 2 --oversubscribe "$BUILD_DIR/tests/comm/comm_bench" "${1:-7}"
+mpiexec -n 2 --oversubscribe "$BUILD_DIR/scripts/bench/comm_bench" "${1:-7}"

@@ -71,7 +71,8 @@ import math
 import statistics
 import sys
 
-from sim_table import load_metrics, load_sim_steps, parse_runs  # same folder: one reader each
+from run_dir import metrics_by_step  # same folder: one reader each
+from sim_table import load_sim_steps, parse_runs
 
 TERMS = ("loader", "mb", "tile", "token", "sample", "compute", "checkpoint")
 FLAG = {"loader": "--loader-overhead-s", "mb": "--mb-overhead-s", "tile": "--tile-overhead-s", "token": "--token-overhead-s",
@@ -154,7 +155,7 @@ def observations(specs, warmup):
         name = runs[0][0].rstrip("/").split("/")[-1].rsplit("-r", 1)[0]
         for k, (run_dir, sim_path) in enumerate(runs):
             sim, sim_json = load_sim_steps(sim_path)
-            for step, row in sorted(load_metrics(run_dir).items()):
+            for step, row in sorted(metrics_by_step(run_dir).items()):
                 if step >= warmup and step in sim:
                     obs.append((name, k, step, row, sim[step], sim_json))
     if not obs:

@@ -164,107 +164,119 @@ void print_profile(Vlm& model, const PackBatch& pack, int top) {
                 static_cast<long long>(rows[i].second.second));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string preset_name = "base-100m";
-  std::string device_name = "cpu";
-  std::string dtype_name;  // "": the device's default (compat::default_dtype)
+/// The command line (defaults: base-100m on 2 CPU threads, 5 reps after 1 warm-up step, packs of
+/// 6 samples of 2-6 tiles and 20-60 text tokens).
+struct BenchOptions {
+  std::string preset = "base-100m";
+  std::string device = "cpu";
+  std::string dtype;  // "": the device's default (compat::default_dtype)
   int threads = 2, reps = 5, warmup = 1, samples = 6, min_tiles = 2, max_tiles = 6, min_text = 20,
       max_text = 60;
+};
+
+/// Reads `--key value` pairs into `o`; 0, or 2 after printing an unknown option.
+int parse_options(int argc, char** argv, BenchOptions& o) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const char* v = argv[i + 1];
-    if (key == "--preset") preset_name = v;
-    else if (key == "--threads") threads = std::stoi(v);
-    else if (key == "--reps") reps = std::stoi(v);
-    else if (key == "--warmup") warmup = std::stoi(v);
-    else if (key == "--device") device_name = v;
-    else if (key == "--dtype") dtype_name = v;
-    else if (key == "--samples") samples = std::stoi(v);
+    if (key == "--preset") o.preset = v;
+    else if (key == "--threads") o.threads = std::stoi(v);
+    else if (key == "--reps") o.reps = std::stoi(v);
+    else if (key == "--warmup") o.warmup = std::stoi(v);
+    else if (key == "--device") o.device = v;
+    else if (key == "--dtype") o.dtype = v;
+    else if (key == "--samples") o.samples = std::stoi(v);
     else if (key == "--tiles") {
-      std::sscanf(v, "%d-%d", &min_tiles, &max_tiles);
+      std::sscanf(v, "%d-%d", &o.min_tiles, &o.max_tiles);
     } else if (key == "--text") {
-      std::sscanf(v, "%d-%d", &min_text, &max_text);
+      std::sscanf(v, "%d-%d", &o.min_text, &o.max_text);
     } else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
       return 2;
     }
   }
-  if (device_name != "cpu" && device_name != "cuda") {
-    std::fprintf(stderr, "--device must be cpu or cuda, got '%s'\n", device_name.c_str());
+  return 0;
+}
+
+/// Checks --device and --dtype: 0, 2 (a bad value) or 3 (cuda asked, none present), printed.
+int check_device(const BenchOptions& o) {
+  if (o.device != "cpu" && o.device != "cuda") {
+    std::fprintf(stderr, "--device must be cpu or cuda, got '%s'\n", o.device.c_str());
     return 2;
   }
-  if (device_name == "cuda" && !torch::cuda::is_available()) {
+  if (o.device == "cuda" && !torch::cuda::is_available()) {
     std::fprintf(stderr, "--device cuda: no CUDA device (LibTorch %s)\n", compat::torch_version());
     return 3;
   }
-  const torch::Device device =
-      device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  torch::set_num_threads(threads);
-  torch::manual_seed(0);
-  if (!dtype_name.empty() && dtype_name != "fp32" && dtype_name != "bf16") {
-    std::fprintf(stderr, "--dtype must be fp32 or bf16, got '%s'\n", dtype_name.c_str());
+  if (!o.dtype.empty() && o.dtype != "fp32" && o.dtype != "bf16") {
+    std::fprintf(stderr, "--dtype must be fp32 or bf16, got '%s'\n", o.dtype.c_str());
     return 2;
   }
-  const torch::Dtype dtype = dtype_name.empty()     ? compat::default_dtype(device)
-                             : dtype_name == "bf16" ? torch::kBFloat16
-                                                    : torch::kFloat32;
-  const ModelPreset preset = load_model_preset(preset_name);
-  Vlm model(preset, VlmOptions{}
-                        .with_img_context_id(kImgContextId)
-                        .with_seed(1)
-                        .with_device(device)
-                        .with_dtype(dtype));
-  int64_t params = 0;
-  for (const auto& p : model->parameters()) params += p.numel();
-  PackStats st;
-  const PackBatch pack =
-      make_bench_pack(preset, samples, min_tiles, max_tiles, min_text, max_text, 7, st);
-  add_parameter_flops(preset, st);
+  return 0;
+}
 
-  // Reference matmul: the LLM MLP's up-projection at the pack's token count, fp32.
+/// The reference matmul: the LLM MLP's up-projection [tokens x width] x [width x mlp_dim].
+struct Matmul {
+  torch::Tensor a, b;
+  double flops = 0;  ///< per matmul
+  int iters = 1;     ///< per timed block: about 1/4 of a model step's FLOPs, at least 3
+};
+
+Matmul make_matmul(const ModelPreset& preset, const PackStats& st, torch::TensorOptions options) {
+  Matmul mm;
   const int64_t m = st.tokens, k = preset.llm.width, n = preset.llm.mlp_dim;
-  const auto mm_options = torch::TensorOptions().device(device).dtype(dtype);
-  const torch::Tensor a = torch::randn({m, k}, mm_options), b = torch::randn({k, n}, mm_options);
-  const double mm_flops = 2.0 * m * k * n;
-  int mm_iters = 1;
-  {  // calibrate the matmul block to last about as long as 1/4 of a model step
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 3; ++i) torch::matmul(a, b);
-    mm_iters = std::max(3, static_cast<int>(st.flops / mm_flops / 4));
-    (void)seconds_since(t0);
-  }
-  for (int w = 0; w < warmup; ++w) {
+  mm.a = torch::randn({m, k}, options);
+  mm.b = torch::randn({k, n}, options);
+  mm.flops = 2.0 * m * k * n;
+  for (int i = 0; i < 3; ++i) torch::matmul(mm.a, mm.b);  // warm the kernels
+  mm.iters = std::max(3, static_cast<int>(st.flops / mm.flops / 4));
+  return mm;
+}
+
+/// Per repetition: seconds of one fwd+bwd of `pack` and matmul GFLOP/s, interleaved.
+struct Timings {
+  std::vector<double> step_s, mm_gflops;
+};
+
+Timings time_steps(Vlm& model, const PackBatch& pack, const Matmul& mm, const BenchOptions& o,
+                   const torch::Device& device) {
+  for (int w = 0; w < o.warmup; ++w) {
     model->zero_grad(true);
     model->forward(pack).loss_sum.backward();
   }
   sync(device);
-  std::vector<double> step_s, mm_gflops;
-  for (int r = 0; r < reps; ++r) {
+  Timings t;
+  for (int r = 0; r < o.reps; ++r) {
     model->zero_grad(/*set_to_none=*/true);  // one micro-batch: gradients are assigned, not added
     sync(device);
     auto t0 = std::chrono::steady_clock::now();
     model->forward(pack).loss_sum.backward();
     sync(device);
-    step_s.push_back(seconds_since(t0));
+    t.step_s.push_back(seconds_since(t0));
     t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < mm_iters; ++i) torch::matmul(a, b);
+    for (int i = 0; i < mm.iters; ++i) torch::matmul(mm.a, mm.b);
     sync(device);
-    mm_gflops.push_back(mm_flops * mm_iters / seconds_since(t0) / 1e9);
+    t.mm_gflops.push_back(mm.flops * mm.iters / seconds_since(t0) / 1e9);
   }
+  return t;
+}
+
+/// The header lines, the median / min / max table and the TIMING_JSON line.
+void print_results(const BenchOptions& o, int64_t params, const torch::Device& device,
+                   torch::Dtype dtype, const PackStats& st, const Matmul& mm, const Timings& t) {
   std::vector<double> tok_s, gflops, ratio;
-  for (int r = 0; r < reps; ++r) {
-    tok_s.push_back(st.tokens / step_s[r]);
-    gflops.push_back(st.flops / step_s[r] / 1e9);
-    ratio.push_back(gflops.back() / mm_gflops[r]);
+  for (int r = 0; r < o.reps; ++r) {
+    tok_s.push_back(st.tokens / t.step_s[r]);
+    gflops.push_back(st.flops / t.step_s[r] / 1e9);
+    ratio.push_back(gflops.back() / t.mm_gflops[r]);
   }
-  const auto ts = summarise(step_s), tk = summarise(tok_s), gf = summarise(gflops),
-             mg = summarise(mm_gflops), ra = summarise(ratio);
+  const auto ts = summarise(t.step_s), tk = summarise(tok_s), gf = summarise(gflops),
+             mg = summarise(t.mm_gflops), ra = summarise(ratio);
+  const long long m = mm.a.size(0), k = mm.a.size(1), n = mm.b.size(1);
   std::printf(
       "preset %s: %.1fM parameters, LibTorch %s, %s %s, %d threads, %d reps after %d warm-up\n",
-      preset_name.c_str(), params / 1e6, compat::torch_version(), device.str().c_str(),
-      c10::toString(dtype), threads, reps, warmup);
+      o.preset.c_str(), params / 1e6, compat::torch_version(), device.str().c_str(),
+      c10::toString(dtype), o.threads, o.reps, o.warmup);
   std::printf(
       "pack: %lld samples, %lld tiles, %lld LLM tokens (%lld from images, %.0f%%), %lld labels, "
       "%.1f GFLOP per fwd+bwd\n",
@@ -275,18 +287,47 @@ int main(int argc, char** argv) {
   std::printf("| fwd+bwd s | %.3f | %.3f | %.3f |\n", ts.median, ts.min, ts.max);
   std::printf("| LLM tokens/s | %.0f | %.0f | %.0f |\n", tk.median, tk.min, tk.max);
   std::printf("| model GFLOP/s | %.1f | %.1f | %.1f |\n", gf.median, gf.min, gf.max);
-  std::printf("| matmul GFLOP/s [%lldx%lld]x[%lldx%lld] | %.1f | %.1f | %.1f |\n",
-              static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(k),
-              static_cast<long long>(n), mg.median, mg.min, mg.max);
+  std::printf("| matmul GFLOP/s [%lldx%lld]x[%lldx%lld] | %.1f | %.1f | %.1f |\n", m, k, k, n,
+              mg.median, mg.min, mg.max);
   std::printf("| ratio model / matmul | %.3f | %.3f | %.3f |\n", ra.median, ra.min, ra.max);
   std::printf(
       "TIMING_JSON {\"preset\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
       "\"reps\": %d, \"warmup\": %d, \"tokens\": %lld, \"tiles\": %lld, "
       "\"model_flops\": %.6g, \"step_s_median\": %.6g, \"step_s_min\": %.6g, "
       "\"step_s_max\": %.6g, \"model_tflops\": %.6g, \"matmul_tflops\": %.6g}\n",
-      preset_name.c_str(), device.str().c_str(), c10::toString(dtype), reps, warmup,
+      o.preset.c_str(), device.str().c_str(), c10::toString(dtype), o.reps, o.warmup,
       static_cast<long long>(st.tokens), static_cast<long long>(st.tiles), st.flops, ts.median,
       ts.min, ts.max, st.flops / ts.median / 1e12, mg.median / 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchOptions o;
+  if (const int rc = parse_options(argc, argv, o)) return rc;
+  if (const int rc = check_device(o)) return rc;
+  const torch::Device device =
+      o.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  torch::set_num_threads(o.threads);
+  torch::manual_seed(0);
+  const torch::Dtype dtype = o.dtype.empty()     ? compat::default_dtype(device)
+                             : o.dtype == "bf16" ? torch::kBFloat16
+                                                 : torch::kFloat32;
+  const ModelPreset preset = load_model_preset(o.preset);
+  Vlm model(preset, VlmOptions{}
+                        .with_img_context_id(kImgContextId)
+                        .with_seed(1)
+                        .with_device(device)
+                        .with_dtype(dtype));
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  PackStats st;
+  const PackBatch pack =
+      make_bench_pack(preset, o.samples, o.min_tiles, o.max_tiles, o.min_text, o.max_text, 7, st);
+  add_parameter_flops(preset, st);
+  const Matmul mm = make_matmul(preset, st, torch::TensorOptions().device(device).dtype(dtype));
+  const Timings t = time_steps(model, pack, mm, o, device);
+  print_results(o, params, device, dtype, st, mm, t);
   if (device.is_cpu()) print_profile(model, pack, 15);
   return 0;
 }

@@ -10,7 +10,7 @@ THREADS=${OMNIBAL_BENCH_THREADS:-2}
 BUILD_DIR=${OMNIBAL_BUILD_DIR:-build}
 [ -f "$BUILD_DIR/build.ninja" ] || cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD_DIR" --target omnibal_model_bench
-BIN="$BUILD_DIR/models/omnibal_model_bench"
+BIN="$BUILD_DIR/scripts/bench/omnibal_model_bench"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; $(date -u +%FT%TZ)"
 # tiny: 8 samples of 1-6 tiles (4 LLM tokens each) and 8-40 text tokens.
 "$BIN" --preset tiny --threads "$THREADS" --reps "$REPS" --samples 8 --tiles 1-6 --text 8-40

@@ -28,19 +28,4 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$OUT" "$A" "$B" <<'PY'
-import json, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    which, preset, dtype, rnd, js = line.split(" ", 4)
-    rows.setdefault((preset, dtype, which), []).append(json.loads(js)["step_s_median"])
-print(f"A = {sys.argv[2]}\nB = {sys.argv[3]}")
-print("| preset | dtype | A s/step (min-max) | B s/step (min-max) | B / A |")
-print("|---|---|---:|---:|---:|")
-for preset in ("tiny", "base-100m"):
-    for dtype in ("fp32", "bf16"):
-        a, b = rows[(preset, dtype, "A")], rows[(preset, dtype, "B")]
-        ma, mb = statistics.median(a), statistics.median(b)
-        print(f"| {preset} | {dtype} | {ma:.3f} ({min(a):.3f}-{max(a):.3f}) | "
-              f"{mb:.3f} ({min(b):.3f}-{max(b):.3f}) | {mb / ma:.2f} |")
-PY
+python3 scripts/bench/report.py model-pair "$OUT" "$A" "$B"

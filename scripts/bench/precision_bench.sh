@@ -33,24 +33,4 @@ for rep in $(seq 1 "$REPS"); do
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$OUT" "$REPS" $PRECISIONS <<'PY'
-import json, os, statistics, sys
-out, reps, precisions = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print(f"base-100m, DP 2 x PP 1, m 2, 2 ranks on this machine; {reps} interleaved repetitions")
-print(f"{'precision':<10}{'zero1':<7}{'s/step (median)':>17}{'peak RSS MiB':>14}"
-      f"{'opt. state MiB':>16}{'final loss':>12}")
-for prec in precisions:
-    for z in ("false", "true"):
-        secs, rss, state, loss = [], [], [], []
-        for rep in range(1, reps + 1):
-            d = os.path.join(out, f"{prec}-zero1-{z}-{rep}")
-            with open(os.path.join(d, "metrics.jsonl")) as f:
-                ms = [json.loads(l) for l in f if l.strip()]
-            secs += [m["step_seconds"] for m in ms[1:]]
-            s = json.load(open(os.path.join(d, "summary.json")))
-            rss.append(s["peak_rss_mib_max_rank"])
-            state.append(s["optimizer_state_mib_max_rank"])
-            loss.append(s["final_loss"])
-        print(f"{prec:<10}{z:<7}{statistics.median(secs):>17.2f}{statistics.median(rss):>14.0f}"
-              f"{statistics.median(state):>16.1f}{statistics.median(loss):>12.4f}")
-PY
+python3 scripts/bench/report.py precision "$OUT" "$REPS" $PRECISIONS

@@ -16,7 +16,7 @@ DATA=${OMNIBAL_DEMO_DATA:-data/demo}
 [ -f "$DATA/train_meta.json" ] || bash scripts/make_demo_data.sh --out "$DATA" > /dev/null
 CURVES=$(mktemp)
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; $(date -u +%FT%TZ)"
-"$BUILD_DIR/tests/models/omnibal_precision_diag" --config configs/demo.yaml \
+"$BUILD_DIR/scripts/bench/omnibal_precision_diag" --config configs/demo.yaml \
   --set "data.meta=$DATA/train_meta.json" --set "data.tokenizer=$DATA/tokenizer.model" \
   --set data.eval_meta= --set train.steps=100 --set "train.lr=$LR" --pretrain 60 --packs 4 \
   --train 100 --runs fp32,bf16,fp32-init-rounded --curves "$CURVES"

@@ -100,6 +100,85 @@ StageTimes run_split(const std::vector<models::UnitPtr>& units, const partition:
   return t;
 }
 
+using NamedSplit = std::pair<std::string, partition::Partition>;
+
+/// The compared splits of `table`'s units over `pp` stages: uniform, balanced (the partition
+/// search on the profiled unit times, m micro-batches, free links) and skewed (stage 0 = the
+/// first two units, the rest spread evenly).
+std::vector<NamedSplit> compared_splits(const partition::UnitCostTable& table, int pp, int m) {
+  const int n = static_cast<int>(table.units.size());
+  partition::PartitionSearchInput in;
+  for (const auto& u : table.units) {
+    in.unit_seconds.push_back(u.forward_s + u.backward_s);
+    in.unit_forward_s.push_back(u.forward_s);
+    in.output_bytes.push_back(u.output_bytes);
+  }
+  in.link_bandwidth = 1e15;
+  in.stages = pp;
+  in.micro_batches = m;
+  in.top_k = 1;
+  std::vector<NamedSplit> splits{{"uniform", partition::uniform_partition(n, pp)},
+                                 {"balanced",
+                                  partition::search_partitions(in).top.at(0).partition}};
+  std::vector<int> skew_cuts;
+  for (int s = 1; s < pp; ++s) skew_cuts.push_back(s == 1 ? 2 : 2 + (n - 2) * (s - 1) / (pp - 1));
+  splits.emplace_back("skewed", partition::Partition::from_boundaries(skew_cuts, n));
+  return splits;
+}
+
+/// measured[split][rep]: per-stage seconds averaged over the m packs, for `reps` interleaved
+/// rounds after one warm-up round.
+std::vector<std::vector<StageTimes>> measure_splits(const std::vector<models::UnitPtr>& units,
+                                                    const std::vector<NamedSplit>& splits,
+                                                    const std::vector<models::PackBatch>& packs,
+                                                    int pp, int reps) {
+  const double m = static_cast<double>(packs.size());
+  std::vector<std::vector<StageTimes>> measured(splits.size());
+  for (int r = 0; r < reps + 1; ++r)  // first round is warm-up
+    for (size_t k = 0; k < splits.size(); ++k) {
+      StageTimes sum{std::vector<double>(pp), std::vector<double>(pp)};
+      for (const auto& pack : packs) {
+        const auto t = run_split(units, splits[k].second, pack);
+        for (int s = 0; s < pp; ++s)
+          sum.forward_s[s] += t.forward_s[s] / m, sum.backward_s[s] += t.backward_s[s] / m;
+      }
+      if (r > 0) measured[k].push_back(sum);
+    }
+  return measured;
+}
+
+/// Prints one split's predicted vs measured 1F1B step and per-stage fwd+bwd, and appends the
+/// relative errors (|predicted / measured - 1|) to `step_err` and `stage_err`.
+void report_split(const NamedSplit& split, const partition::UnitCostTable& table,
+                  const std::vector<StageTimes>& measured, int m, std::vector<double>& step_err,
+                  std::vector<double>& stage_err) {
+  const int pp = split.second.stages();
+  const auto pred = predicted(table, split.second);
+  std::vector<double> steps;
+  StageTimes med{std::vector<double>(pp), std::vector<double>(pp)};
+  for (const auto& t : measured) steps.push_back(step_seconds(t, m));
+  for (int s = 0; s < pp; ++s) {
+    std::vector<double> f, b;
+    for (const auto& t : measured) f.push_back(t.forward_s[s]), b.push_back(t.backward_s[s]);
+    med.forward_s[s] = median(f), med.backward_s[s] = median(b);
+  }
+  const double pred_step = step_seconds(pred, m), meas_step = median(steps);
+  fmt::print(
+      "{:<9} {:<22} step: predicted {:.2f} ms, measured {:.2f} ms ({:.2f}-{:.2f}), "
+      "error {:+.1f}%\n",
+      split.first, split.second.to_string(), 1e3 * pred_step, 1e3 * meas_step,
+      1e3 * *std::min_element(steps.begin(), steps.end()),
+      1e3 * *std::max_element(steps.begin(), steps.end()), 100 * (pred_step / meas_step - 1));
+  step_err.push_back(std::abs(pred_step / meas_step - 1));
+  for (int s = 0; s < pp; ++s) {
+    const double p = pred.forward_s[s] + pred.backward_s[s],
+                 q = med.forward_s[s] + med.backward_s[s];
+    fmt::print("    stage {}: fwd+bwd predicted {:.2f} ms, measured {:.2f} ms, error {:+.1f}%\n", s,
+               1e3 * p, 1e3 * q, 100 * (p / q - 1));
+    stage_err.push_back(std::abs(p / q - 1));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,77 +204,25 @@ int main(int argc, char** argv) {
   const auto preset = load_model_preset(preset_name);
   po.repeats = reps;
   const auto table = profile::profile_units(preset, po).table;
-  const int n = static_cast<int>(table.units.size());
-
-  partition::PartitionSearchInput in;
-  for (const auto& u : table.units) {
-    in.unit_seconds.push_back(u.forward_s + u.backward_s);
-    in.unit_forward_s.push_back(u.forward_s);
-    in.output_bytes.push_back(u.output_bytes);
-  }
-  in.link_bandwidth = 1e15;
-  in.stages = pp;
-  in.micro_batches = m;
-  in.top_k = 1;
-  std::vector<std::pair<std::string, partition::Partition>> splits{
-      {"uniform", partition::uniform_partition(n, pp)},
-      {"balanced", partition::search_partitions(in).top.at(0).partition}};
-  std::vector<int> skew_cuts;  // stage 0 = the two first units, the rest spread evenly
-  for (int s = 1; s < pp; ++s) skew_cuts.push_back(s == 1 ? 2 : 2 + (n - 2) * (s - 1) / (pp - 1));
-  splits.emplace_back("skewed", partition::Partition::from_boundaries(skew_cuts, n));
+  const auto splits = compared_splits(table, pp, m);
 
   models::VlmOptions vo;
   vo.with_img_context_id(profile::profiling_img_context_id(preset, po.pack));
-  const auto units = models::make_units(preset, vo, 0, n);
+  const auto units = models::make_units(preset, vo, 0, static_cast<int>(table.units.size()));
   std::vector<models::PackBatch> packs;
   for (int i = 0; i < m; ++i) {
     auto o = po.pack;
     o.seed = 100 + i;
     packs.push_back(profile::make_profiling_pack(preset, o));
   }
-  // measured[split][rep] = per-stage seconds averaged over the m micro-batches.
-  std::vector<std::vector<StageTimes>> measured(splits.size());
-  for (int r = 0; r < reps + 1; ++r)  // first round is warm-up
-    for (size_t k = 0; k < splits.size(); ++k) {
-      StageTimes sum{std::vector<double>(pp), std::vector<double>(pp)};
-      for (const auto& pack : packs) {
-        const auto t = run_split(units, splits[k].second, pack);
-        for (int s = 0; s < pp; ++s)
-          sum.forward_s[s] += t.forward_s[s] / m, sum.backward_s[s] += t.backward_s[s] / m;
-      }
-      if (r > 0) measured[k].push_back(sum);
-    }
+  const auto measured = measure_splits(units, splits, packs, pp, reps);
   fmt::print(
       "{} at {} tiles / {} tokens / {} samples, pp {}, m {}, {} threads, {} reps, {} clock\n",
       preset.name, po.pack.q_vit, po.pack.q_tok, po.pack.samples, pp, m, threads, reps,
       g_clock == profile::ProfileClock::kWall ? "wall" : "thread-CPU");
   std::vector<double> stage_err, step_err;
-  for (size_t k = 0; k < splits.size(); ++k) {
-    const auto pred = predicted(table, splits[k].second);
-    std::vector<double> steps;
-    StageTimes med{std::vector<double>(pp), std::vector<double>(pp)};
-    for (const auto& t : measured[k]) steps.push_back(step_seconds(t, m));
-    for (int s = 0; s < pp; ++s) {
-      std::vector<double> f, b;
-      for (const auto& t : measured[k]) f.push_back(t.forward_s[s]), b.push_back(t.backward_s[s]);
-      med.forward_s[s] = median(f), med.backward_s[s] = median(b);
-    }
-    const double pred_step = step_seconds(pred, m), meas_step = median(steps);
-    fmt::print(
-        "{:<9} {:<22} step: predicted {:.2f} ms, measured {:.2f} ms ({:.2f}-{:.2f}), "
-        "error {:+.1f}%\n",
-        splits[k].first, splits[k].second.to_string(), 1e3 * pred_step, 1e3 * meas_step,
-        1e3 * *std::min_element(steps.begin(), steps.end()),
-        1e3 * *std::max_element(steps.begin(), steps.end()), 100 * (pred_step / meas_step - 1));
-    step_err.push_back(std::abs(pred_step / meas_step - 1));
-    for (int s = 0; s < pp; ++s) {
-      const double p = pred.forward_s[s] + pred.backward_s[s],
-                   q = med.forward_s[s] + med.backward_s[s];
-      fmt::print("    stage {}: fwd+bwd predicted {:.2f} ms, measured {:.2f} ms, error {:+.1f}%\n",
-                 s, 1e3 * p, 1e3 * q, 100 * (p / q - 1));
-      stage_err.push_back(std::abs(p / q - 1));
-    }
-  }
+  for (size_t k = 0; k < splits.size(); ++k)
+    report_split(splits[k], table, measured[k], m, step_err, stage_err);
   fmt::print("median |error|: stage fwd+bwd {:.1f}%, 1F1B step {:.1f}%\n", 100 * median(stage_err),
              100 * median(step_err));
   return 0;

@@ -16,7 +16,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 BUILD_DIR=${OMNIBAL_BUILD_DIR:-build}
 [ -f "$BUILD_DIR/build.ninja" ] || cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD_DIR" --target omnibal_profile_bench
-BIN="$BUILD_DIR/tests/profile/omnibal_profile_bench"
+BIN="$BUILD_DIR/scripts/bench/omnibal_profile_bench"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; $(date -u +%FT%TZ)"
 # tiny: 32 tiles (128 image tokens) + 96 text tokens in 4 samples per pack.
 "$BIN" --preset tiny --q-vit 32 --q-tok 224 --samples 4 --pp 2 --micro-batches 4 --reps "$REPS" --threads "$THREADS" $CLOCK

@@ -26,13 +26,5 @@ P0=$!
 "${PIN1[@]}" "$PLAN" "${ARGS[@]}" --seed 2 --out "${OUT%.json}.core1.json" &
 P1=$!
 wait "$P0"; wait "$P1"
-PYTHONPATH="$(dirname "$0")" python3 - "${OUT%.json}.core0.json" "${OUT%.json}.core1.json" "$OUT" <<'PY'
-import json, sys
-from cost_tables import mean_cost_table
-a = mean_cost_table([json.load(open(p)) for p in sys.argv[1:3]])
-a["source"] += " (mean of two concurrent 1-thread profilers, one per core)"
-json.dump(a, open(sys.argv[3], "w"), indent=1)
-f = sum(u["forward_s"] for u in a["units"]); g = sum(u["backward_s"] for u in a["units"])
-print(f"profile: whole model {1e3*f:.1f} ms forward, {1e3*g:.1f} ms backward per pack "
-      f"({a['load']['tiles']} tiles, {a['load']['tokens']} tokens)")
-PY
+python3 "$(dirname "$0")/cost_tables.py" profile-mean "${OUT%.json}.core0.json" \
+  "${OUT%.json}.core1.json" "$OUT"

@@ -12,15 +12,7 @@ DEMO="$ROOT/data/demo"
 [ -f "$DEMO/train_meta.json" ] || bash "$ROOT/scripts/make_demo_data.sh" --out "$DEMO" > /dev/null
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-python3 - "$DEMO" "$OUT/meta.json" <<'PY'
-import json, os, sys
-demo, out = sys.argv[1], sys.argv[2]
-meta = json.load(open(os.path.join(demo, "train_meta.json")))
-big = {f"{name}_{k}": {**d, "root": os.path.join(demo, d["root"]),
-                       "annotation": os.path.join(demo, d["annotation"])}
-       for k in range(10) for name, d in meta.items()}
-json.dump(big, open(out, "w"))
-PY
+python3 "$ROOT/scripts/bench/report.py" scan-meta "$DEMO" "$OUT/meta.json"
 declare -A times
 for rep in $(seq "$REPS"); do
   for t in 1 "$THREADS"; do

@@ -41,7 +41,7 @@ echo "schedule_bench: $(date -u +%H:%M:%S) UTC, load average before: $(cut -d' '
 simulate() {  # run dir, then extra simulate flags; the run's split (stage_plan.json) as manual
   local dir=$1; shift
   local split
-  split=$(python3 -c 'import json,sys; print(", ".join(map(str, json.load(open(sys.argv[1]))["partition"])))' "$dir/stage_plan.json")
+  split=$(python3 scripts/bench/run_dir.py stage-plan "$dir" --key partition)
   "$SIM" simulate --config "$dir/config.yaml" --cost-table-in "$COSTS" --steps "$STEPS" \
     --set "parallel.partition={manual: [$split]}" "$@" --json "$dir.sim.json" > "$dir.sim.log"
 }
@@ -78,44 +78,4 @@ for rep in $(seq 1 "$REPS"); do
   done
 done
 
-python3 - "$OUT" "$WARMUP" "$REPS" "${SCHEDULES[@]}" <<'PY'
-import json, statistics, sys
-out, warmup, reps, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
-
-
-def sim_median(path):
-    sim = json.load(open(path))
-    return statistics.median(s["step_seconds"] for s in sim["steps"] if s["step"] >= warmup)
-
-
-rows = []
-for name in names:
-    measured, raw, full = [], [], []
-    for rep in range(1, reps + 1):
-        d = f"{out}/{name}-{rep}"
-        m = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()]
-        steps = [r for r in m if r["step"] >= warmup]
-        measured.append(statistics.median(r["step_seconds"] for r in steps))
-        samples = statistics.mean(r["samples"] for r in steps)
-        raw.append(sim_median(f"{d}.raw.sim.json"))
-        full.append(sim_median(f"{d}.sim.json"))
-        split = json.load(open(f"{d}/summary.json"))["partition"]
-    rows.append({"schedule": name, "partition": split, "samples_per_step": samples,
-                 "measured_s": statistics.median(measured), "measured_runs_s": measured,
-                 "simulated_raw_s": statistics.median(raw), "simulated_s": statistics.median(full)})
-print(f"{'schedule':<12} {'split':<14} {'samples/step':>12} {'measured s':>10} {'samples/s':>9} "
-      f"{'sim table s':>11} {'err':>6} {'sim +host s':>11} {'err':>6}  runs (s)")
-for r in rows:
-    me = r["measured_s"]
-    print(f"{r['schedule']:<12} {str(r['partition']):<14} {r['samples_per_step']:>12.1f} {me:>10.3f} "
-          f"{r['samples_per_step'] / me:>9.1f} {r['simulated_raw_s']:>11.3f} "
-          f"{100 * (r['simulated_raw_s'] / me - 1):>+5.1f}% {r['simulated_s']:>11.3f} "
-          f"{100 * (r['simulated_s'] / me - 1):>+5.1f}%  "
-          f"{' '.join(f'{x:.3f}' for x in r['measured_runs_s'])}")
-for key, label in (("simulated_raw_s", "profiled table alone"), ("simulated_s", "with host overheads")):
-    om = [r["schedule"] for r in sorted(rows, key=lambda r: r["measured_s"])]
-    os_ = [r["schedule"] for r in sorted(rows, key=lambda r: r[key])]
-    print(f"fastest first, measured: {' < '.join(om)}; simulated ({label}): {' < '.join(os_)}: "
-          f"{'same order' if om == os_ else 'order differs'}")
-json.dump(rows, open(f"{out}/schedules.json", "w"), indent=1)
-PY
+python3 scripts/bench/report.py schedules "$OUT" "$WARMUP" "$REPS" "${SCHEDULES[@]}"

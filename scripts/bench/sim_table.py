@@ -20,15 +20,7 @@ import json
 import statistics
 import sys
 
-
-def load_metrics(run_dir):
-    rows = {}
-    with open(f"{run_dir}/metrics.jsonl") as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                rows[r["step"]] = r
-    return rows
+from run_dir import metrics_by_step  # same folder: the one reader of run directories
 
 
 def parse_runs(spec):
@@ -119,7 +111,7 @@ def main():
         measured, simk = {}, {}  # (round, step) -> metrics row / simulated row
         for k, (run_dir, sim_path) in enumerate(parse_runs(rest)):
             sim = load_sim_steps(sim_path)[0]
-            for step, r in load_metrics(run_dir).items():
+            for step, r in metrics_by_step(run_dir).items():
                 if step >= args.warmup and step in sim:
                     measured[(k, step)] = r
                     simk[(k, step)] = sim[step]

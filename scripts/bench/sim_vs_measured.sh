@@ -97,53 +97,15 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 source scripts/bench/bench_common.sh
 bench_binaries
 if [ -n "$POOL" ]; then  # OUT: links to every round of every pooled directory, renumbered
-  ROUNDS=$(python3 - "$OUT" "$POOL" <<'PY'
-import glob, json, os, re, sys
-out, dirs = sys.argv[1], sys.argv[2].split(",")
-if os.path.exists(out):
-    sys.exit(f"sim_vs_measured: --pool writes a new directory; {out} exists")
-os.makedirs(f"{out}/probes")
-split = lambda d: json.load(open(f"{d}/plan.json"))["rows"][2]["partition"]
-if any(split(d) != split(dirs[0]) for d in dirs):
-    sys.exit("sim_vs_measured: --pool: the planner's split differs between "
-             + ", ".join(f"{d} {split(d)}" for d in dirs))
-ln = lambda src, dst: os.symlink(os.path.abspath(src), dst)
-ln(f"{dirs[0]}/plan.json", f"{out}/plan.json")
-offset, base, brackets, loads = 0, 0, [], {"before": [], "after": []}
-for d in dirs:
-    probes = sum(bool(re.fullmatch(r"p\d+\.json", os.path.basename(p)))
-                 for p in glob.glob(f"{d}/probes/p*.json"))
-    for i in range(probes):
-        ln(f"{d}/probes/p{i}.json", f"{out}/probes/p{offset + i}.json")
-    rounds = 0
-    for line in open(f"{d}/probes/brackets.txt"):
-        run, a, b = line.split()
-        name, r = run.rsplit("-r", 1)
-        rounds = max(rounds, int(r))
-        new = f"{name}-r{base + int(r)}"
-        ln(f"{d}/{run}", f"{out}/{new}")
-        ln(f"{d}/{run}.log", f"{out}/{new}.log")
-        if os.path.exists(f"{d}/{run}.steal"):
-            ln(f"{d}/{run}.steal", f"{out}/{new}.steal")
-        brackets.append(f"{new} p{offset + int(a[1:])} p{offset + int(b[1:])}\n")
-    for k in loads:
-        loads[k].append(open(f"{d}/load.{k}").read().strip())
-    offset, base = offset + probes, base + rounds
-open(f"{out}/probes/brackets.txt", "w").writelines(brackets)
-for k, v in loads.items():
-    open(f"{out}/load.{k}", "w").write(" | ".join(v) + "\n")
-print(base)
-PY
-)
+  ROUNDS=$(python3 scripts/bench/sim_rounds.py pool "$OUT" "$POOL")
   echo "sim_vs_measured: pooled $POOL: $ROUNDS rounds in $OUT"
 fi
 if [ "$ANALYSE_ONLY" = 1 ]; then
-  SPLIT=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"]; print(", ".join(map(str, r[2]["partition"])))' "$OUT/plan.json")
+  SPLIT=$(python3 scripts/bench/report.py plan-row "$OUT/plan.json" 2 partition)
   LOAD_BEFORE=$(cat "$OUT/load.before")
 else
   echo "sim_vs_measured: $(date -u +%H:%M:%S) UTC, load average before: $LOAD_BEFORE"
-  if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' \
-      "${LOAD_BEFORE%% *}" "$MAX_LOAD"; then
+  if bench_load_above "${LOAD_BEFORE%% *}" "$MAX_LOAD"; then
     echo "sim_vs_measured: load average ${LOAD_BEFORE%% *} > $MAX_LOAD at the start: another" \
          "job is running; no figures (measure on an idle machine)" >&2
     exit 3
@@ -226,31 +188,15 @@ steps_of() {  # trainer --set arguments -> the run's steps: STEPS, or STEPS * 4 
 table_of() {  # run directory
   if [ "$TABLES" = pooled ]; then echo "$OUT/probes/pooled.json"; else echo "$1.costs.json"; fi
 }
-units_of() {  # run name -> per round, one line: the units its trainer recomputes, comma-separated
-  # From the start-up line `stage plan (...): split [...], recompute {stage 0: vit_block_0, ...;
-  # stage 1: none}` (adaptive: the knapsack's picks, which may break a tie between equal blocks
-  # differently from one run to the next).
-  python3 - "$OUT" "$1" "$ROUNDS" <<'PY'
-import re, sys
-out, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for r in range(1, rounds + 1):
-    line = next(l for l in open(f"{out}/{name}-r{r}.log")
-                if re.search(r"stage plan \(.*recompute \{", l))
-    print(",".join(re.findall(r"(?:vit|llm)_block_\d+", line.split("recompute {", 1)[1])))
-PY
-}
 simulate() {  # run name, kind (file tag), then extra simulate flags; one simulation per round,
-  # each with the units its own run recomputed
+  # each with the units its own run recomputed: from its start-up line `stage plan (...): split
+  # [...], recompute {stage 0: vit_block_0, ...; stage 1: none}` (adaptive: the knapsack's picks,
+  # which may break a tie between equal blocks differently from one run to the next)
   local name=$1 kind=$2; shift 2
-  local units steps r run rflags
-  mapfile -t units < <(units_of "$name")
-  mapfile -t steps < <(python3 - "$OUT" "$name" "$ROUNDS" <<'PY'
-import json, sys
-out, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for r in range(1, rounds + 1):
-    print(json.load(open(f"{out}/{name}-r{r}/summary.json"))["steps"])
-PY
-  )
+  local units steps r run rflags runs=()
+  for r in $(seq 1 "$ROUNDS"); do runs+=("$OUT/$name-r$r"); done
+  mapfile -t units < <(python3 scripts/bench/run_dir.py recompute-units "${runs[@]/%/.log}")
+  mapfile -t steps < <(python3 scripts/bench/run_dir.py summary --key steps "${runs[@]}")
   for r in $(seq 1 "$ROUNDS"); do
     run=$OUT/$name-r$r
     rflags=(--set memory.recompute=none)
@@ -259,24 +205,7 @@ PY
       --steps "${steps[r - 1]}" "${rflags[@]}" "$@" --json "$run.$kind.sim.json" \
       > "$run.$kind.sim.log"
   done
-  python3 - "$OUT" "$name" "$ROUNDS" "$kind" <<'PY'
-import json, re, sys
-out, name, rounds, kind = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-plans = {}
-for r in range(1, rounds + 1):
-    run = f"{out}/{name}-r{r}"
-    sim = json.load(open(f"{run}.{kind}.sim.json"))
-    h = re.search(r"plan hash ([0-9a-f]{16})", open(run + ".log").read()).group(1)
-    part = json.load(open(run + "/summary.json"))["partition"]
-    plan = re.search(r"stage plan \(.*(recompute \{.*)", open(run + ".log").read()).group(1)
-    plans.setdefault(plan, []).append(r)
-    if h != sim["plan_hash"] or part != sim["partition"]:
-        sys.exit(f"sim_vs_measured: {run}: trainer plan {h} split {part}, simulator plan "
-                 f"{sim['plan_hash']} split {sim['partition']}")
-if len(plans) > 1 and kind.endswith(".raw"):
-    print(f"sim_vs_measured: {name}: the rounds recompute differently, each simulated with its "
-          "own: " + "; ".join(f"rounds {rs}: {p}" for p, rs in plans.items()), file=sys.stderr)
-PY
+  python3 scripts/bench/sim_rounds.py check-plans "$OUT" "$name" "$ROUNDS" "$kind"
 }
 runs_of() {  # name, kind -> RUN_DIR:SIM_JSON of every round, comma-separated
   local r dirs=()
@@ -307,43 +236,10 @@ if [ "$ANALYSE_ONLY" = 0 ]; then
   cut -d' ' -f1-3 /proc/loadavg > "$OUT/load.after"
 fi
 # Per-run tables (the mean of the run's two probes) and the pooled table (of every probe).
-PYTHONPATH=scripts/bench python3 - "$OUT" <<'PY'
-import glob, json, os, re, sys
-from cost_tables import mean_cost_table
-out = sys.argv[1]
-probe = {}  # name (p0, p1, ...) -> table
-for p in glob.glob(f"{out}/probes/p*.json"):
-    name = os.path.basename(p)[:-len(".json")]
-    if re.fullmatch(r"p\d+", name):
-        probe[name] = json.load(open(p))
-busy = lambda t: sum(u["forward_s"] + u["backward_s"] for u in t["units"])
-def mean_table(names, dest, what):
-    t = mean_cost_table([probe[n] for n in names])
-    t["source"] += f" (mean of {what})"
-    json.dump(t, open(dest, "w"), indent=1)
-    return busy(t)
-for line in open(f"{out}/probes/brackets.txt"):
-    run, a, b = line.split()
-    mean_table([a, b], f"{out}/{run}.costs.json", f"probes {a} and {b}")
-each = [busy(t) for t in probe.values()]
-total = mean_table(sorted(probe), f"{out}/probes/pooled.json", f"{len(probe)} probes")
-print(f"probes: {len(probe)}, whole model forward + backward per pack {1e3 * total:.1f} ms "
-      f"(each probe {1e3 * min(each):.1f}-{1e3 * max(each):.1f} ms)")
-PY
+python3 scripts/bench/sim_rounds.py probe-tables "$OUT"
 LOAD_AFTER=$(cat "$OUT/load.after")
 echo "sim_vs_measured: load average after: $LOAD_AFTER"
-python3 - "$OUT" "${BENCH_MAX_STEAL:-2}" <<'PY'
-import glob, os, sys
-out, limit = sys.argv[1], float(sys.argv[2])
-steal = {os.path.basename(p)[:-len(".steal")]: float(open(p).read())
-         for p in glob.glob(f"{out}/*.steal")}
-if steal:
-    worst = max(steal, key=steal.get)
-    over = sorted(n for n, v in steal.items() if v > limit)
-    print(f"sim_vs_measured: hypervisor steal during the runs: median "
-          f"{sorted(steal.values())[len(steal) // 2]:.2f} %, max {steal[worst]:.2f} % ({worst})"
-          + (f"; above {limit:g} %: {', '.join(over)}" if over else ""))
-PY
+python3 scripts/bench/sim_rounds.py steal "$OUT" "${BENCH_MAX_STEAL:-2}"
 
 fit_overheads() {  # stem, kind, configuration...: host overheads fitted to those configurations'
   # runs (TABLES); the simulator flags go to FIT_FLAGS, the fit's log to stem.log
@@ -394,16 +290,7 @@ shared_terms() {  # PP 2 flags -> host_overheads.py --fixed arguments, one a lin
   # other (38 ms of loader a micro-batch against -35 % compute in one run), and the checkpoint
   # fraction took up what random micro-batches cost beyond their table (ISF at m 2 with full
   # recomputation came out 6-11 % slow in six runs; 2-9 % with the PP 2 fractions)
-  python3 - "$1" "$DP2_FROM_PP2" <<'PY'
-import sys
-flags, terms = sys.argv[1].split(), [t for t in sys.argv[2].split(",") if t]
-for t in terms:
-    if f"--{t}-fraction" not in flags:  # PP 2 fitted without it (nothing recomputed)
-        continue
-    values = [float(v) for v in flags[flags.index(f"--{t}-fraction") + 1].split(",")]
-    print("--fixed")
-    print(f"{t}={sum(values) / len(values):.9g}")
-PY
+  python3 scripts/bench/sim_rounds.py shared-terms "$1" "$DP2_FROM_PP2"
 }
 analyse() {  # TABLES (bracket | pooled): fit the host overheads, simulate, print the tables
   local layout c name calib flags others

@@ -11,7 +11,7 @@
 #   - cost table: `omnibal-plan profile --preset base-100m --tp 2` as two 1-thread processes at
 #     once, one per core (profile_costs.sh with PROFILE_TP=2: one TP rank's compute alone);
 #   - TP link: all-reduce latency and bus bandwidth of this host's MPI through the communicator
-#     (tests/comm/comm_bench allreduce);
+#     (scripts/bench/comm_bench.cpp, allreduce);
 #   - host overheads: calibrated on a held-out TP 2 run at m 1 (host_overheads.py), as
 #     sim_vs_measured.sh does;
 #   - `omnibal-plan simulate --tp 2` of each measured tp2 run's config.yaml (same packs).
@@ -54,13 +54,12 @@ done
 # 2. What the simulator is given: the TP 2 table, the link, the held-out calibration run.
 PRESET=base-100m PROFILE_TP=2 bash scripts/bench/profile_costs.sh "$PLAN" "$OUT/costs-tp2.json" \
   40 700 6 > "$OUT/profile.log"
-mpirun -np 2 --bind-to core "$BUILD_DIR/tests/comm/comm_bench" 7 allreduce > "$OUT/link.log"
+mpirun -np 2 --bind-to core "$BUILD_DIR/scripts/bench/comm_bench" 7 allreduce > "$OUT/link.log"
 read -r LAT GBPS < <(awk '/^tp link:/ {print $4, $6}' "$OUT/link.log")
 simulate() {  # run dir, sim json, then extra flags; the run's split as a manual one
   local run=$1 json=$2; shift 2
   local split
-  split=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["partition"])' \
-    "$run/summary.json")
+  split=$(python3 scripts/bench/run_dir.py summary "$run" --key partition)
   "$SIM" simulate --config "$run/config.yaml" --set "parallel.partition={manual: $split}" \
     --cost-table-in "$OUT/costs-tp2.json" \
     --steps "$STEPS" --tp 2 --tp-link-gbps "$GBPS" --tp-latency-us "$LAT" "$@" \
@@ -77,34 +76,4 @@ for rep in $(seq 1 "$REPS"); do
   simulate "$OUT/tp2-$rep" "$OUT/tp2-$rep.raw.sim.json"
   simulate "$OUT/tp2-$rep" "$OUT/tp2-$rep.sim.json" "${OVERHEADS[@]}"
 done
-python3 - "$OUT" "$REPS" "$WARMUP" "$LAT" "$GBPS" <<'PY'
-import json, os, statistics, sys
-out, reps, warm, lat, gbps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-def steps(d):
-    with open(os.path.join(d, "metrics.jsonl")) as f:
-        return [json.loads(l) for l in f if l.strip()]
-def med(xs): return statistics.median(xs)
-t1 = [m["step_seconds"] for r in range(1, reps + 1) for m in steps(f"{out}/tp1-{r}")[warm:]]
-t2 = [m["step_seconds"] for r in range(1, reps + 1) for m in steps(f"{out}/tp2-{r}")[warm:]]
-ar = [json.load(open(f"{out}/tp2-{r}/summary.json"))["tp_all_reduce_s_per_step_max_rank"]
-      for r in range(1, reps + 1)]
-sim, tpc, raw = [], [], []
-for r in range(1, reps + 1):
-    s = json.load(open(f"{out}/tp2-{r}.raw.sim.json"))
-    raw += [x["step_seconds"] for x in s["steps"] if x["step"] >= warm]
-    s = json.load(open(f"{out}/tp2-{r}.sim.json"))
-    sim += [x["step_seconds"] for x in s["steps"] if x["step"] >= warm]
-    tpc += [x["tp_comm_seconds"] for x in s["steps"] if x["step"] >= warm]
-l1 = [json.load(open(f"{out}/tp1-{r}/summary.json"))["final_loss"] for r in range(1, reps + 1)]
-l2 = [json.load(open(f"{out}/tp2-{r}/summary.json"))["final_loss"] for r in range(1, reps + 1)]
-print(f"base-100m, PP 1 x DP 1, m 2, fp32; {reps} interleaved repetitions, steps >= {warm}")
-print(f"  tp 1 (1 rank x 2 threads): {med(t1):.3f} s/step   final loss {med(l1):.5f}")
-print(f"  tp 2 (2 ranks x 1 thread): {med(t2):.3f} s/step   final loss {med(l2):.5f}"
-      f"   TP all-reduces {med(ar):.3f} s/step ({100 * med(ar) / med(t2):.0f} %)")
-print(f"  tp 2 / tp 1 step time: {med(t2) / med(t1):.2f}")
-print(f"  simulator, tp 2 (profiled TP 2 table, link {gbps} GB/s + {lat} us per all-reduce, "
-      f"held-out host overheads): {med(sim):.3f} s/step, {100 * (med(sim) / med(t2) - 1):+.1f} % "
-      f"vs measured; its TP all-reduce time {med(tpc):.3f} s/step")
-print(f"  simulator, tp 2, the profiled table and link alone (no host overheads): {med(raw):.3f} "
-      f"s/step, {100 * (med(raw) / med(t2) - 1):+.1f} %")
-PY
+python3 scripts/bench/report.py tp "$OUT" "$REPS" "$WARMUP" "$LAT" "$GBPS"

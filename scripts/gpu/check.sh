@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (README.md), one prepared script for a machine with one CUDA GPU, no network and
+# The GPU check (docs/gpu.md), one prepared script for a machine with one CUDA GPU, no network and
 # a CUDA image whose python3 holds torch 2.11 (a CUDA 13.0 build) and its NVIDIA wheels; within
 # 10 minutes it
 #   1. unpacks the Debian packages of .gpu-deps/ (scripts/gpu/bundle.sh) into a private prefix
@@ -250,7 +250,7 @@ if [ "$(wc -c <"$BUILD_LOG")" -gt 4000000 ]; then  # keep the results small
   mv "$BUILD_LOG.cut" "$BUILD_LOG"
 fi
 GPU_TEST=$BUILD/tests/gpu/gpu_test
-BENCH=$BUILD/models/omnibal_model_bench
+BENCH=$BUILD/scripts/bench/omnibal_model_bench
 
 # ---- step 2: links and GPU tests, as ctest registers them -------------------------------------
 TESTS_LOG=$RES/tests.log

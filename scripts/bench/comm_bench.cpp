@@ -3,7 +3,8 @@
 // and a 1F1B-style exchange where both ranks send a message with header at once. With a second
 // argument `allreduce`: the all-reduce latency and bus bandwidth (the TP link of the simulator,
 // scripts/bench/tp_bench.sh).
-// Run by scripts/bench/comm_p2p.sh; prints median and min-max over interleaved repetitions.
+// Run by scripts/bench/comm_p2p.sh (and tp_bench.sh for the all-reduce); prints median and
+// min-max over interleaved repetitions.
 #include "comm/communicator.h"
 #include "comm/link_probe.h"
 #include "comm/mpi_runtime.h"
