@@ -11,7 +11,7 @@ Which packs rank r runs (the C++ rules, in micro-batch order k = 0 .. m-1 of eve
     of step s is ``steps[s][r][k]``, the file's own placement (PlanFile::pack,
     lib/balance/plan_json.h:58, = StepPlan::pack, lib/balance/step_plan.h:34);
   * a plan written as the trainer plans, ``--dp 1 --micro-batches D*m`` (its plan_hash is the
-    "plan hash" omnibal-train logs; tests/integration/train_checks.py check_repeat_time): any
+    "plan hash" omnibal-train logs; tests/integration/checks/data.py check_repeat_time): any
     world_size D dividing its micro-batches; rank r's k-th pack of step s is
     ``steps[s][0][k*D + (r if k % 2 == 0 else D-1-r)]``, the snake order of
     EpochPlanner::slot (lib/balance/epoch_planner.h:40), which TrainingData walks per step in

@@ -1,43 +1,17 @@
-// Scratch directories and file damage for the checkpoint tests. Scratch directories are unique
-// per process (and shared by the ranks of one mpiexec run when created through
-// shared_scratch_dir), removed at the end of the test.
+// Scratch directories and file damage for the checkpoint tests. Scratch directories
+// (tests/common/scratch_dir.h) are unique per process (and shared by the ranks of one mpiexec run
+// when rank 0 owns one under an id all ranks agree on), removed at the end of the test.
 #pragma once
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "tests/common/scratch_dir.h"
+
 namespace omnibal::checkpoint::testing {
 
-/// A fresh directory under the system temp dir, removed (recursively) on destruction.
-class ScratchDir {
- public:
-  /// `tag` names the test; `id` makes it unique (default: this process's pid).
-  explicit ScratchDir(const std::string& tag, long id = static_cast<long>(::getpid()),
-                      bool owner = true)
-      : path_(std::filesystem::temp_directory_path() /
-              ("omnibal_" + tag + "_" + std::to_string(id))),
-        owner_(owner) {
-    if (owner_) {
-      std::filesystem::remove_all(path_);
-      std::filesystem::create_directories(path_);
-    }
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (owner_) std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-  bool owner_;
-};
+/// The shared scratch directory (tests/common/scratch_dir.h), under the name these tests use.
+using ::omnibal::testing::ScratchDir;
 
 /// Flips bit 6 of the byte at offset `at` of `path` in place (a corrupted shard or manifest).
 inline void flip_byte(const std::string& path, std::streamoff at) {

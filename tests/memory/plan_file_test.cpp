@@ -7,25 +7,15 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "core/error.h"
+#include "tests/common/scratch_dir.h"
 
 using namespace omnibal;
+using omnibal::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A fresh directory under the system temp directory, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir()
-      : path(fs::temp_directory_path() /
-             ("omnibal-plan-file-" + std::to_string(std::random_device{}()))) {
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 memory::StagePlan small_plan() {
   memory::StagePlan p;
@@ -44,13 +34,13 @@ void write(const fs::path& path, const std::string& text) { std::ofstream(path) 
 }  // namespace
 
 TEST_CASE("plan file: a run directory or its stage_plan.json", "[memory][plan_file]") {
-  TempDir dir;
+  ScratchDir dir("plan_file_read");
   const memory::StagePlan plan = small_plan();
-  write(dir.path / "stage_plan.json", memory::stage_plan_json(plan).dump(2));
+  write(dir.path() / "stage_plan.json", memory::stage_plan_json(plan).dump(2));
   const bool as_dir = GENERATE(true, false);
-  const std::string from = as_dir ? dir.path.string() : (dir.path / "stage_plan.json").string();
+  const std::string from = as_dir ? dir.str() : (dir.path() / "stage_plan.json").string();
   const memory::PlanFile got = memory::read_plan_file(from);
-  CHECK(got.path == (dir.path / "stage_plan.json").string());
+  CHECK(got.path == (dir.path() / "stage_plan.json").string());
   CHECK(got.plan.partition == plan.partition);
   CHECK(got.plan.unit_names == plan.unit_names);
   CHECK(memory::stage_plan_hash(got.plan) == memory::stage_plan_hash(plan));
@@ -58,20 +48,19 @@ TEST_CASE("plan file: a run directory or its stage_plan.json", "[memory][plan_fi
 
 TEST_CASE("plan file: what cannot be read is refused naming the key and the path",
           "[memory][plan_file]") {
-  TempDir dir;
-  CHECK_THROWS_WITH(memory::read_plan_file(dir.path.string()),
-                    Catch::Contains("parallel.plan_from: the run directory '" + dir.path.string() +
+  ScratchDir dir("plan_file_refused");
+  CHECK_THROWS_WITH(memory::read_plan_file(dir.str()),
+                    Catch::Contains("parallel.plan_from: the run directory '" + dir.str() +
                                     "' holds no stage_plan.json"));
-  const std::string missing = (dir.path / "nope.json").string();
+  const std::string missing = (dir.path() / "nope.json").string();
   CHECK_THROWS_WITH(memory::read_plan_file(missing),
                     Catch::Contains("parallel.plan_from: cannot read '" + missing + "'"));
   CHECK_THROWS_WITH(memory::read_plan_file(""), Catch::Contains("empty path"));
-  write(dir.path / "stage_plan.json", "{\"format\": ");
-  CHECK_THROWS_WITH(memory::read_plan_file(dir.path.string()),
-                    Catch::Contains("not a JSON stage plan"));
+  write(dir.path() / "stage_plan.json", "{\"format\": ");
+  CHECK_THROWS_WITH(memory::read_plan_file(dir.str()), Catch::Contains("not a JSON stage plan"));
   auto j = memory::stage_plan_json(small_plan());
   j.erase("partition");
-  write(dir.path / "stage_plan.json", j.dump());
-  CHECK_THROWS_WITH(memory::read_plan_file(dir.path.string()),
+  write(dir.path() / "stage_plan.json", j.dump());
+  CHECK_THROWS_WITH(memory::read_plan_file(dir.str()),
                     Catch::Contains("parallel.plan_from '") && Catch::Contains("'partition'"));
 }

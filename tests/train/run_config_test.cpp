@@ -5,8 +5,6 @@
 // (resume, init_from, truncated).
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,9 +12,11 @@
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/file_digest.h"
 #include "checkpoint/safetensors.h"
+#include "tests/common/scratch_dir.h"
 #include "train/run_config.h"
 
 using namespace omnibal;
+using omnibal::testing::ScratchDir;
 using omnibal::train::find_resume_point;
 using omnibal::train::resolve_run_config;
 using omnibal::train::ResumePoint;
@@ -24,21 +24,6 @@ using omnibal::train::ResumePoint;
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory under the temp dir, removed at the end.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag)
-      : path(fs::temp_directory_path() /
-             ("omnibal_run_config_" + tag + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
@@ -48,16 +33,16 @@ void write(const fs::path& p, const std::string& text) {
 }  // namespace
 
 TEST_CASE("run config: model.hf_style auto from init_from's config.json", "[train]") {
-  TempDir dir("hf_style");
-  write(dir.path / "config.json", R"({"llm_config": {"architectures": ["LlamaForCausalLM"]}})");
+  ScratchDir dir("run_config_hf_style");
+  write(dir.path() / "config.json", R"({"llm_config": {"architectures": ["LlamaForCausalLM"]}})");
   Config c;
   CHECK(resolve_run_config(c, {}).model.hf_style == HfStyle::kInternLm2);  // no init_from
-  c.model.init_from = dir.path.string();
+  c.model.init_from = dir.str();
   CHECK(resolve_run_config(c, {}).model.hf_style == HfStyle::kLlama);
   c.model.hf_style = HfStyle::kLlamaFused;  // explicit: config.json is not read
   CHECK(resolve_run_config(c, {}).model.hf_style == HfStyle::kLlamaFused);
   c.model.hf_style = HfStyle::kAuto;
-  c.model.init_from = (dir.path / "absent").string();
+  c.model.init_from = (dir.path() / "absent").string();
   CHECK_THROWS_WITH(resolve_run_config(c, {}), Catch::Contains("config.json"));
 }
 
@@ -94,20 +79,20 @@ TEST_CASE("run config: partition_trials -1 becomes partition_top_k, and the rest
 }
 
 TEST_CASE("run config: a fresh start over an earlier run's checkpoints is refused", "[train]") {
-  TempDir dir("resume");
+  ScratchDir dir("run_config_resume");
   Config c;
-  c.runtime.run_dir = dir.path.string();
+  c.runtime.run_dir = dir.str();
   const ResumePoint fresh = find_resume_point(c, "");
   CHECK_FALSE(fresh.resuming());
   CHECK_FALSE(fresh.saved);
   CHECK_FALSE(find_resume_point(c, "auto").resuming());  // no checkpoints: afresh
-  fs::create_directories(dir.path / "checkpoints" / "step-3");
-  fs::create_directories(dir.path / "checkpoints" / "step-3.tmp");
+  fs::create_directories(dir.path() / "checkpoints" / "step-3");
+  fs::create_directories(dir.path() / "checkpoints" / "step-3.tmp");
   CHECK_THROWS_WITH(find_resume_point(c, ""),
                     Catch::Contains("already holds checkpoints of an earlier run (step-3"));
   // step-3 has no manifest: auto finds none that verifies and refuses rather than restart.
   CHECK_THROWS_WITH(find_resume_point(c, "auto"), Catch::Contains("none of the checkpoints"));
-  CHECK_THROWS(find_resume_point(c, (dir.path / "checkpoints" / "step-3").string()));
+  CHECK_THROWS(find_resume_point(c, (dir.path() / "checkpoints" / "step-3").string()));
 }
 
 namespace {
@@ -134,10 +119,10 @@ void write_unmarked_checkpoint(const fs::path& root, int64_t step, const torch::
 }  // namespace
 
 TEST_CASE("run config: --resume auto passes over an older checkpoint holding a NaN", "[train]") {
-  TempDir dir("nan_resume");
+  ScratchDir dir("run_config_nan_resume");
   Config c;
-  c.runtime.run_dir = dir.path.string();
-  const fs::path root = dir.path / "checkpoints";
+  c.runtime.run_dir = dir.str();
+  const fs::path root = dir.path() / "checkpoints";
   write_unmarked_checkpoint(root, 2, torch::ones({2, 3}), to_yaml(c));
   torch::Tensor diverged = torch::ones({2, 3});
   diverged[1][1] = std::numeric_limits<float>::quiet_NaN();
