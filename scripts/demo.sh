@@ -20,7 +20,7 @@ cmake --build "$BUILD_DIR" --target omnibal-plan omnibal-train -j "${OMNIBAL_JOB
 PLAN="$BUILD_DIR/apps/omnibal-plan/omnibal-plan"
 "$PLAN" scan --meta data/demo/train_meta.json --preset tiny --tokenizer data/demo/tokenizer.model \
   --set data.max_tiles=12 --out runs/demo-scan > /dev/null
-# DP 8 as in the README's table: with the demo's single DP rank every Dist Ratio would be 0.
+# DP 8 as in docs/results.md's data-balance table: with the demo's single DP rank every Dist Ratio would be 0.
 "$PLAN" data --meta runs/demo-scan/meta.json --dp 8 --search --method all | sed -n '/^method/,$p'
 
 # 2. Training (<= 10 minutes on 2 cores). omnibal-train refuses a fresh start over an earlier
