@@ -53,6 +53,13 @@ enum class OnBadSample { kError, kSkip };
 /// `train.max_nonfinite_skips` in a row).
 enum class OnNonFinite { kStop, kSkip };
 
+/// `train.shard`: what data parallelism shards over the DP ranks (DeepSpeed's ZeRO stages).
+/// kNone: every DP rank holds everything (ZeRO-0; gradients all-reduced); kOptimizer: ZeRO-1
+/// (Megatron's distributed optimizer: fp32 master weights and moments sharded, gradients
+/// reduce-scattered, parameters all-gathered after the step); kFull: ZeRO-3 / FSDP (parameters,
+/// gradients and optimizer state sharded per unit, gathered around each unit's compute).
+enum class ShardMode { kNone, kOptimizer, kFull };
+
 /// `runtime.device`: where each rank's stage computes: the CPU, or CUDA device
 /// (local rank % device count) with NCCL carrying the CUDA tensors (train/run_device.h).
 enum class RuntimeDevice { kCpu, kCuda };
@@ -133,6 +140,13 @@ template <> struct Choices<OnNonFinite> {
   static constexpr std::array<std::pair<OnNonFinite, std::string_view>, 2> names{
       {{OnNonFinite::kStop, "stop"}, {OnNonFinite::kSkip, "skip"}}};
   static constexpr std::size_t parsed = 2;
+};
+template <> struct Choices<ShardMode> {
+  static constexpr std::array<std::pair<ShardMode, std::string_view>, 3> names{
+      {{ShardMode::kNone, "none"},
+       {ShardMode::kOptimizer, "optimizer"},
+       {ShardMode::kFull, "full"}}};
+  static constexpr std::size_t parsed = 3;
 };
 template <> struct Choices<RuntimeDevice> {
   static constexpr std::array<std::pair<RuntimeDevice, std::string_view>, 2> names{

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/yaml_struct.h"
 
 namespace omnibal {
@@ -48,6 +49,20 @@ void apply_override(YAML::Node& root, const std::string& text) {
   chain.back()[parts.back()] = value;
 }
 
+/// Old spellings onto their keys: train.zero1 true -> train.shard optimizer (with a warning;
+/// refused together with another shard mode).
+void map_deprecated_keys(Config& config, const std::string& origin) {
+  TrainConfig& t = config.train;
+  if (!t.zero1) return;
+  OMNIBAL_CHECK(t.shard != ShardMode::kFull, origin,
+                ": train.zero1 true (deprecated: train.shard optimizer) contradicts train.shard "
+                "full; set train.shard alone");
+  if (t.shard == ShardMode::kNone)
+    log_info("{}: train.zero1 is deprecated; read as train.shard: optimizer", origin);
+  t.shard = ShardMode::kOptimizer;
+  t.zero1 = false;
+}
+
 Config parse_node(YAML::Node root, const std::string& origin,
                   const std::vector<std::string>& overrides) {
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
@@ -65,6 +80,7 @@ Config parse_node(YAML::Node root, const std::string& origin,
   }
   Config config;
   yaml_struct::read_section(root, origin, config);
+  map_deprecated_keys(config, origin);
   config.validate();
   return config;
 }
@@ -210,6 +226,9 @@ void DataConfig::validate(const std::string& w) const {
 
 void TrainConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(steps >= 0, w, "steps: expected >= 0, got ", steps);
+  OMNIBAL_CHECK(shard != ShardMode::kFull, w,
+                "shard: full (ZeRO-3) is not implemented yet (issue 40); expected none or "
+                "optimizer");
   check_positive(w + "log_every", log_every);
   OMNIBAL_CHECK(lr >= 0, w, "lr: expected >= 0, got ", lr);
   OMNIBAL_CHECK(warmup_steps >= 0, w, "warmup_steps: expected >= 0, got ", warmup_steps);

@@ -171,9 +171,13 @@ struct TrainConfig {
   /// Parameters and activations in fp32 or bf16 (Megatron's --bf16): bf16 keeps fp32 master
   /// weights, AdamW moments and the gradient accumulation buffer (train/distributed_optimizer.h).
   Precision precision = Precision::kFp32;
-  /// ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered over DP, each DP rank
-  /// updates its shard of master weights and moments, parameters all-gathered.
+  /// What DP shards (ShardMode, core/choices.h): none | optimizer (ZeRO-1) | full (ZeRO-3).
+  ShardMode shard = ShardMode::kNone;
+  /// Deprecated spelling of `shard: optimizer` (true), read for old configs and checkpoints:
+  /// load_config maps it onto `shard` with a warning and leaves it false.
   bool zero1 = false;
+  /// True when the optimizer state is sharded over DP (train.shard optimizer).
+  bool zero1_on() const { return shard == ShardMode::kOptimizer; }
   /// Console progress line every N steps (ETA, samples/s, bubble, Dist Ratio), one updating
   /// line on a terminal; metrics.jsonl keeps every step. The first and last step always print.
   int log_every = 10;
@@ -200,6 +204,7 @@ struct TrainConfig {
     v("exit_after_steps", exit_after_steps);
     v("exit_duration_min", exit_duration_min);
     v("precision", precision);
+    v("shard", shard);
     v("zero1", zero1);
     v("log_every", log_every);
     v("on_nonfinite", on_nonfinite);
@@ -241,10 +246,17 @@ struct CommConfig {
   /// Dtype of the DP gradient reduction (all-reduce or ZeRO-1 reduce-scatter) of the fp32
   /// accumulation buffer: fp32, or bf16 (half the bytes on the wire, summed in bf16).
   Precision grad_reduce_dtype = Precision::kFp32;
+  /// Overlap the DP gradient reduction with the backward (each bucket reduced as soon as its
+  /// last gradient of the step is produced) and, under train.shard optimizer, the parameter
+  /// all-gather with the next step's forward (Megatron's overlap_grad_reduce /
+  /// overlap_param_gather, DeepSpeed's overlap_comm). Results equal false within float
+  /// reordering.
+  bool overlap = true;
   template <class V> void visit_fields(V& v) {
     v("timeout_s", timeout_s);
     v("stop_grace_s", stop_grace_s);
     v("grad_reduce_dtype", grad_reduce_dtype);
+    v("overlap", overlap);
   }
   void validate(const std::string& where) const;
 };

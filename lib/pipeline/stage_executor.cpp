@@ -1,5 +1,6 @@
 #include "pipeline/stage_executor.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -25,6 +26,33 @@ at::ScalarType chunk_dtype(const std::vector<models::UnitPtr>& units) {
 
 double trace_clock_us() {
   return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+}
+
+std::vector<FinalGradMark> final_grad_marks(const std::vector<schedule::Instruction>& program) {
+  using schedule::Op;
+  // Per chunk: the last instruction writing non-linear gradients (Backward, BackwardInput), the
+  // last writing linear weights' (Backward, BackwardWeight: a BackwardInput defers them).
+  std::map<int, int> last_b, last_w;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Op op = program[i].op;
+    if (op == Op::Backward || op == Op::BackwardInput)
+      last_b[program[i].chunk] = static_cast<int>(i);
+    if (op == Op::Backward || op == Op::BackwardWeight)
+      last_w[program[i].chunk] = static_cast<int>(i);
+  }
+  std::vector<FinalGradMark> out(program.size());
+  std::set<int> chunks;
+  for (const auto& [c, i] : last_b) chunks.insert(c);
+  for (const auto& [c, i] : last_w) chunks.insert(c);
+  for (const int c : chunks) {
+    const int b = last_b.count(c) ? last_b[c] : -1, w = last_w.count(c) ? last_w[c] : -1;
+    // A fused Backward also writes the other kind's gradients: it marks only when it is the
+    // last of both kinds.
+    if (b >= 0 && (program[b].op == Op::BackwardInput || b == w)) out[b].marks = true;
+    if (w >= 0 && (program[w].op == Op::BackwardWeight || b == w)) out[w].marks = true;
+    out[std::max(b, w)].chunk_done = true;
+  }
+  return out;
 }
 
 StageExecutor::StageExecutor(std::vector<models::UnitPtr> units, int stage, int stages,
@@ -224,6 +252,12 @@ void StageExecutor::start_step(const std::vector<schedule::Instruction>& program
   for (const auto& ins : program)
     if (ins.op == Op::BackwardInput) split_keys_.insert(store_key(ins.chunk, ins.micro_batch));
   flight_.assign(chunks(), std::vector<InFlight>(m));
+  final_marks_ = final_grad_marks(program);
+  first_forward_.assign(program.size(), false);
+  std::set<int> forwarded;
+  for (size_t i = 0; i < program.size(); ++i)
+    if (program[i].op == Op::Forward && forwarded.insert(program[i].chunk).second)
+      first_forward_[i] = true;
   local_.clear();
   sends_.clear();
   if (split_ && !store_) store_ = c10::make_intrusive<models::WeightGradStore>();
@@ -273,7 +307,34 @@ void StageExecutor::reduce_grads(StageTimes& times, const StepHooks& hooks, doub
   span("dp_reduce", -1, 0, reduce_us);
 }
 
-void StageExecutor::execute(const schedule::Instruction& ins,
+void StageExecutor::count_comm(const std::vector<CommInterval>& work, int chunk,
+                               double inside_before_us, StageTimes& times, bool weight) {
+  for (const CommInterval& w : work) {
+    const double s = (w.end_us - w.start_us) * 1e-6;
+    times.reduce_s += s;
+    if (w.start_us < inside_before_us) {  // launched inside the backward: not its compute
+      times.backward_s -= s;
+      if (weight) times.weight_s -= s;
+    }
+    if (spans_) spans_->push_back({"dp_reduce", -1, chunk, w.start_us, w.end_us});
+  }
+}
+
+void StageExecutor::begin_final(size_t index, int chunk, const StepHooks& hooks,
+                                StageTimes& times) {
+  if (!hooks.final_grads || !final_marks_[index].marks) return;
+  count_comm(hooks.final_grads({chunk, true, false}), chunk, 0.0, times, false);
+}
+
+void StageExecutor::end_final(size_t index, int chunk, const StepHooks& hooks, StageTimes& times,
+                              bool weight) {
+  const FinalGradMark mark = final_marks_[index];
+  if (!hooks.final_grads || !(mark.marks || mark.chunk_done)) return;
+  const double call_us = trace_clock_us();
+  count_comm(hooks.final_grads({chunk, false, mark.chunk_done}), chunk, call_us, times, weight);
+}
+
+void StageExecutor::execute(size_t index, const schedule::Instruction& ins,
                             const std::vector<models::PackBatch>& packs, double loss_scale,
                             const StepHooks& hooks, StageStepResult& result) {
   using schedule::Op;
@@ -281,27 +342,38 @@ void StageExecutor::execute(const schedule::Instruction& ins,
   const double start_us = spans_ ? trace_clock_us() : 0.0;
   switch (ins.op) {
     case Op::RecvActivation: receive_activation(c, mb); break;
-    case Op::Forward:
+    case Op::Forward: {
       if (hooks.before_op) hooks.before_op(FailWhere::kForward, mb);
+      if (hooks.before_chunk_forward && first_forward_[index]) {  // not in the forward's span
+        const auto t0 = Clock::now();
+        hooks.before_chunk_forward(c);
+        result.times.reduce_s += since(t0);
+      }
+      const double forward_us = spans_ ? trace_clock_us() : 0.0;
       forward(c, mb, mb < static_cast<int>(packs.size()) ? &packs[mb] : nullptr, result, loss_scale,
               hooks);
-      span("forward", mb, c, start_us);
+      span("forward", mb, c, forward_us);
       break;
+    }
     case Op::SendActivation: send_activation(c, mb); break;
     case Op::RecvGrad: receive_grad(c, mb); break;
     case Op::Backward:
     case Op::BackwardInput: {
       if (hooks.before_op) hooks.before_op(FailWhere::kBackward, mb);
+      begin_final(index, c, hooks, result.times);
       const auto t0 = Clock::now();
       backward(c, mb);
       if (hooks.after_backward) hooks.after_backward(mb);
       result.times.backward_s += since(t0);
       span(ins.op == Op::Backward ? "backward" : "backward_input", mb, c, start_us);
+      end_final(index, c, hooks, result.times, false);
       break;
     }
     case Op::BackwardWeight:
+      begin_final(index, c, hooks, result.times);
       backward_weight(c, mb, result.times, hooks);
       span("backward_weight", mb, c, start_us);
+      end_final(index, c, hooks, result.times, true);
       break;
     case Op::SendGrad: send_grad(c, mb); break;
     case Op::ReduceGrads: reduce_grads(result.times, hooks, start_us); break;
@@ -315,7 +387,8 @@ StageStepResult StageExecutor::run_step(const std::vector<schedule::Instruction>
   start_step(program, packs.size());
   StageStepResult result;
   spans_ = hooks.trace ? &result.spans : nullptr;
-  for (const auto& ins : program) execute(ins, packs, loss_scale, hooks, result);
+  for (size_t i = 0; i < program.size(); ++i)
+    execute(i, program[i], packs, loss_scale, hooks, result);
   wait_all(sends_);
   sends_.clear();
   OMNIBAL_CHECK(local_.empty(), "stage ", stage_, ": ", local_.size(),

@@ -18,6 +18,11 @@
 // parameters' gradients) and files each linear layer's (x, dy, W); BackwardWeight{mb} computes
 // those dW. Between the two the micro-batch keeps each linear's input and output gradient; the
 // rest of its graph is freed at BackwardInput.
+// DP overlap (comm.overlap): from the program, final_grad_marks() finds each chunk's last
+// gradient-producing instructions; StepHooks::final_grads is called around them, so the
+// optimizer can reduce each gradient bucket as soon as its last gradient of the step exists
+// (lib/train/distributed_optimizer.h), and StepHooks::before_chunk_forward before each chunk's
+// first Forward (the ZeRO-1 parameter all-gather is waited for there).
 // Not here: the optimizer, gradient clipping, data loading (lib/train); the DP all-reduce is a
 // callback run at the ReduceGrads instruction.
 #pragma once
@@ -45,12 +50,17 @@ struct StageTimes {
   double backward_s = 0;  ///< backward (recomputed forwards and ZB-H1's W included)
   double weight_s = 0;    ///< ZB-H1: of backward_s, the deferred weight gradients (W)
   double idle_s = 0;      ///< blocked in receives and in waiting for sends (pipeline bubble)
-  double reduce_s = 0;    ///< in the ReduceGrads callback (DP all-reduce)
+  /// DP communication: the ReduceGrads callback (DP all-reduce), and under comm.overlap the
+  /// bucket launches of StepHooks::final_grads (taken out of backward_s / weight_s) and the
+  /// waits of StepHooks::before_chunk_forward
+  double reduce_s = 0;
 };
 
 /// One timed span of a step on this stage, for traces (train/step_trace.h): `name` is forward,
 /// backward, backward_input, backward_weight, recv (blocked in a receive), send (posting),
-/// send_wait (waiting for this step's sends) or dp_reduce; times in steady-clock microseconds.
+/// send_wait (waiting for this step's sends) or dp_reduce (the ReduceGrads callback, and under
+/// comm.overlap each bucket's launch in or after a backward); times in steady-clock
+/// microseconds.
 struct TraceSpan {
   const char* name = "";
   int micro_batch = -1;  ///< -1 for send_wait and dp_reduce
@@ -74,6 +84,39 @@ struct StageStepResult {
   std::vector<TraceSpan> spans;  ///< every instruction's span when StepHooks::trace is set
 };
 
+/// What one instruction of a program means to the DP gradient reduction (final_grad_marks()).
+struct FinalGradMark {
+  /// Every gradient this instruction produces is the step's last of its parameter: the last
+  /// Backward / BackwardInput of its chunk when no Backward follows it (non-linear parameters,
+  /// and linear weights unless deferred to a W), or the chunk's last Backward / BackwardWeight
+  /// when no Backward / BackwardInput follows it (the linear weights).
+  bool marks = false;
+  /// The chunk's last gradient-producing instruction (Backward, BackwardInput, BackwardWeight):
+  /// after it every parameter of the chunk has its gradient of the step.
+  bool chunk_done = false;
+};
+
+/// Per instruction of `program` (one stage's list, any schedule), its FinalGradMark: 1F1B and
+/// interleaved mark each chunk's last Backward (marks and chunk_done); ZB-H1 each chunk's last
+/// BackwardInput (marks) and last BackwardWeight (marks and chunk_done).
+std::vector<FinalGradMark> final_grad_marks(const std::vector<schedule::Instruction>& program);
+
+/// StepHooks::final_grads's argument: where the stage is in one of a chunk's instructions with
+/// a FinalGradMark.
+struct FinalGrads {
+  int chunk = 0;
+  /// true: called before a `marks` instruction (every gradient produced until the call with
+  /// begin false is the step's last of its parameter); false: after the instruction and its
+  /// after_backward hook.
+  bool begin = true;
+  bool chunk_done = false;  ///< with begin false: FinalGradMark::chunk_done
+};
+
+/// An interval of DP communication (a bucket's launch), steady-clock microseconds.
+struct CommInterval {
+  double start_us = 0, end_us = 0;
+};
+
 /// Hooks of one step (all optional).
 struct StepHooks {
   /// Called with (kForward, micro-batch) before each Forward and (kBackward, micro-batch) before
@@ -84,6 +127,16 @@ struct StepHooks {
   std::function<void(int micro_batch)> after_backward;
   /// Runs at the ReduceGrads instruction (the DP gradient all-reduce).
   std::function<void()> reduce_grads;
+  /// comm.overlap: called before (begin) each instruction whose FinalGradMark::marks is set and
+  /// after (begin false) each with marks or chunk_done, so that the optimizer launches each
+  /// bucket's reduction once its gradients are final. Returns the DP communication done since
+  /// the previous call (in post-accumulate-grad hooks during the instruction, and in the call):
+  /// counted in reduce_s instead of backward_s, traced as dp_reduce spans.
+  std::function<std::vector<CommInterval>(const FinalGrads& at)> final_grads;
+  /// Called before each chunk's first Forward of the step (after its RecvActivation): ZeRO-1
+  /// with comm.overlap waits there for the all-gather of the chunk's parameters. Its time
+  /// counts in reduce_s.
+  std::function<void(int chunk)> before_chunk_forward;
   /// Last stage: the differentiable scalar a micro-batch backpropagates (times loss_scale), from
   /// its kLoss state, e.g. a loss.reduction's weighted sum; default: the state's loss_sum.
   std::function<torch::Tensor(const models::UnitState& out)> loss_term;
@@ -150,8 +203,16 @@ class StageExecutor {
   void backward(int chunk, int mb);
   /// run_step's parts: the step's bookkeeping from its program, then one instruction each.
   void start_step(const std::vector<schedule::Instruction>& program, size_t packs);
-  void execute(const schedule::Instruction& ins, const std::vector<models::PackBatch>& packs,
-               double loss_scale, const StepHooks& hooks, StageStepResult& result);
+  void execute(size_t index, const schedule::Instruction& ins,
+               const std::vector<models::PackBatch>& packs, double loss_scale,
+               const StepHooks& hooks, StageStepResult& result);
+  /// StepHooks::final_grads around instruction `index` (when it has a FinalGradMark): begin
+  /// before it, end after it, the returned launches moved from backward_s (and weight_s for a
+  /// W) into reduce_s and traced.
+  void begin_final(size_t index, int chunk, const StepHooks& hooks, StageTimes& times);
+  void end_final(size_t index, int chunk, const StepHooks& hooks, StageTimes& times, bool weight);
+  void count_comm(const std::vector<CommInterval>& work, int chunk, double inside_before_us,
+                  StageTimes& times, bool weight);
   void send_activation(int chunk, int mb);
   void send_grad(int chunk, int mb);
   void backward_weight(int chunk, int mb, StageTimes& times, const StepHooks& hooks);
@@ -173,6 +234,8 @@ class StageExecutor {
   bool split_ = false;        ///< the program splits backwards (BackwardInput / BackwardWeight)
   std::set<int> split_keys_;  ///< store_key of every (chunk, mb) with a BackwardInput
   bool records(int chunk, int mb) const { return split_keys_.count(store_key(chunk, mb)) > 0; }
+  std::vector<FinalGradMark> final_marks_;  ///< this step's program, per instruction
+  std::vector<bool> first_forward_;         ///< per instruction: its chunk's first Forward
   double idle_s_ = 0;
   std::vector<TraceSpan>* spans_ = nullptr;  ///< this step's spans (StepHooks::trace), or null
   void span(const char* name, int mb, int chunk, double start_us) {

@@ -1,6 +1,7 @@
 #include "train/distributed_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
@@ -18,6 +19,13 @@ void fold_grad(const torch::Tensor& main, const torch::Tensor& param) {
   torch::NoGradGuard no_grad;
   main.add_(g.reshape(-1));  // fp32 += bf16
   g.reset();
+}
+
+/// Steady-clock microseconds: the time base of pipeline::trace_clock_us (trace spans).
+double now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
@@ -39,11 +47,35 @@ DistributedOptimizer::DistributedOptimizer(const NamedParams& params, OptimizerO
                 "DistributedOptimizer: the DP group (rank ", dp ? dp->rank() : -1, " of ",
                 dp ? dp->size() : -1, ") disagrees with the shard (rank ", shard.rank, " of ",
                 shard.size, ")");
+  const bool bf16 = options_.precision == Precision::kBf16;
+  const bool hooks = models::compat::has_post_accumulate_grad_hook();
+  overlap_ = options_.overlap && shard.size > 1;
+  owner_ = std::this_thread::get_id();
+  // Marking needs the hook to see whether a call brought a gradient: the folding hook does.
+  marks_in_hooks_ = overlap_ && hooks && (!bf16 || options_.fold_in_backward);
+  fp32_grad_views_ = !bf16 && !marks_in_hooks_;
   const auto ordered = layout_order(params);
   torch::Device device = torch::kCPU;
   if (!ordered.empty()) device = ordered.front().second.device();
-  bind_buffers(device, lay_out(ordered));
-  if (options_.precision == Precision::kBf16 && options_.fold_in_backward) install_fold_hooks();
+  slot_bucket_ = lay_out(ordered);
+  bind_buffers(device, slot_bucket_);
+  const bool fold = hooks && (bf16 ? options_.fold_in_backward : marks_in_hooks_);
+  if (fold) install_grad_hooks(true);
+  folds_in_backward_ = bf16 && fold;
+  OMNIBAL_CHECK(options_.chunks >= 1, "DistributedOptimizer: ", options_.chunks, " chunks");
+  bucket_chunks_.resize(buckets_.size());
+  gathers_.resize(buckets_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const auto it = options_.chunk_of.find(slots_[i].name);
+    const int c = it == options_.chunk_of.end() ? 0 : it->second;
+    OMNIBAL_CHECK(c >= 0 && c < options_.chunks, "DistributedOptimizer: parameter '",
+                  slots_[i].name, "' in chunk ", c, " of ", options_.chunks);
+    const bool late = options_.late.count(slots_[i].name) > 0;
+    slot_chunk_.push_back(late ? -1 : c);
+    for (int k = 0; k < options_.chunks; ++k)
+      if (late || k == c) bucket_chunks_[slot_bucket_[i]].insert(k);
+  }
+  reset_overlap();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> DistributedOptimizer::layout_order(
@@ -113,7 +145,7 @@ void DistributedOptimizer::bind_buffers(torch::Device device, const std::vector<
     torch::Tensor view = param_buffer_.slice(0, s.offset, s.offset + s.numel);
     view.copy_(s.param.detach().reshape(-1));
     s.param.set_data(view.view(s.param.sizes()));
-    if (options_.precision == Precision::kFp32)
+    if (fp32_grad_views_)
       s.param.mutable_grad() =
           main_grad_.slice(0, s.offset, s.offset + s.numel).view(s.param.sizes());
   }
@@ -136,18 +168,24 @@ void DistributedOptimizer::bind_buffers(torch::Device device, const std::vector<
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
-  if (!folds_in_backward_) return;
+  if (!hooks_set_) return;
   for (const auto& s : slots_) models::compat::clear_post_accumulate_grad_hook(s.param, this);
 }
 
-void DistributedOptimizer::install_fold_hooks() {
-  if (!models::compat::has_post_accumulate_grad_hook()) return;  // accumulate_grads() folds
-  for (const auto& s : slots_) {
-    const torch::Tensor main = main_grad_of(s);
+void DistributedOptimizer::install_grad_hooks(bool fold) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const torch::Tensor main = main_grad_of(slots_[i]);
+    const int slot = static_cast<int>(i);
     models::compat::set_post_accumulate_grad_hook(
-        s.param, [main](const torch::Tensor& param) { fold_grad(main, param); }, this);
+        slots_[i].param,
+        [this, main, slot, fold](const torch::Tensor& param) {
+          const bool produced = param.grad().defined();
+          if (fold) fold_grad(main, param);
+          if (marks_in_hooks_) on_accumulated(slot, produced);
+        },
+        this);
   }
-  folds_in_backward_ = true;
+  hooks_set_ = true;
 }
 
 torch::Tensor DistributedOptimizer::owned_grad(const Bucket& b) const {
@@ -160,9 +198,10 @@ torch::Tensor DistributedOptimizer::main_grad_of(const Slot& s) const {
 
 void DistributedOptimizer::zero_grad() {
   torch::NoGradGuard no_grad;
+  reset_overlap();
   main_grad_.zero_();
   for (auto& s : slots_) {
-    if (options_.precision == Precision::kBf16) {
+    if (!fp32_grad_views_) {
       if (s.param.grad().defined()) s.param.mutable_grad().reset();
     } else if (!s.param.grad().defined() || !s.param.grad().is_alias_of(main_grad_)) {
       // Someone replaced the view (e.g. reset it): point it back at the fp32 main gradient.
@@ -173,7 +212,7 @@ void DistributedOptimizer::zero_grad() {
 }
 
 void DistributedOptimizer::accumulate_grads() {
-  if (options_.precision != Precision::kBf16) return;
+  if (fp32_grad_views_) return;
   for (const auto& s : slots_) fold_grad(main_grad_of(s), s.param);
 }
 
@@ -182,6 +221,16 @@ void DistributedOptimizer::reduce_grads() {
   OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: DP size ", shard_.size,
                 " but no DP group to reduce over");
   torch::NoGradGuard no_grad;
+  if (overlap_) {
+    for (size_t i = 0; i < slots_.size(); ++i) mark_final(static_cast<int>(i));
+    launch_ready();
+    for (auto& r : reductions_) {
+      r.request.wait();
+      finish_reduction(r);
+    }
+    reductions_.clear();
+    return;
+  }
   const bool low = options_.reduce_dtype == Precision::kBf16;
   for (auto& b : buckets_) {
     torch::Tensor full = main_grad_.slice(0, b.begin, b.begin + b.size);
@@ -195,6 +244,107 @@ void DistributedOptimizer::reduce_grads() {
       if (low) full.copy_(wire);
     }
   }
+}
+
+void DistributedOptimizer::reset_overlap() {
+  if (!overlap_) return;
+  OMNIBAL_CHECK(reductions_.empty(), "DistributedOptimizer: a new step with ", reductions_.size(),
+                " gradient reductions in flight (reduce_grads() was not called)");
+  slot_final_.assign(slots_.size(), 0);
+  chunk_final_.assign(options_.chunks, 0);
+  bucket_open_.assign(buckets_.size(), 0);
+  for (const int b : slot_bucket_) ++bucket_open_[b];
+  launched_ = 0;
+  window_ = -1;
+  launches_.clear();
+}
+
+void DistributedOptimizer::begin_final_grads(int chunk) {
+  OMNIBAL_CHECK(chunk >= 0 && chunk < options_.chunks, "DistributedOptimizer: chunk ", chunk,
+                " of ", options_.chunks);
+  if (overlap_ && marks_in_hooks_) window_ = chunk;
+}
+
+void DistributedOptimizer::end_final_grads(int chunk, bool chunk_done) {
+  OMNIBAL_CHECK(chunk >= 0 && chunk < options_.chunks, "DistributedOptimizer: chunk ", chunk,
+                " of ", options_.chunks);
+  if (!overlap_) return;
+  window_ = -1;
+  if (chunk_done) {
+    chunk_final_[chunk] = 1;
+    const bool all =
+        std::all_of(chunk_final_.begin(), chunk_final_.end(), [](char f) { return f; });
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slot_chunk_[i] == chunk || (all && slot_chunk_[i] < 0)) mark_final(static_cast<int>(i));
+  }
+  launch_ready();
+  progress();
+}
+
+void DistributedOptimizer::on_accumulated(int slot, bool produced) {
+  const bool on_owner = std::this_thread::get_id() == owner_;
+  if (produced && window_ >= 0 && slot_chunk_[slot] == window_) {
+    mark_final(slot);
+    if (on_owner) launch_ready();
+  }
+  if (on_owner && !reductions_.empty()) progress();
+}
+
+void DistributedOptimizer::mark_final(int slot) {
+  if (slot_final_[slot]) return;
+  slot_final_[slot] = 1;
+  --bucket_open_[slot_bucket_[slot]];
+}
+
+void DistributedOptimizer::launch_ready() {
+  const int n = static_cast<int>(buckets_.size());
+  while (launched_ < n && bucket_open_[n - 1 - launched_] == 0) {
+    launch_reduction(n - 1 - launched_);
+    ++launched_;
+  }
+}
+
+void DistributedOptimizer::launch_reduction(int bucket) {
+  OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: DP size ", shard_.size,
+                " but no DP group to reduce over");
+  const double start = now_us();
+  torch::NoGradGuard no_grad;
+  const Bucket& b = buckets_[bucket];
+  Reduction r;
+  r.bucket = bucket;
+  const torch::Tensor full = main_grad_.slice(0, b.begin, b.begin + b.size);
+  r.wire = options_.reduce_dtype == Precision::kBf16 ? full.to(torch::kBFloat16) : full;
+  if (options_.zero1) {
+    r.out = torch::empty({b.owned}, r.wire.options());
+    r.request = dp_->ireduce_scatter(r.wire, r.out, "ZeRO-1 gradient reduce-scatter (overlapped)");
+  } else {
+    r.request = dp_->iall_reduce(r.wire, comm::ReduceOp::kSum, "gradient all-reduce (overlapped)");
+  }
+  reductions_.push_back(std::move(r));
+  launches_.push_back({bucket, start, now_us()});
+}
+
+void DistributedOptimizer::finish_reduction(Reduction& r) {
+  const Bucket& b = buckets_[r.bucket];
+  if (options_.zero1) owned_grad(b).copy_(r.out);
+  else if (options_.reduce_dtype == Precision::kBf16)
+    main_grad_.slice(0, b.begin, b.begin + b.size).copy_(r.wire);
+}
+
+void DistributedOptimizer::progress() {
+  for (auto& r : reductions_)
+    if (!r.request.test()) break;
+}
+
+std::vector<DistributedOptimizer::Launch> DistributedOptimizer::take_launches() {
+  std::vector<Launch> out;
+  out.swap(launches_);
+  return out;
+}
+
+void DistributedOptimizer::wait_params(int chunk) {
+  for (size_t b = 0; b < gathers_.size(); ++b)
+    if (chunk < 0 || bucket_chunks_[b].count(chunk)) gathers_[b].wait();
 }
 
 torch::Tensor DistributedOptimizer::reduced_grad(const std::string& name) {
@@ -240,6 +390,7 @@ double DistributedOptimizer::clip(double norm, double max_norm) {
 
 void DistributedOptimizer::step(double lr) {
   torch::NoGradGuard no_grad;
+  wait_params();
   ++steps_;
   for (const auto& seg : segments_) {
     Bucket& b = buckets_[seg.bucket];
@@ -255,8 +406,11 @@ void DistributedOptimizer::step(double lr) {
     if (options_.precision == Precision::kBf16) mine.copy_(b.master);
     if (options_.zero1 && shard_.size > 1) {
       OMNIBAL_CHECK(dp_ != nullptr, "DistributedOptimizer: no DP group to gather parameters");
-      dp_->all_gather(mine.clone(), param_buffer_.slice(0, b.begin, b.begin + b.size),
-                      "ZeRO-1 parameter all-gather");
+      torch::Tensor all = param_buffer_.slice(0, b.begin, b.begin + b.size);
+      if (overlap_)  // waited for by wait_params (the chunk's first forward, or any reader)
+        gathers_[&b - buckets_.data()] =
+            dp_->iall_gather(mine.clone(), all, "ZeRO-1 parameter all-gather (overlapped)");
+      else dp_->all_gather(mine.clone(), all, "ZeRO-1 parameter all-gather");
     }
   }
 }
@@ -281,6 +435,7 @@ std::vector<std::string> DistributedOptimizer::state_names() const {
 
 std::map<std::string, torch::Tensor> DistributedOptimizer::state_tensors(bool keep) {
   torch::NoGradGuard no_grad;
+  wait_params();
   std::map<std::string, torch::Tensor> out;
   const bool sharded = options_.zero1 && shard_.size > 1;
   if (!sharded && !keep) return out;
@@ -308,6 +463,7 @@ std::map<std::string, torch::Tensor> DistributedOptimizer::state_tensors(bool ke
 
 void DistributedOptimizer::load_state_tensors(const std::map<std::string, torch::Tensor>& state) {
   torch::NoGradGuard no_grad;
+  wait_params();
   for (auto& b : buckets_) {
     torch::Tensor full[3];
     for (auto& t : full) t = torch::zeros({b.size}, main_grad_.options());

@@ -27,6 +27,25 @@
 // master weights copied into the param buffer, and (ZeRO-1) each bucket all-gathered over DP;
 // or, for a step whose loss or gradient norm is not finite (train/nonfinite_guard.h decides on
 // every rank alike), skip_step(): nothing applied, nothing of the state changed.
+// Overlap (comm.overlap, OptimizerOptions::overlap, DP > 1; Megatron's overlap_grad_reduce /
+// overlap_param_gather, PyTorch DDP's reducer). The stage executor tells the optimizer when a
+// chunk's last gradient-producing instructions run (begin/end_final_grads, computed from the
+// program: pipeline::final_grad_marks). A post-accumulate-grad hook on every parameter marks it
+// final when it receives a gradient inside such a window, and once all parameters of a bucket
+// are final the bucket's all-reduce (ZeRO-1: reduce-scatter) is launched non-blocking; at the
+// chunk's end its parameters no micro-batch reached are final too. Buckets are launched in one
+// fixed order, the last first (the backward's order), on every DP rank, as MPI and NCCL need;
+// a bucket waits for those after it. reduce_grads() launches what is left and waits for all.
+// "Receives a gradient": fp32 .grad then are not views into the main gradient but folded into
+// it by the same hook as bf16's (the same fp32 additions, bitwise), so a hook call that brings
+// nothing (a linear weight during ZB-H1's B, whose dW comes in W) is told apart. Parameters
+// that one backward may reach twice (OptimizerOptions::late: a tied embedding with its head on
+// this stage) are final only when every chunk is. Hooks running on another thread than the
+// optimizer's (CUDA autograd's device threads) only mark; the launch follows at the window's
+// end on the owner thread (MPI_THREAD_FUNNELED). Under ZeRO-1, step() launches each bucket's
+// parameter all-gather non-blocking and wait_params() waits for them: before a chunk's first
+// forward, and before anything reads the parameters. Results equal overlap off within float
+// reordering (at DP 2 the sums are the same additions).
 // The update is AdamW's formula (adamw.h) per parameter segment. Every optimised parameter
 // steps every step: one that no micro-batch reached has a zero gradient, and its weight decay
 // and momentum still apply (as DP > 1 did before and Megatron does). ZeRO-1 sums the norm in
@@ -42,6 +61,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -68,6 +88,16 @@ struct OptimizerOptions {
   /// hook as autograd produces it (see the file comment); false, or on LibTorch < 2.1:
   /// accumulate_grads() folds them after each backward.
   bool fold_in_backward = true;
+  /// comm.overlap (effective at DP > 1): launch each bucket's reduction non-blocking once its
+  /// gradients are final, wait in reduce_grads(); ZeRO-1's all-gather waited in wait_params().
+  bool overlap = false;
+  /// Overlap: number of model chunks of the stage (interleaved: virtual stages of this rank).
+  int chunks = 1;
+  /// Overlap: the chunk of each parameter by name, in [0, chunks); a name not listed: chunk 0.
+  std::map<std::string, int> chunk_of;
+  /// Overlap: parameters final only once every chunk is (one backward may reach them through
+  /// two AccumulateGrad calls, or two chunks use them: a tied embedding with its head here).
+  std::set<std::string> late;
 };
 
 /// This rank's place in its DP group (the layout needs only these; the group is used to reduce).
@@ -113,7 +143,30 @@ class DistributedOptimizer {
   bool folds_in_backward() const { return folds_in_backward_; }
   /// Collective over DP: all-reduce (ZeRO-1: reduce-scatter) of the main gradient, bucket by
   /// bucket, in reduce_dtype. Afterwards only this rank's part (reduced_grad) is meaningful.
+  /// With overlaps(): launches the buckets not launched yet, then waits for every one.
   void reduce_grads();
+
+  /// True when the DP reductions overlap the backward (OptimizerOptions::overlap, DP > 1).
+  bool overlaps() const { return overlap_; }
+  /// Overlap: from now until end_final_grads(), every gradient a parameter of `chunk` receives
+  /// is its last of the step (pipeline::FinalGrads). No-op without overlaps(). Throws
+  /// omnibal::Error for a chunk outside [0, OptimizerOptions::chunks).
+  void begin_final_grads(int chunk);
+  /// Overlap: closes begin_final_grads()'s window; with `chunk_done`, every parameter of `chunk`
+  /// is final (those no micro-batch reached too). Then launches, non-blocking and in the fixed
+  /// order, every bucket whose parameters are all final. Collective over DP (the launches).
+  void end_final_grads(int chunk, bool chunk_done);
+  /// One bucket's reduction launch; steady-clock microseconds (pipeline::trace_clock_us's base).
+  struct Launch {
+    int bucket = 0;
+    double start_us = 0, end_us = 0;
+  };
+  /// The launches since the last call (from the hooks and end_final_grads), for times and traces.
+  std::vector<Launch> take_launches();
+  /// Overlap under ZeRO-1: waits for step()'s all-gather of every bucket holding a parameter of
+  /// `chunk` (of every bucket: -1). Call before anything reads the parameters: a chunk's
+  /// forward, evaluation, a checkpoint, a parameter hash. No-op when none is in flight.
+  void wait_params(int chunk = -1);
   /// This rank's reduced part of parameter `name`'s gradient, flat fp32, a view to edit in place
   /// (the whole gradient without ZeRO-1); undefined when this rank holds none of it or the name
   /// is not optimised. Both ends of a tied weight get the same range (own_bucket).
@@ -131,7 +184,8 @@ class DistributedOptimizer {
   /// (skip_step) or stopped before, as train/nonfinite_guard.h does.
   double clip(double norm, double max_norm);
   /// Collective over DP under ZeRO-1: AdamW at learning rate `lr` on this rank's part, then the
-  /// parameters updated everywhere (copy from the master weights, all-gather over DP).
+  /// parameters updated everywhere (copy from the master weights, all-gather over DP; with
+  /// overlaps() the all-gathers are launched non-blocking: wait_params()).
   void step(double lr);
   /// Instead of step(): drops the step's gradients (zero_grad) and applies nothing, so master
   /// weights, AdamW moments, parameters and the step counter (bias correction) stay exactly as
@@ -199,8 +253,30 @@ class DistributedOptimizer {
   torch::Tensor owned_grad(const Bucket& b) const;
   /// The main gradient of slot `s`, flat fp32 [numel].
   torch::Tensor main_grad_of(const Slot& s) const;
-  /// bf16: sets on every slot's parameter the hook that folds its .grad (fold_in_backward).
-  void install_fold_hooks();
+  /// Sets on every slot's parameter the post-accumulate-grad hook: with `fold` it folds .grad
+  /// into the main gradient (bf16 fold_in_backward, fp32 under overlap), and under overlap it
+  /// marks the parameter final inside a window (on_accumulated).
+  void install_grad_hooks(bool fold);
+
+  /// A bucket's DP reduction in flight (overlap): the request and its buffers.
+  struct Reduction {
+    int bucket = 0;
+    comm::Request request;
+    torch::Tensor wire;  ///< what is reduced: the bucket's main gradient or its bf16 copy
+    torch::Tensor out;   ///< ZeRO-1: this rank's reduced block
+  };
+  /// Overlap: the hook's part; `produced` is whether the call brought a gradient.
+  void on_accumulated(int slot, bool produced);
+  void mark_final(int slot);
+  /// Launches, in order (the last bucket first), every bucket whose parameters are all final.
+  void launch_ready();
+  void launch_reduction(int bucket);
+  /// The reduced values into place once a reduction completed (as the blocking path does).
+  void finish_reduction(Reduction& r);
+  /// Advances the reductions in flight (MPI progresses only inside its calls).
+  void progress();
+  /// Overlap: a new step (zero_grad). Throws omnibal::Error when reductions are in flight.
+  void reset_overlap();
 
   OptimizerOptions options_;
   comm::Communicator* dp_ = nullptr;
@@ -213,6 +289,23 @@ class DistributedOptimizer {
   int64_t steps_ = 0;
   double local_grad_sq_ = 0;        ///< see local_grad_sq()
   bool folds_in_backward_ = false;  ///< see folds_in_backward()
+  bool hooks_set_ = false;          ///< post-accumulate-grad hooks set (removed at destruction)
+  /// fp32 .grad are views into the main gradient (always, except when hooks mark under overlap)
+  bool fp32_grad_views_ = false;
+  // Overlap (see the file comment). Hooks on another thread than owner_ only mark slots; the
+  // owner thread reads the marks after the backward returned (the engine's synchronisation).
+  bool overlap_ = false;         ///< see overlaps()
+  bool marks_in_hooks_ = false;  ///< the hooks mark parameters final (needs hooks that fold)
+  std::thread::id owner_;        ///< the thread that launches (MPI_THREAD_FUNNELED)
+  std::vector<int> slot_bucket_, slot_chunk_;  ///< per slot; chunk -1: late
+  std::vector<std::set<int>> bucket_chunks_;   ///< chunks whose parameters each bucket holds
+  std::vector<int> bucket_open_;               ///< per bucket: parameters not yet final
+  std::vector<char> slot_final_, chunk_final_;
+  int launched_ = 0;  ///< buckets launched this step (the last ones)
+  int window_ = -1;   ///< chunk of the open begin_final_grads window, or -1
+  std::vector<Reduction> reductions_;
+  std::vector<Launch> launches_;
+  std::vector<comm::Request> gathers_;  ///< ZeRO-1 all-gather per bucket (done when empty)
 };
 
 }  // namespace omnibal::train

@@ -19,6 +19,7 @@ nlohmann::json RunSummary::to_json() const {
       {"param_hash", param_hash},
       {"balance_method", balance_method},
       {"precision", precision},
+      {"shard", shard},
       {"zero1", zero1},
       {"tp", tp},
       {"schedule", schedule},
@@ -39,7 +40,8 @@ nlohmann::json RunSummary::to_json() const {
 void RunSummary::describe_layout(const Config& config, const memory::StagePlan& plan) {
   balance_method = choice_name(config.balance.method);
   precision = choice_name(config.train.precision);
-  zero1 = config.train.zero1;
+  shard = choice_name(config.train.shard);
+  zero1 = config.train.zero1_on();
   tp = config.parallel.tp;
   schedule = choice_name(plan.schedule);
   virtual_stages = plan.virtual_stages;

@@ -27,7 +27,8 @@ struct RunSummary {
   int64_t nonfinite_skipped_steps = 0;  ///< train.on_nonfinite skip (all launches)
   std::string param_hash;               ///< 48-bit digest of the parameters (hex)
   std::string balance_method, precision, schedule, partition;
-  bool zero1 = false;
+  std::string shard;   ///< train.shard
+  bool zero1 = false;  ///< train.shard optimizer (the key before train.shard)
   int tp = 1, virtual_stages = 1;
   double peak_rss_mib_max_rank = 0;         ///< ru_maxrss, MiB, largest rank
   double optimizer_state_mib_max_rank = 0;  ///< DistributedOptimizer::state_bytes, MiB

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "comm/communicator.h"
 #include "core/log.h"
@@ -102,13 +103,26 @@ void StageRuntime::make_optimizer() {
   o.adam.weight_decay = cfg.train.weight_decay;
   o.precision = cfg.train.precision;
   o.reduce_dtype = cfg.comm.grad_reduce_dtype;
-  o.zero1 = cfg.train.zero1;
+  o.zero1 = cfg.train.zero1_on();
   if (tied->active()) o.own_bucket = {TiedHead::kEmbeddingName};
+  o.overlap = cfg.comm.overlap;
+  o.chunks = static_cast<int>(chunk_ranges.size());
+  std::map<const void*, int> chunk_of;  // by tensor: the tied head's copy is renamed
+  for (size_t c = 0, u = 0; c < chunk_ranges.size(); ++c)
+    for (int64_t k = chunk_ranges[c].first; k < chunk_ranges[c].second; ++k, ++u)
+      for (const auto& p : units[u]->parameters())
+        chunk_of.emplace(p.unsafeGetTensorImpl(), static_cast<int>(c));
+  for (const auto& [name, p] : params)
+    if (chunk_of.count(p.unsafeGetTensorImpl()))
+      o.chunk_of[name] = chunk_of[p.unsafeGetTensorImpl()];
+  // A head tied on this stage reaches the embedding again (in its own chunk at P 1 with v > 1).
+  if (setup.preset.llm.tie_embeddings && !tied->split()) o.late = {TiedHead::kEmbeddingName};
   optimizer = std::make_unique<DistributedOptimizer>(params, o, &setup.comms.dp_group(),
                                                      DpShard{at.dp_rank, at.dp});
 }
 
 CheckpointedStage StageRuntime::checkpointed() {
+  optimizer->wait_params();
   CheckpointedStage c{params, *optimizer, tp_layout, at.dp_rank == 0, {}};
   for (const auto& [name, p] : params)
     if (tied->not_written(name)) c.not_written.push_back(name);
@@ -124,13 +138,13 @@ std::optional<TrainCounters> StageRuntime::restore(const ResumePoint& resume,
     TrainCounters counters = checkpoints.load(resume.dir, checkpointed());
     if (rank0) {
       const nlohmann::json& st = resume.state;
-      const std::string written =
-          st.contains("precision")
-              ? st.at("precision").get<std::string>() + (st.value("zero1", false) ? ", zero1" : "")
-              : std::string("fp32");
+      const std::string written = st.contains("precision")
+                                      ? st.at("precision").get<std::string>() +
+                                            (st.value("zero1", false) ? ", shard optimizer" : "")
+                                      : std::string("fp32");
       log_info("resumed from {} at step {} (written in {}; continuing in {}{})", resume.dir,
                counters.step, written, choice_name(cfg.train.precision),
-               cfg.train.zero1 ? ", zero1" : "");
+               cfg.train.zero1_on() ? ", shard optimizer" : "");
       if (!cfg.model.init_from.empty())
         log_info("model.init_from {} ignored: resuming from checkpoint {}", cfg.model.init_from,
                  resume.dir);
@@ -180,7 +194,25 @@ void StageRuntime::finalize_grads() {
   tied->sum_gradients(setup.comms.pipeline(), optimizer->reduced_grad(TiedHead::kEmbeddingName));
 }
 
+void StageRuntime::add_gradient_hooks(pipeline::StepHooks& hooks) {
+  DistributedOptimizer* opt = optimizer.get();
+  if (setup.config.train.precision == Precision::kBf16)
+    hooks.after_backward = [opt](int) { opt->accumulate_grads(); };
+  hooks.reduce_grads = [this] { finalize_grads(); };
+  if (!opt->overlaps()) return;
+  hooks.final_grads = [opt](const pipeline::FinalGrads& at) {
+    if (at.begin) opt->begin_final_grads(at.chunk);
+    else opt->end_final_grads(at.chunk, at.chunk_done);
+    std::vector<pipeline::CommInterval> out;
+    for (const auto& l : opt->take_launches()) out.push_back({l.start_us, l.end_us});
+    return out;
+  };
+  if (opt->options().zero1)
+    hooks.before_chunk_forward = [opt](int chunk) { opt->wait_params(chunk); };
+}
+
 std::string StageRuntime::param_hash_text() {
+  optimizer->wait_params();
   int64_t sum = 0;
   if (at.dp_rank == 0)  // the digest of the whole tensor (gathered over TP), counted on TP rank 0
     for (const auto& [name, p] : params) {
@@ -194,11 +226,13 @@ std::string StageRuntime::param_hash_text() {
 }
 
 bool StageRuntime::tied_copies_equal() {
+  optimizer->wait_params();
   const int64_t differ = tied->copies_equal(setup.comms.pipeline()) ? 0 : 1;
   return setup.comms.world().all_reduce_int(differ, comm::ReduceOp::kMax, "tied head check") == 0;
 }
 
 bool StageRuntime::tp_replicated_equal() {
+  optimizer->wait_params();
   int64_t digest = 0;
   for (const auto& [name, p] : params)
     if (tp_replicated.count(name)) digest += param_digest(name, p);
@@ -226,10 +260,11 @@ void StageRuntime::log_layout() const {
            at.stages, cfg.parallel.micro_batches,
            cfg.parallel.schedule == PipelineSchedule::kAuto ? " (parallel.schedule auto)" : "");
   log_info(
-      "precision {} (gradient reduction {}), zero1 {}: optimizer state {:.1f} MiB, fp32 "
+      "precision {} (gradient reduction {}), shard {}: optimizer state {:.1f} MiB, fp32 "
       "main gradient {:.1f} MiB on rank 0",
-      choice_name(cfg.train.precision), choice_name(cfg.comm.grad_reduce_dtype), cfg.train.zero1,
-      optimizer->state_bytes() / 1048576.0, optimizer->main_grad_bytes() / 1048576.0);
+      choice_name(cfg.train.precision), choice_name(cfg.comm.grad_reduce_dtype),
+      choice_name(cfg.train.shard), optimizer->state_bytes() / 1048576.0,
+      optimizer->main_grad_bytes() / 1048576.0);
 }
 
 }  // namespace omnibal::train

@@ -66,14 +66,22 @@ struct StageRuntime {
   CheckpointedStage checkpointed();
 
   /// Called by the executor at ReduceGrads: the DP all-reduce (ZeRO-1: reduce-scatter) of the
-  /// main gradient, then the tied head's sum of its two copies' gradients over the pipeline.
+  /// main gradient (under comm.overlap: the wait for the reductions launched in the backward),
+  /// then the tied head's sum of its two copies' gradients over the pipeline.
   void finalize_grads();
+  /// Sets the optimizer's hooks of one step in `hooks`: the bf16 fold after each backward,
+  /// finalize_grads at ReduceGrads and, when the optimizer overlaps (comm.overlap, DP > 1), the
+  /// chunks' final-gradient windows (bucket launches) and, under ZeRO-1, the wait for a chunk's
+  /// parameters before its first forward.
+  void add_gradient_hooks(pipeline::StepHooks& hooks);
   /// Collective over the world: the global L2 norm of the reduced gradient, each parameter
   /// counted once (the tied head's copy and, on TP ranks > 0, replicated parameters left out).
   double grad_norm() { return optimizer->grad_norm(norm_scope); }
 
   /// Collective: a digest of the whole model's parameters (gathered over TP), the same whatever
-  /// the partition, PP, DP or TP; 48-bit hex text for logs and summary.json.
+  /// the partition, PP, DP or TP; 48-bit hex text for logs and summary.json. Like every reader
+  /// of the parameters here (checkpointed(), tied_copies_equal(), tp_replicated_equal()), it
+  /// first waits for ZeRO-1's overlapped all-gather (DistributedOptimizer::wait_params).
   std::string param_hash_text();
   /// Collective: whether the tied head's two copies are bitwise equal on every pipeline.
   bool tied_copies_equal();

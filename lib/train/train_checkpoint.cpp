@@ -67,7 +67,8 @@ void TrainCheckpoint::save(const TrainCounters& counters, const CheckpointedStag
   shard.state = counters.to_json();
   shard.state["optimizer_steps"] = optimizer.steps();
   shard.state["precision"] = choice_name(optimizer.options().precision);
-  shard.state["zero1"] = optimizer.options().zero1;
+  shard.state["zero1"] = optimizer.options().zero1;  // read by checkpoints' users before "shard"
+  shard.state["shard"] = optimizer.options().zero1 ? "optimizer" : "none";
   shard.state["tp"] = tp.tp().size;
   impl_->store.save(counters.step, shard, config_yaml);
 }

@@ -111,14 +111,12 @@ std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
   return packs;
 }
 
-/// The executor's hooks for `step`: injected failures, the bf16 fold of each micro-batch's
-/// gradient, finalize_grads at ReduceGrads and the loss.reduction term the last stage uses.
+/// The executor's hooks for `step`: injected failures, the optimizer's (bf16 fold, finalize_grads
+/// at ReduceGrads, comm.overlap's bucket launches) and the loss.reduction term of the last stage.
 pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
   pipeline::StepHooks hooks;
   hooks.before_op = [this, step](FailWhere where, int) { faults.maybe_fail(where, step); };
-  if (cfg.train.precision == Precision::kBf16)
-    hooks.after_backward = [this](int) { stage->optimizer->accumulate_grads(); };
-  hooks.reduce_grads = [this] { stage->finalize_grads(); };
+  stage->add_gradient_hooks(hooks);
   const LossReduction reduction = cfg.loss.reduction;
   if (reduction != LossReduction::kToken)
     hooks.loss_term = [reduction](const models::UnitState& out) {
@@ -167,6 +165,7 @@ void Trainer::State::write_trace(int64_t step, pipeline::StageStepResult& r,
 /// are kept apart from the training steps'.
 void Trainer::State::evaluate(int64_t step) {
   const double before = tp_all_reduce_seconds(stage->tp);
+  stage->optimizer->wait_params();  // ZeRO-1's overlapped all-gather of the last step
   last_eval = in.evaluator->run(*stage->executor, comms);
   tp_eval_s += tp_all_reduce_seconds(stage->tp) - before;
   log->eval(step, *last_eval);

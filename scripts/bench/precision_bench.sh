@@ -27,7 +27,7 @@ for rep in $(seq 1 "$REPS"); do
         --set parallel.micro_batches=2 --set memory.recompute=none \
         "${ISF_SET[@]}" --set data.eval_meta= --set train.eval_every=0 \
         --set train.checkpoint_every=0 --set "train.steps=$STEPS" --set runtime.threads=1 \
-        --set "train.precision=$prec" --set "train.zero1=$z" --set "runtime.run_dir=$dir" \
+        --set "train.precision=$prec" --set "train.shard=$([ "$z" = true ] && echo optimizer || echo none)" --set "runtime.run_dir=$dir" \
         > "$dir.log" 2>&1 || { echo "bench: $dir failed, see $dir.log" >&2; exit 1; }
     done
   done

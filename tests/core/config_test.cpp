@@ -226,3 +226,23 @@ TEST_CASE("every config key has its row in docs/conventions.md", "[core][config]
   }());
   CHECK(missing.empty());
 }
+
+TEST_CASE("train.shard is a choice; the deprecated train.zero1 maps onto it", "[core][config]") {
+  CHECK(parse_config("", "test.yaml").train.shard == ShardMode::kNone);
+  CHECK(parse_config("train: {shard: optimizer}\n", "test.yaml").train.shard ==
+        ShardMode::kOptimizer);
+  // The old key reads as shard optimizer and is left false, so to_yaml holds one spelling.
+  const Config old = parse_config("train: {zero1: true}\n", "old.yaml");
+  CHECK(old.train.shard == ShardMode::kOptimizer);
+  CHECK_FALSE(old.train.zero1);
+  CHECK(old.train.zero1_on());
+  CHECK(to_yaml(old).find("shard: optimizer") != std::string::npos);
+  CHECK(parse_config("train: {zero1: true, shard: optimizer}\n", "t.yaml").train.zero1_on());
+  CHECK_THAT(error_of("train: {zero1: true, shard: full}\n"),
+             Catch::Contains("test.yaml") && Catch::Contains("contradicts train.shard full"));
+  CHECK_THAT(error_of("train: {shard: zero3}\n"),
+             Catch::Contains("shard") && Catch::Contains("optimizer"));
+  CHECK_THAT(error_of("train: {shard: full}\n"), Catch::Contains("not implemented yet"));
+  CHECK(parse_config("", "test.yaml").comm.overlap);
+  CHECK_FALSE(parse_config("comm: {overlap: false}\n", "test.yaml").comm.overlap);
+}

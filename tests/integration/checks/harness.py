@@ -13,7 +13,7 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Residual dropout for the resume checks (models/dropout.h): bitwise resume must hold with it on.
 DROPOUT = ["--set", "model.dropout=0.1"]
-ZERO1 = ["--set", "train.zero1=true"]
+ZERO1 = ["--set", "train.shard=optimizer"]
 BF16 = ["--set", "train.precision=bf16"]
 
 
