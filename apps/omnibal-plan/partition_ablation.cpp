@@ -86,6 +86,7 @@ struct Context {
   double budget = 0;
   int64_t epoch_samples = 0;
   std::optional<partition::ScaledTableCostModel> measured;  ///< --cost-table-in
+  bool overlap = false;  ///< DP collectives overlapped with compute (comm.overlap)
 
   const partition::CostModel& model() const {
     return measured ? static_cast<const partition::CostModel&>(*measured) : analytic;
@@ -116,7 +117,7 @@ void use_measured_table(Context& c) {
   const double per = 2.0 * bytes(table) / bytes(analytic);
   const double workspace = c.memory.workspace_bytes;
   c.memory = memory::trainer_memory_options(per > 3.0 ? Precision::kFp32 : Precision::kBf16,
-                                            c.o.zero1, c.o.dp, c.o.tp);
+                                            c.memory.shard, c.o.dp, c.o.tp);
   c.memory.weight_bytes_per_param = per;
   c.memory.workspace_bytes = workspace;
   partition::set_tp_all_reduces(table, c.analytic.preset(), per > 3.0 ? 4.0 : 2.0);
@@ -166,7 +167,8 @@ AblationRow simulate_row(const Context& c, const std::string& name, const std::s
   s.dp = c.o.dp;
   s.tp = c.o.tp;
   s.device = c.analytic.device();
-  s.zero1 = c.o.zero1;
+  s.shard = c.memory.shard;
+  s.overlap = c.overlap;
   for (const auto& m : plan.memory) s.static_bytes.push_back(m.static_bytes());
   const auto run = partition::simulate_run(s, steps);
   AblationRow row;
@@ -295,9 +297,9 @@ void check_options(const AblationOptions& o) {
 }
 
 /// The rows' shared context for checked options: the analytic model of the preset on the
-/// device, the trainer's memory accounting (or the measured table's, --cost-table-in) and the
-/// budget; epoch_samples is left to the caller.
-Context make_context(const AblationOptions& o) {
+/// device, the trainer's memory accounting under `shard` (or the measured table's,
+/// --cost-table-in) and the budget; epoch_samples is left to the caller.
+Context make_context(const AblationOptions& o, ShardMode shard) {
   check_options(o);
   Context c{o,
             partition::AnalyticCostModel(load_model_preset(o.model),
@@ -311,33 +313,34 @@ Context make_context(const AblationOptions& o) {
             std::nullopt};
   // The trainer's accounting of a bf16 run (train/distributed_optimizer.h): bf16 weights,
   // fp32 main gradient plus the bf16 gradient of a backward, fp32 master weights and moments.
-  c.memory = memory::trainer_memory_options(Precision::kBf16, o.zero1, o.dp, o.tp);
+  c.memory = memory::trainer_memory_options(Precision::kBf16, shard, o.dp, o.tp);
   if (!o.cost_table_in.empty()) use_measured_table(c);
   c.budget = o.budget_gb > 0 ? o.budget_gb * double(1ull << 30)
                              : memory::default_budget_bytes(c.analytic.device().memory_bytes);
   return c;
 }
 
-/// The simulator loads of the two data plans every row uses.
+/// The simulator loads of the two data plans every row of a recipe uses.
 struct DataPlans {
-  std::vector<StepLoads> random;  ///< the baseline: random packs of samples_per_pack samples
+  std::vector<StepLoads> random;  ///< the baseline: padded packs of samples_per_pack samples
   std::vector<StepLoads> isf;     ///< ISF packs
 };
 
-/// Plans the epoch of `table` with random packing and with ISF (recording ISF's budgets in
-/// `res`); throws when the samples do not make one full step.
+/// Plans the epoch of `table` at o.dp x o.micro_batches with the `baseline` method (random or
+/// length-grouped micro-batches of `samples_per_pack`) and with ISF (its budgets written to
+/// `isf_budgets`); throws when the samples do not make one full step.
 DataPlans plan_data(const AblationOptions& o, const balance::SampleTable& table,
-                    AblationResult& res) {
+                    balance::Method baseline, int samples_per_pack, std::string& isf_budgets) {
   balance::PlannerOptions po;
   po.dp = o.dp;
   po.micro_batches = o.micro_batches;
-  po.samples_per_pack = res.samples_per_pack;
+  po.samples_per_pack = samples_per_pack;
   po.iterations = o.iterations;
   po.seed = o.seed;
-  const auto random = balance::plan_method(table, balance::Method::kRandom, po);
+  const auto random = balance::plan_method(table, baseline, po);
   const auto isf = balance::plan_method(table, balance::Method::kIsf, po);
-  res.isf_budgets = fmt::format("Q_v={} Q_t={} Q't={}", isf.budgets.q_vit, isf.budgets.q_tok,
-                                isf.budgets.q_tok_thresh);
+  isf_budgets = fmt::format("Q_v={} Q_t={} Q't={}", isf.budgets.q_vit, isf.budgets.q_tok,
+                            isf.budgets.q_tok_thresh);
   DataPlans plans{step_loads(table, random), step_loads(table, isf)};
   OMNIBAL_CHECK(!plans.random.empty() && !plans.isf.empty(), "partition: the length files hold ",
                 table.size(), " samples, fewer than one step of dp * m micro-batches");
@@ -407,25 +410,78 @@ void add_schedule_rows(const Context& c, const std::vector<StepLoads>& isf_steps
                    });
 }
 
+/// --overlap: the baseline and the full OmniBal row (rows 0 and 3) again with the DP
+/// collectives overlapped, on the same splits and recompute plans.
+void add_overlap_rows(const Context& c, const DataPlans& data, AblationResult& res) {
+  Context overlapped = c;
+  overlapped.overlap = true;
+  const AblationRow& base = res.rows.at(0);
+  const AblationRow& full = res.rows.at(3);
+  AblationRow b = simulate_row(overlapped, "baseline, DP overlap", base.data, base.split,
+                               base.partition, data.random, false);
+  AblationRow a = simulate_row(overlapped, "+ adaptive recompute, DP overlap", full.data,
+                               full.split, full.partition, data.isf, true);
+  res.rows.push_back(std::move(b));
+  res.rows.push_back(std::move(a));
+}
+
+/// --zero3: the ZeRO-3 recipe's rows (file comment) on `table`, DP only on o.zero3_dp GPUs (or
+/// dp x pp x tp), m = 1, shard full.
+void add_zero3_rows(const AblationOptions& o, const balance::SampleTable& table,
+                    AblationResult& res) {
+  AblationOptions z = o;
+  z.dp = o.zero3_dp > 0 ? o.zero3_dp : o.dp * o.pp * o.tp;
+  z.pp = 1;
+  z.tp = 1;
+  z.micro_batches = 1;
+  Context c = make_context(z, ShardMode::kFull);
+  c.epoch_samples = static_cast<int64_t>(table.size());
+  c.overlap = true;  // DeepSpeed's overlap_comm, FSDP's prefetch
+  res.zero3_dp = z.dp;
+  res.zero3_samples_per_pack = static_cast<int>(z.global_batch / z.dp);
+  const DataPlans data = plan_data(z, table, balance::Method::kLengthGroup,
+                                   res.zero3_samples_per_pack, res.zero3_isf_budgets);
+  const Partition whole{{static_cast<int>(c.model().costs(data.isf[0][0][0]).units.size())}};
+  auto& rows = res.zero3_rows;
+  rows.push_back(
+      simulate_row(c, "ZeRO-3 baseline", "length-group", "dp only", whole, data.random, false));
+  rows.push_back(simulate_row(c, "ZeRO-3 + ISF", "isf", "dp only", whole, data.isf, false));
+  rows.push_back(
+      simulate_row(c, "ZeRO-3 + adaptive recompute", "isf", "dp only", whole, data.isf, true));
+  c.overlap = false;
+  rows.push_back(simulate_row(c, "ZeRO-3 baseline, no overlap", "length-group", "dp only", whole,
+                              data.random, false));
+  rows.push_back(simulate_row(c, "ZeRO-3 + adaptive recompute, no overlap", "isf", "dp only", whole,
+                              data.isf, true));
+}
+
+/// Speed-ups and deltas of `rows` against rows[0].
+void compare_to_first(std::vector<AblationRow>& rows) {
+  for (auto& r : rows) {
+    r.speedup = rows[0].epoch_seconds / r.epoch_seconds;
+    r.delta = r.components;
+    r.delta += rows[0].components.scaled(-1.0);
+  }
+}
+
 }  // namespace
 
 AblationResult run_partition_ablation(const AblationOptions& o) {
-  Context c = make_context(o);
+  Context c = make_context(o, o.zero1 ? ShardMode::kOptimizer : ShardMode::kNone);
   const auto table = balance::read_length_files(o.lengths);
   c.epoch_samples = static_cast<int64_t>(table.size());
   AblationResult res;
   res.budget_bytes = c.budget;
   res.epoch_samples = c.epoch_samples;
   res.samples_per_pack = static_cast<int>(o.global_batch / (o.dp * o.micro_batches));
-  const DataPlans data = plan_data(o, table, res);
+  const DataPlans data =
+      plan_data(o, table, balance::Method::kRandom, res.samples_per_pack, res.isf_budgets);
   add_paper_rows(c, data, res);
   add_schedule_rows(c, data.isf, res);
-  auto& rows = res.rows;
-  for (auto& r : rows) {
-    r.speedup = rows[0].epoch_seconds / r.epoch_seconds;
-    r.delta = r.components;
-    r.delta += rows[0].components.scaled(-1.0);
-  }
+  if (o.overlap_rows) add_overlap_rows(c, data, res);
+  if (o.zero3) add_zero3_rows(o, table, res);
+  compare_to_first(res.rows);
+  if (!res.zero3_rows.empty()) compare_to_first(res.zero3_rows);
   return res;
 }
 
@@ -449,7 +505,12 @@ nlohmann::json config_json(const AblationResult& res, const AblationOptions& o) 
           {"isf_budgets", res.isf_budgets},
           {"cost_table_in", o.cost_table_in},
           {"schedules", o.schedules},
-          {"virtual_stages", o.virtual_stages}};
+          {"virtual_stages", o.virtual_stages},
+          {"overlap_rows", o.overlap_rows},
+          {"zero3", o.zero3},
+          {"zero3_dp", res.zero3_dp},
+          {"zero3_samples_per_pack", res.zero3_samples_per_pack},
+          {"zero3_isf_budgets", res.zero3_isf_budgets}};
 }
 
 /// A time breakdown in seconds: useful_s and comm_s apart (`with_useful`) or summed as other_s.
@@ -515,26 +576,82 @@ nlohmann::json search_json(const partition::PartitionSearchResult& r,
   return s;
 }
 
-}  // namespace
-
-std::string format_ablation_table(const AblationResult& res) {
+/// `rows` as the table's lines, under a header; names padded to the longest (at least 28).
+std::string format_rows(const std::vector<AblationRow>& rows) {
+  size_t width = 28;
+  for (const auto& r : rows) width = std::max(width, r.name.size());
   std::string out =
-      fmt::format("{:<28} {:>9} {:>8} {:>7} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}  {}\n",
-                  "row", "epoch_s", "speedup", "bubble", "peak_GB", "d_pad_s", "d_dpwait",
+      fmt::format("{:<{}} {:>9} {:>8} {:>7} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}  {}\n",
+                  "row", width, "epoch_s", "speedup", "bubble", "peak_GB", "d_pad_s", "d_dpwait",
                   "d_bubble", "d_recomp", "d_other", "tp_comm",
                   "split / recomputed blocks per stage");
-  for (const auto& r : res.rows) {
+  for (const auto& r : rows) {
     std::string rc;
     for (size_t s = 0; s < r.recomputed_units.size(); ++s)
       rc += (s ? "," : "") + std::to_string(r.recomputed_units[s]);
     const double other = r.delta.useful_s + r.delta.comm_s;
     out += fmt::format(
-        "{:<28} {:>9.1f} {:>7.2f}x {:>7.3f} {:>8.1f}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.1f} "
+        "{:<{}} {:>9.1f} {:>7.2f}x {:>7.3f} {:>8.1f}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.1f} "
         "{:>8.1f}  {} {} / [{}]{}\n",
-        r.name, r.epoch_seconds, r.speedup, r.bubble_fraction, r.peak_memory_gb, r.delta.padding_s,
-        r.delta.dp_wait_s, r.delta.bubble_s, r.delta.recompute_s, other, r.components.tp_comm_s,
-        r.split, r.partition.to_string(), rc, r.fits ? "" : "  OVER BUDGET");
+        r.name, width, r.epoch_seconds, r.speedup, r.bubble_fraction, r.peak_memory_gb,
+        r.delta.padding_s, r.delta.dp_wait_s, r.delta.bubble_s, r.delta.recompute_s, other,
+        r.components.tp_comm_s, r.split, r.partition.to_string(), rc,
+        r.fits ? "" : "  OVER BUDGET");
   }
+  return out;
+}
+
+/// The row of `rows` named `name`, or null.
+const AblationRow* find_row(const std::vector<AblationRow>& rows, const std::string& name) {
+  for (const auto& r : rows)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+/// What overlapping the DP collectives is worth in the 3D rows (--overlap), one line.
+std::string format_overlap_worth(const AblationResult& res) {
+  const AblationRow* base = find_row(res.rows, "baseline");
+  const AblationRow* base_o = find_row(res.rows, "baseline, DP overlap");
+  const AblationRow* full = find_row(res.rows, "+ adaptive recompute");
+  const AblationRow* full_o = find_row(res.rows, "+ adaptive recompute, DP overlap");
+  if (!base || !base_o || !full || !full_o) return "";
+  auto change = [](const AblationRow& a, const AblationRow& b) {
+    return fmt::format("{:.1f} -> {:.1f} s ({:+.1f} %)", a.epoch_seconds, b.epoch_seconds,
+                       100.0 * (b.epoch_seconds / a.epoch_seconds - 1.0));
+  };
+  return fmt::format(
+      "DP communication overlapped with compute (3D rows): baseline {}, "
+      "+ adaptive recompute {}\n",
+      change(*base, *base_o), change(*full, *full_o));
+}
+
+/// The ZeRO-3 recipe's table and its comparisons with the paper's figures.
+std::string format_zero3(const AblationResult& res) {
+  const auto& z = res.zero3_rows;
+  std::string out = fmt::format(
+      "ZeRO-3 recipe: DP {} x PP 1 x TP 1, m 1, {} samples per baseline micro-batch "
+      "(length-grouped), ISF {}, shard full, DP collectives overlapped unless marked; speed-ups "
+      "against the ZeRO-3 baseline:\n",
+      res.zero3_dp, res.zero3_samples_per_pack, res.zero3_isf_budgets);
+  out += format_rows(z);
+  const AblationRow* isf = find_row(z, "ZeRO-3 + adaptive recompute");
+  const double days = res.zero3_dp / 86400.0;
+  if (isf)
+    out += fmt::format(
+        "ZeRO-3 + ISF + adaptive recompute vs ZeRO-3 baseline: {:.2f}x ({:.2f} -> {:.2f} GPU "
+        "days for these {} samples; paper, 1.2M samples: 38.9 -> 25.3 GPU days, 1.54x)\n",
+        isf->speedup, z[0].epoch_seconds * days, isf->epoch_seconds * days, res.epoch_samples);
+  if (!res.rows.empty())
+    out += fmt::format(
+        "ZeRO-3 baseline vs the 3D baseline above: {:.2f}x (paper: 61.8 / 38.9 = 1.59x)\n",
+        res.rows[0].epoch_seconds / z[0].epoch_seconds);
+  return out;
+}
+
+}  // namespace
+
+std::string format_ablation_table(const AblationResult& res) {
+  std::string out = format_rows(res.rows);
   for (const auto& e : res.schedule_errors) out += "not planned: " + e + "\n";
   if (!res.ranking.empty()) {
     out += "(schedule, split) pairs ranked by the simulated epoch (8 ISF steps, scaled):\n";
@@ -547,6 +664,8 @@ std::string format_ablation_table(const AblationResult& res) {
                          rc.chosen ? "  (picked)" : "");
     }
   }
+  out += format_overlap_worth(res);
+  if (!res.zero3_rows.empty()) out += format_zero3(res);
   return out;
 }
 
@@ -555,6 +674,7 @@ std::string ablation_json(const AblationResult& res, const AblationOptions& o) {
   j["config"] = config_json(res, o);
   const int gpus = o.dp * o.pp * o.tp;
   for (const auto& r : res.rows) j["rows"].push_back(row_json(r, gpus));
+  for (const auto& r : res.zero3_rows) j["zero3_rows"].push_back(row_json(r, res.zero3_dp));
   for (const auto& rc : res.ranking)
     j["ranking"].push_back({{"schedule", choice_name(rc.schedule)},
                             {"virtual_stages", rc.virtual_stages},

@@ -24,6 +24,24 @@
 // full OmniBal (ISF packs, memory-aware BMP over its P x v chunks, adaptive recompute with its
 // in-flight counts) under that schedule; and the (schedule, split) pairs of every schedule's last
 // search round are ranked by their simulated 8-step time (`ranking`).
+// DP communication overlapped with compute (issue 40, --overlap): the rows above model the DP
+// reduction as the trainer ran it before comm.overlap, blocking after the backward; --overlap
+// adds "baseline, DP overlap" and "+ adaptive recompute, DP overlap", the same plans with each
+// unit's gradient bucket reduced during the last micro-batch's backward and ZeRO-1's parameter
+// all-gather ahead of the forward (training_simulator.h), i.e. what the overlap is worth.
+// The ZeRO-3 recipe (issue 40, --zero3; AblationResult::zero3_rows): InternVL's own recipe, no
+// pipeline, every GPU a DP rank (zero3_dp, default dp x pp x tp: the same GPUs), m = 1,
+// train.shard full (memory_model.h: weights, gradients and optimizer state / dp plus the gathered
+// units) and the per-unit all-gathers and reduce-scatters overlapped (DeepSpeed's overlap_comm):
+//   ZeRO-3 baseline              LLaVA length-grouped padded micro-batches of global_batch /
+//                                zero3_dp samples (balance::Method::kLengthGroup, what InternVL's
+//                                group_by_length does), full recomputation
+//   ZeRO-3 + ISF                 ISF packs (budgets searched for the same samples per pack)
+//   ZeRO-3 + adaptive recompute  ISF with recomputation only where memory requires it (the
+//                                knapsack of recompute_planner.h on the one stage): OmniBal's
+//                                ZeRO-3 row (paper: 38.9 -> 25.3 GPU days, 1.54x)
+//   ... , no overlap             the first and last with every collective blocking
+// Their speed-ups and deltas are against the ZeRO-3 baseline.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +87,11 @@ struct AblationOptions {
   /// (AblationRow::trace): its name, with or without the leading "+ "; "": none.
   std::string trace_row;
   int trace_step = 0;
+  /// Adds the 3D rows with DP communication overlapped (file comment).
+  bool overlap_rows = false;
+  /// Adds the ZeRO-3 recipe's rows (file comment).
+  bool zero3 = false;
+  int zero3_dp = 0;  ///< DP ranks of the ZeRO-3 rows; 0: dp * pp * tp
 };
 
 /// One (schedule, split) pair of the schedule ranking.
@@ -118,6 +141,11 @@ struct AblationResult {
   std::vector<memory::StagePlan> schedule_plans;  ///< the plan of each "+ <schedule>" row
   std::vector<ScheduleCandidate> ranking;    ///< every schedule's last-round top K, fastest first
   std::vector<std::string> schedule_errors;  ///< schedules that could not be planned, and why
+  /// --zero3: the ZeRO-3 recipe's rows, its baseline first; speedup and delta against it.
+  std::vector<AblationRow> zero3_rows;
+  int zero3_dp = 0;                ///< DP ranks of the ZeRO-3 rows
+  int zero3_samples_per_pack = 0;  ///< samples per baseline micro-batch: global batch / dp
+  std::string zero3_isf_budgets;   ///< the ISF budgets searched for the ZeRO-3 rows
 };
 
 /// Runs everything. Throws omnibal::Error on bad options (e.g. a global batch not divisible by
@@ -125,12 +153,15 @@ struct AblationResult {
 /// full recomputation.
 AblationResult run_partition_ablation(const AblationOptions& options);
 
-/// The rows as the fixed-width table the command prints.
+/// The rows as the fixed-width table the command prints; with ZeRO-3 rows, their table, the
+/// speed-up beside the paper's and the two baselines compared; with overlap rows, what the
+/// overlap is worth.
 std::string format_ablation_table(const AblationResult& result);
 
-/// The result as JSON text (`rows` with name, epoch_seconds, speedup, bubble_fraction,
+/// The result as JSON text (`rows` with name, epoch_seconds, speedup, gpu_days, bubble_fraction,
 /// peak_memory_gb, breakdown {padding_s, dp_wait_s, bubble_s, recompute_s, tp_comm_s, other_s}
-/// as changes from the baseline and components {..., useful_s, comm_s} as epoch totals).
+/// as changes from the baseline and components {..., useful_s, comm_s} as epoch totals;
+/// `zero3_rows` alike, against the ZeRO-3 baseline, gpu_days over zero3_dp GPUs).
 std::string ablation_json(const AblationResult& result, const AblationOptions& options);
 
 }  // namespace omnibal::plan

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <memory>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
@@ -13,29 +14,34 @@
 namespace omnibal::plan {
 namespace {
 
-/// Writes the trace the ablation kept for options.trace_row; throws naming the rows when none
-/// matched.
+/// Writes the trace the ablation kept for options.trace_row (a row of the table or of the
+/// ZeRO-3 recipe); throws naming the rows when none matched.
 void write_row_trace(const AblationResult& result, const AblationOptions& o,
                      const std::string& path) {
   std::string names;
-  for (const auto& row : result.rows) {
-    if (row.trace) {
+  std::vector<const AblationRow*> rows;
+  for (const auto& row : result.rows) rows.push_back(&row);
+  for (const auto& row : result.zero3_rows) rows.push_back(&row);
+  for (const AblationRow* row : rows) {
+    if (row->trace) {
+      const bool zero3 = row->name.rfind("ZeRO-3", 0) == 0;
       schedule::write_trace_file(
-          path, schedule::trace_event_json(*row.trace, {{"source", "simulated"},
-                                                        {"row", row.name},
-                                                        {"step", o.trace_step},
-                                                        {"model", o.model},
-                                                        {"device", o.device},
-                                                        {"dp", o.dp},
-                                                        {"pp", o.pp},
-                                                        {"tp", o.tp},
-                                                        {"micro_batches", o.micro_batches},
-                                                        {"split", row.partition.to_string()},
-                                                        {"schedule", choice_name(row.schedule)}}));
-      fmt::print("trace of row '{}', step {} written to {}\n", row.name, o.trace_step, path);
+          path,
+          schedule::trace_event_json(*row->trace, {{"source", "simulated"},
+                                                   {"row", row->name},
+                                                   {"step", o.trace_step},
+                                                   {"model", o.model},
+                                                   {"device", o.device},
+                                                   {"dp", zero3 ? result.zero3_dp : o.dp},
+                                                   {"pp", zero3 ? 1 : o.pp},
+                                                   {"tp", zero3 ? 1 : o.tp},
+                                                   {"micro_batches", zero3 ? 1 : o.micro_batches},
+                                                   {"split", row->partition.to_string()},
+                                                   {"schedule", choice_name(row->schedule)}}));
+      fmt::print("trace of row '{}', step {} written to {}\n", row->name, o.trace_step, path);
       return;
     }
-    names += (names.empty() ? "'" : ", '") + row.name + "'";
+    names += (names.empty() ? "'" : ", '") + row->name + "'";
   }
   OMNIBAL_FAIL("partition: --trace-row '", o.trace_row, "' names no row; the rows are ", names);
 }
@@ -91,6 +97,19 @@ void add_planner_options(CLI::App& cmd, const std::shared_ptr<PartitionArgs>& a)
       ->delimiter(',');
 }
 
+/// The rows of issue 40: the 3D rows with DP communication overlapped, the ZeRO-3 recipe.
+void add_recipe_options(CLI::App& cmd, AblationOptions& o) {
+  cmd.add_flag("--overlap", o.overlap_rows,
+               "add the baseline and + adaptive recompute rows with the DP gradient reduction "
+               "(and ZeRO-1's parameter all-gather) overlapped with compute (comm.overlap)");
+  cmd.add_flag("--zero3", o.zero3,
+               "add the ZeRO-3 recipe (InternVL's DeepSpeed run: DP only, shard full, m 1): "
+               "length-grouped baseline with full recomputation vs ISF with adaptive "
+               "recomputation, beside the paper's 1.54x");
+  cmd.add_option("--zero3-dp", o.zero3_dp,
+                 "DP ranks of the ZeRO-3 rows (default: dp x pp x tp, the same GPUs)");
+}
+
 /// The files it reads (a measured cost table) and writes (JSON, cost table, trace).
 void add_file_options(CLI::App& cmd, PartitionArgs& a) {
   cmd.add_option("--json", a.json_path, "write the result as JSON here");
@@ -144,6 +163,7 @@ void register_partition_command(CLI::App& app, Actions& actions) {
                          "balanced model partition, adaptive recompute and the simulated ablation");
   add_setup_options(*cmd, a->options);
   add_planner_options(*cmd, a);
+  add_recipe_options(*cmd, a->options);
   add_file_options(*cmd, *a);
   cmd->callback([a, &actions] { actions.push_back([a] { return run_partition(*a); }); });
 }

@@ -158,7 +158,7 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   setup.tp = table.tp;  // checked against --tp / parallel.tp by run_simulate
   setup.tp_link = partition::TpLink{(a.tp_link_gbps > 0 ? a.tp_link_gbps : a.link_gbps) * 1e9,
                                     a.tp_latency_us * 1e-6};
-  setup.zero1 = false;
+  setup.shard = ShardMode::kNone;
   setup.static_bytes.assign(stages, 0.0);
   setup.device = partition::host_device(a.link_gbps * 1e9);
   setup.overheads.per_micro_batch_s = per_stage(a.mb_overhead_s, stages, "--mb-overhead-s");

@@ -94,6 +94,47 @@ InFlightState peak_per_chunk(const std::vector<InFlightState>& states) {
   return peak;
 }
 
+namespace {
+
+/// Adds the weights, gradients and optimizer state of `units` to `mem` as options.shard says,
+/// and under kFull the gathered units in flight.
+void add_model_state(const partition::UnitCostTable& table, const std::vector<int>& units,
+                     const MemoryOptions& options, StageMemory& mem) {
+  // Sums kept in the order and form of the unsharded accounting, so none and optimizer are
+  // unchanged to the bit; full divides each unit's bytes by dp.
+  const double optimizer_dp = options.shard == ShardMode::kNone ? 1 : options.dp;
+  const double state_dp = options.shard == ShardMode::kFull ? options.dp : 1;
+  for (int u : units) {
+    const auto& unit = table.units[u];
+    const double params = unit.parameter_bytes / options.weight_bytes_per_param;
+    mem.weights += unit.parameter_bytes / state_dp;
+    if (!unit.trainable) continue;
+    mem.gradients += params * options.grad_bytes_per_param / state_dp;
+    mem.optimizer += params * options.optimizer_bytes_per_param / optimizer_dp;
+  }
+  if (options.shard == ShardMode::kFull) mem.gathered = gathered_unit_bytes(table, units, options);
+}
+
+}  // namespace
+
+double gathered_unit_bytes(const partition::UnitCostTable& table, const std::vector<int>& units,
+                           const MemoryOptions& options) {
+  auto params = [&](size_t i) {
+    return i < units.size() ? table.units[units[i]].parameter_bytes : 0.0;
+  };
+  double most = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const auto& unit = table.units[units[i]];
+    const double grad = unit.trainable ? unit.parameter_bytes / options.weight_bytes_per_param *
+                                             options.grad_bytes_per_param
+                                       : 0.0;
+    const double forward = params(i) + params(i + 1);
+    const double backward = params(i) + grad + (i > 0 ? params(i - 1) : 0.0);
+    most = std::max({most, forward, backward});
+  }
+  return most;
+}
+
 StageMemory rank_memory(const partition::UnitCostTable& table,
                         const partition::Partition& partition, int rank,
                         const ScheduleLayout& layout, const std::vector<InFlightState>& states,
@@ -115,17 +156,13 @@ StageMemory rank_memory(const partition::UnitCostTable& table,
   const int v = layout.chunks_per_rank();
   StageMemory mem;
   std::vector<double> kept(v), weight_kept(v);
+  std::vector<int> units;  // the rank's units, chunks in order
   for (int c = 0; c < v; ++c) {
     const int k = c * layout.ranks + rank;
     const int begin = partition.begin(k), end = partition.end(k);
     for (int u = begin; u < end; ++u) {
+      units.push_back(u);
       const auto& unit = table.units[u];
-      const double params = unit.parameter_bytes / options.weight_bytes_per_param;
-      mem.weights += unit.parameter_bytes;
-      if (!unit.trainable) continue;
-      mem.gradients += params * options.grad_bytes_per_param;
-      mem.optimizer +=
-          params * options.optimizer_bytes_per_param / (options.zero1 ? options.dp : 1);
       if (unit.checkpointed(recompute[u]))
         mem.transient = std::max(mem.transient, unit.activation_bytes);
     }
@@ -133,6 +170,7 @@ StageMemory rank_memory(const partition::UnitCostTable& table,
     weight_kept[c] = deferred_weight_bytes(table, begin, end);
     mem.buffers += 2 * (table.checkpoint_bytes(begin) + table.units[end - 1].output_bytes);
   }
+  add_model_state(table, units, options, mem);
   for (const auto& st : states) {
     double held = 0;
     for (int c = 0; c < v; ++c)
@@ -155,13 +193,13 @@ StageMemory stage_memory(const partition::UnitCostTable& table,
   return rank_memory(table, partition, stage, layout, states, recompute, options);
 }
 
-MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp, int tp) {
+MemoryOptions trainer_memory_options(Precision precision, ShardMode shard, int dp, int tp) {
   OMNIBAL_CHECK(dp >= 1 && tp >= 1, "trainer memory options: dp and tp must be >= 1, got dp = ", dp,
                 ", tp = ", tp);
   MemoryOptions m;
   m.dp = dp;
   m.tp = tp;
-  m.zero1 = zero1;
+  m.shard = shard;
   switch (precision) {
     case Precision::kFp32:
       m.weight_bytes_per_param = 4;

@@ -16,7 +16,16 @@
 // block matrices, column-parallel biases, qk-norm weights, vocab-parallel embedding and head
 // 1/tp; norms, row-parallel biases, layer scales, vit_embed and the projector full). Weights,
 // gradients and optimizer state follow from the per-rank parameter bytes; ZeRO-1 shards the
-// per-rank optimizer state over the DP group of that TP rank. Activations: the column-parallel
+// per-rank optimizer state over the DP group of that TP rank.
+// Sharding (MemoryOptions::shard, train.shard): none keeps everything on every DP rank;
+// optimizer (ZeRO-1) divides the optimizer state by dp; full (ZeRO-3 / FSDP) divides weights,
+// gradients and optimizer state by dp and adds `gathered`: the unsharded units in flight. While
+// a unit computes its forward it holds its full parameters and the next unit's, prefetched;
+// during its backward its full parameters, its full gradient (grad_bytes_per_param, before the
+// reduce-scatter) and the next unit's parameters in backward order (FSDP2 / DeepSpeed prefetch
+// one unit ahead); `gathered` is the largest such moment over the rank's units, chunks taken in
+// order. Counted at dp 1 too (a runtime that skips the gather there holds less); the padding of
+// each flat shard to a multiple of dp (< dp elements per unit) is not counted. Activations: the column-parallel
 // outputs 1/tp, the rest full; buffers: full activations (no sequence parallelism). The model
 // never divides by tp itself; MemoryOptions::tp must equal the table's tp.
 // Schedules (schedule/schedules.h; ScheduleLayout): the split has P x v chunks (chunk k on rank
@@ -44,9 +53,11 @@ namespace omnibal::memory {
 
 /// Memory accounting options.
 struct MemoryOptions {
-  int dp = 1;                                   ///< data-parallel ranks (ZeRO-1 shards over these)
-  int tp = 1;                                   ///< tensor-parallel ranks (the table's tp)
-  bool zero1 = true;                            ///< shard optimizer state over DP
+  int dp = 1;  ///< data-parallel ranks (the sharding divides by these)
+  int tp = 1;  ///< tensor-parallel ranks (the table's tp)
+  /// What DP shards: kNone, kOptimizer (ZeRO-1: optimizer state / dp), kFull (ZeRO-3: weights,
+  /// gradients and optimizer state / dp, plus the gathered units in flight)
+  ShardMode shard = ShardMode::kOptimizer;
   double weight_bytes_per_param = 2;            ///< bf16 weights (the table's parameter_bytes unit)
   double grad_bytes_per_param = 4;              ///< fp32 gradient accumulation buffer
   double optimizer_bytes_per_param = 12;        ///< fp32 master + Adam m + v
@@ -56,8 +67,11 @@ struct MemoryOptions {
 /// Bytes of one stage, by category.
 struct StageMemory {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0, transient = 0, buffers = 0;
+  /// Under ShardMode::kFull: the largest unsharded parameters + gradient in flight (see the
+  /// file comment); 0 otherwise.
+  double gathered = 0;
   /// Everything except activations and transient: what does not depend on in-flight data.
-  double static_bytes() const { return weights + gradients + optimizer + buffers; }
+  double static_bytes() const { return weights + gradients + optimizer + buffers + gathered; }
   double total() const { return static_bytes() + activations + transient; }
 };
 
@@ -120,15 +134,22 @@ double kept_activation_bytes(const partition::UnitCostTable& table, int begin, i
 double deferred_weight_bytes(const partition::UnitCostTable& table, int begin, int end);
 
 /// The trainer's bytes per parameter (train/distributed_optimizer.h) for train.precision and
-/// train.zero1 at `dp` ranks: weights 4 (fp32) or 2 (bf16); gradients: the fp32 main gradient
+/// train.shard at `dp` ranks: weights 4 (fp32) or 2 (bf16); gradients: the fp32 main gradient
 /// (4; in bf16 each parameter's bf16 gradient is folded into it as autograd produces it, by a
 /// post-accumulate-grad hook, so none is kept: on LibTorch < 2.1, which folds after each
 /// backward, 2 more are alive until then and not counted here); optimizer state: Adam's fp32
-/// moments (8) plus, in bf16, the fp32 master weights (4); the optimizer state divided by dp
-/// under ZeRO-1. Workspace as the default.
+/// moments (8) plus, in bf16, the fp32 master weights (4); divided by dp as `shard` says
+/// (MemoryOptions::shard). Workspace as the default.
 /// `tp`: parallel.tp, the TP degree of the cost table the options are used with (per-rank
 /// bytes per parameter do not change with tp). Throws omnibal::Error when dp or tp < 1.
-MemoryOptions trainer_memory_options(Precision precision, bool zero1, int dp, int tp = 1);
+MemoryOptions trainer_memory_options(Precision precision, ShardMode shard, int dp, int tp = 1);
+
+/// Under ShardMode::kFull, the largest unsharded bytes in flight over units [begin, end) of
+/// `table` (StageMemory::gathered; units in forward order, the rank's chunks concatenated):
+/// max over units u of P_u + P_next (forward) and P_u + G_u + P_prev (backward), P = a unit's
+/// parameter bytes, G = its gradient at options.grad_bytes_per_param (0 when frozen).
+double gathered_unit_bytes(const partition::UnitCostTable& table, const std::vector<int>& units,
+                           const MemoryOptions& options);
 
 /// Default budget for a device: its memory minus 8% for the CUDA context, NCCL buffers and
 /// allocator fragmentation (the paper's "remaining free memory" is measured; we must estimate).

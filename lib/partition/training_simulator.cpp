@@ -83,6 +83,15 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
                 setup.static_bytes.size(), " ranks, expected ", P, " pipeline ranks");
   OMNIBAL_CHECK(setup.dp_jitter >= 0, "simulator: dp_jitter is ", setup.dp_jitter,
                 ", expected >= 0");
+  OMNIBAL_CHECK(!setup.dp_link || (setup.dp_link->bandwidth > 0 && setup.dp_link->latency_s >= 0),
+                "simulator: the DP link needs a bandwidth > 0 and a latency >= 0");
+  if (setup.shard == ShardMode::kFull) {
+    OMNIBAL_CHECK(P == 1, "simulator: shard full (ZeRO-3) with ", P,
+                  " pipeline ranks is refused, as DeepSpeed refuses ZeRO-3 with pipeline "
+                  "parallelism; use pp 1, or shard none | optimizer");
+    OMNIBAL_CHECK(setup.dp_jitter == 0 && setup.overheads.loader_per_micro_batch_s.empty(),
+                  "simulator: shard full does not model a DP jitter or loader overheads");
+  }
   const auto& oh = setup.overheads;
   auto check_per_rank = [P](const std::vector<double>& v, const char* what) {
     OMNIBAL_CHECK(v.empty() || static_cast<int>(v.size()) == P, "simulator: ", what, " for ",
@@ -150,6 +159,11 @@ double StageOverheads::micro_batch_s(int stage, const MicroBatchLoad& load) cons
 
 int SimulatorSetup::ranks() const {
   return partition.stages() / schedule::chunks_per_rank(schedule, virtual_stages);
+}
+
+TpLink SimulatorSetup::data_parallel_link() const {
+  if (dp_link) return *dp_link;
+  return {data_parallel_bandwidth(device, dp, tp), device.collective_latency_s};
 }
 
 TimeBreakdown& TimeBreakdown::operator+=(const TimeBreakdown& o) {
@@ -269,61 +283,153 @@ std::vector<double> stage_parameter_bytes(const SimulatorSetup& setup, const Mic
   return bytes;
 }
 
-}  // namespace
+/// Seconds of one unit for one micro-batch, with its rank's compute and checkpoint fractions
+/// (applied as simulate_rank applies them to its chunk sums).
+struct UnitSeconds {
+  double forward = 0, backward = 0;        ///< compute, TP all-reduces excluded
+  double tp_forward = 0, tp_backward = 0;  ///< TP all-reduces
+  double recompute = 0, checkpointed = 0;  ///< the rerun; checkpointed forward + rerun
+};
 
-StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
-  return simulate_step(setup, loads, nullptr);
+std::vector<UnitSeconds> unit_seconds(const UnitCostTable& t, const SimulatorSetup& setup,
+                                      const TpLink& link) {
+  const int P = setup.ranks();
+  const auto& frac = setup.overheads.compute_fraction;
+  const auto& ckpt = setup.overheads.checkpoint_fraction;
+  std::vector<UnitSeconds> out(t.units.size());
+  for (int k = 0; k < setup.partition.stages(); ++k) {
+    const double f = 1.0 + (frac.empty() ? 0.0 : frac[k % P]);
+    const double h = ckpt.empty() ? 0.0 : ckpt[k % P];
+    for (int u = setup.partition.begin(k); u < setup.partition.end(k); ++u) {
+      const auto& unit = t.units[u];
+      auto& o = out[u];
+      o.tp_forward = tp_forward_seconds(unit, setup.tp, link);
+      o.tp_backward = tp_backward_seconds(unit, setup.recompute[u], setup.tp, link);
+      if (unit.checkpointed(setup.recompute[u])) {
+        const double forward = unit.checkpointed_forward(), rerun = unit.rerun_seconds();
+        o.forward = forward * (f + h);
+        o.backward = unit.backward_s * f + rerun * (f + h);
+        o.recompute = rerun * (f + h);
+        o.checkpointed = (forward + rerun) * (f + h);
+      } else {
+        o.forward = unit.forward_s * f;
+        o.backward = unit.backward_s * f;
+      }
+    }
+  }
+  return out;
 }
 
-StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
-                         schedule::StepTrace* trace) {
-  check_setup(setup, loads);
-  const int P = setup.ranks(), dp = setup.dp;
-  const auto lists =
-      schedule::build_schedule(setup.schedule, P, static_cast<int>(loads[0].size()),
-                               schedule::chunks_per_rank(setup.schedule, setup.virtual_stages));
-  StepReport rep;
-  rep.stages.assign(P, {});
-  std::vector<RankStep> ranks;
-  for (int r = 0; r < dp; ++r) {
-    std::vector<schedule::TimelineEvent> events;
-    ranks.push_back(simulate_rank(setup, loads[r], lists, rep, trace ? &events : nullptr));
-    if (!trace) continue;
-    schedule::append_timeline_spans(*trace, r, events);
-    for (size_t i = 0; i < loads[r].size(); ++i)
-      trace->loads[{r, static_cast<int>(i)}] = {loads[r][i].samples(), loads[r][i].tiles(),
-                                                loads[r][i].real_tokens()};
+/// Seconds of one DP collective moving `bytes` per rank with ring factor `factor` on `link`
+/// ((dp-1)/dp for an all-gather or a reduce-scatter, twice that for an all-reduce): latency +
+/// factor * bytes / bandwidth; 0 when nothing moves (one rank, no bytes).
+double collective_seconds(double bytes, double factor, const TpLink& link) {
+  return bytes > 0 && factor > 0 ? link.latency_s + factor * bytes / link.bandwidth : 0.0;
+}
+
+/// Seconds per-unit collectives run past the end of a chain of computes when collective j
+/// starts once compute j is done and the link is free (gradient buckets during a backward): 0
+/// when everything hides, else at least the last collective.
+double exposed_after(const std::vector<double>& compute, const std::vector<double>& comm) {
+  double t_compute = 0, t_link = 0;
+  for (size_t j = 0; j < compute.size(); ++j) {
+    t_compute += compute[j];
+    if (comm[j] > 0) t_link = std::max(t_link, t_compute) + comm[j];
   }
-  // DP level: per-stage collective after the slowest rank, then the optimizer.
+  return std::max(0.0, t_link - t_compute);
+}
+
+/// Seconds by which per-unit collectives, issued together ahead of a chain of computes and run
+/// one after another, delay its end when compute j waits for collective j (the parameter
+/// all-gathers ahead of a forward): at least the first collective.
+double exposed_before(const std::vector<double>& comm, const std::vector<double>& compute) {
+  double t_compute = 0, t_link = 0, sum = 0;
+  for (size_t j = 0; j < compute.size(); ++j) {
+    t_link += comm[j];
+    t_compute = std::max(t_compute, t_link) + compute[j];
+    sum += compute[j];
+  }
+  return std::max(0.0, t_compute - sum);
+}
+
+/// Exposed seconds of pipeline rank s's overlapped DP collectives under none / optimizer (file
+/// comment): the gradient buckets behind the backward of the last of `loads` (the micro-batches
+/// of the DP rank that starts the reduction) and, under optimizer, the parameter all-gathers
+/// ahead of the forward of the first.
+double overlapped_reduce_seconds(const SimulatorSetup& setup, int s,
+                                 const std::vector<MicroBatchLoad>& loads, const TpLink& dp_link,
+                                 const TpLink& tp) {
+  const int P = setup.ranks(), V = setup.partition.stages(), dp = setup.dp;
+  const bool sharded = setup.shard == ShardMode::kOptimizer;
+  const double factor = (sharded ? 1.0 : 2.0) * (dp - 1) / dp;
+  const UnitCostTable last = setup.model->costs(loads.back());
+  const auto back = unit_seconds(last, setup, tp);
+  std::vector<double> compute, comm;
+  auto bucket = [&](int u) {
+    const auto& unit = last.units[u];
+    comm.push_back(unit.trainable ? collective_seconds(unit.parameter_bytes, factor, dp_link)
+                                  : 0.0);
+  };
+  for (int k = V - P + s; k >= 0; k -= P)  // the rank's chunks, the last one's backward first
+    for (int u = setup.partition.end(k) - 1; u >= setup.partition.begin(k); --u) {
+      compute.push_back(back[u].backward + back[u].tp_backward);
+      bucket(u);
+    }
+  const double reduce = exposed_after(compute, comm);
+  if (!sharded) return reduce;
+  const auto front = unit_seconds(setup.model->costs(loads.front()), setup, tp);
+  compute.clear();
+  comm.clear();
+  for (int k = s; k < V; k += P)
+    for (int u = setup.partition.begin(k); u < setup.partition.end(k); ++u) {
+      compute.push_back(front[u].forward + front[u].tp_forward);
+      bucket(u);
+    }
+  return reduce + exposed_before(comm, compute);
+}
+
+/// The DP level of a none / optimizer step, per pipeline rank: when its reduction starts (the
+/// expected slowest DP rank), reduction + optimizer seconds, and when the rank is done.
+struct DpLevel {
+  std::vector<double> reduce_start, comm, done;
+};
+
+DpLevel reduce_stages(const SimulatorSetup& setup, const StepLoads& loads,
+                      const std::vector<RankStep>& ranks, StepReport& rep) {
+  const int P = setup.ranks(), dp = setup.dp;
   const auto param_bytes = stage_parameter_bytes(setup, loads[0][0]);
-  const double dp_bw = data_parallel_bandwidth(setup.device, dp, setup.tp);
-  std::vector<double> reduce_start(P, 0.0), comm(P, 0.0), done(P, 0.0);
+  const TpLink link = setup.data_parallel_link();
+  const TpLink tp = setup.tp_link ? *setup.tp_link : tp_link(setup.device, setup.tp);
+  DpLevel d{std::vector<double>(P, 0.0), std::vector<double>(P, 0.0), std::vector<double>(P, 0.0)};
   for (int s = 0; s < P; ++s) {
     std::vector<double> ready(dp), sd(dp);
     for (int r = 0; r < dp; ++r) {
       ready[r] = ranks[r].timeline[s].ready_for_reduce_s;
       sd[r] = dp > 1 ? setup.dp_jitter * ready[r] : 0.0;
     }
-    reduce_start[s] = expected_maximum(ready, sd);
-    const double reduce = dp > 1 ? 2.0 * (dp - 1) / dp * param_bytes[s] / dp_bw : 0.0;
-    const double params = param_bytes[s] / kBf16 / (setup.zero1 ? dp : 1);
+    d.reduce_start[s] = expected_maximum(ready, sd);
+    const auto slowest = std::max_element(ready.begin(), ready.end()) - ready.begin();
+    const double reduce = setup.overlap
+                              ? overlapped_reduce_seconds(setup, s, loads[slowest], link, tp)
+                          : dp > 1 ? 2.0 * (dp - 1) / dp * param_bytes[s] / link.bandwidth
+                                   : 0.0;
+    const double params = param_bytes[s] / kBf16 / (setup.shard == ShardMode::kNone ? 1 : dp);
     const double optimizer =
         setup.overheads.per_step_s.empty()
             ? params * kOptimizerBytesPerParam / (setup.device.hbm_bandwidth * 0.8)
             : setup.overheads.per_step_s[s];
-    comm[s] = reduce + optimizer;
-    done[s] = reduce_start[s] + comm[s];
+    d.comm[s] = reduce + optimizer;
+    d.done[s] = d.reduce_start[s] + d.comm[s];
     rep.stages[s].reduce_s = reduce;
   }
-  rep.step_s = *std::max_element(done.begin(), done.end());
-  if (trace)
-    for (int r = 0; r < dp; ++r)
-      for (int s = 0; s < P; ++s) {
-        const double reduced = reduce_start[s] + rep.stages[s].reduce_s;
-        trace->spans.push_back({r, s, "dp_reduce", -1, 0,
-                                ranks[r].timeline[s].ready_for_reduce_s * 1e6, reduced * 1e6});
-        trace->spans.push_back({r, s, "optimizer", -1, 0, reduced * 1e6, done[s] * 1e6});
-      }
+  return d;
+}
+
+/// Fills rep's breakdown, stage reports and DP ranks' busy seconds from the ranks' timelines
+/// and the DP level (rep.step_s set).
+void report_stages(const SimulatorSetup& setup, const std::vector<RankStep>& ranks,
+                   const DpLevel& d, StepReport& rep) {
+  const int P = setup.ranks(), dp = setup.dp;
   rep.dp_busy_s.assign(dp, 0.0);
   for (int r = 0; r < dp; ++r)
     for (int s = 0; s < P; ++s) {
@@ -335,9 +441,9 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
       b.recompute_s = ranks[r].recompute_s[s];
       b.tp_comm_s = ranks[r].tp_comm_s[s];
       b.useful_s = busy - b.padding_s - b.recompute_s - b.tp_comm_s;
-      b.bubble_s = (tl.ready_for_reduce_s - busy) + (rep.step_s - done[s]);
-      b.dp_wait_s = reduce_start[s] - tl.ready_for_reduce_s;
-      b.comm_s = comm[s];
+      b.bubble_s = (tl.ready_for_reduce_s - busy) + (rep.step_s - d.done[s]);
+      b.dp_wait_s = d.reduce_start[s] - tl.ready_for_reduce_s;
+      b.comm_s = d.comm[s];
       rep.breakdown += b.scaled(1.0 / (static_cast<double>(dp) * P));
       auto& st = rep.stages[s];
       st.forward_s += tl.forward_busy_s / dp;
@@ -350,6 +456,250 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
           std::max(st.peak_memory_bytes, setup.static_bytes[s] + tl.peak_activation_bytes);
       rep.peak_memory_bytes = std::max(rep.peak_memory_bytes, st.peak_memory_bytes);
     }
+}
+
+/// One collective on the DP link of a ZeRO-3 step: when it ran and when the link was free for
+/// it (seconds from the step's start).
+struct Collective {
+  double start = 0, end = 0, free_before = 0;
+};
+
+/// The DP link of a ZeRO-3 step: collectives one after another, each taking every DP rank.
+struct DpLinkTimeline {
+  double free = 0;
+  /// Runs a collective of `seconds` that the last rank issues at `issued`; a collective that
+  /// moves nothing ends when issued and waits for nothing.
+  Collective run(double issued, double seconds) {
+    if (seconds <= 0) return {issued, issued, issued};
+    const Collective c{std::max(free, issued), std::max(free, issued) + seconds, free};
+    free = c.end;
+    return c;
+  }
+};
+
+/// The computes of a ZeRO-3 step in order (per micro-batch every unit's forward, then every
+/// unit's backward in reverse) and the collectives around each: the all-gather it waits for and
+/// the reduce-scatter after it (seconds, 0: none), the same on every DP rank.
+struct ShardedChain {
+  std::vector<double> gather, scatter;
+  std::vector<int> micro_batch;
+  std::vector<bool> backward;
+};
+
+ShardedChain sharded_chain(const SimulatorSetup& setup, const UnitCostTable& t, int m) {
+  const TpLink link = setup.data_parallel_link();
+  const double factor = static_cast<double>(setup.dp - 1) / setup.dp;
+  const int n = static_cast<int>(t.units.size());
+  ShardedChain c;
+  auto add = [&](int i, bool backward, double gather, double scatter) {
+    c.gather.push_back(gather);
+    c.scatter.push_back(scatter);
+    c.micro_batch.push_back(i);
+    c.backward.push_back(backward);
+  };
+  for (int i = 0; i < m; ++i) {
+    for (int u = 0; u < n; ++u)
+      add(i, false, collective_seconds(t.units[u].parameter_bytes, factor, link), 0.0);
+    for (int u = n - 1; u >= 0; --u) {
+      const auto& unit = t.units[u];
+      const double bytes = unit.parameter_bytes;
+      const bool has_backward = unit.trainable || unit.backward_s > 0;
+      add(i, true, has_backward ? collective_seconds(bytes, factor, link) : 0.0,
+          unit.trainable ? collective_seconds(bytes, factor, link) : 0.0);
+    }
+  }
+  return c;
+}
+
+/// One DP rank's computes of a ZeRO-3 step, in ShardedChain order (seconds, TP all-reduces and
+/// the micro-batch's host costs included), and what they were spent on.
+struct ShardedRank {
+  std::vector<double> compute;
+  double forward_s = 0, backward_s = 0, padding_s = 0, recompute_s = 0, tp_comm_s = 0;
+  double checkpointed_s = 0, peak_activation_bytes = 0;
+};
+
+ShardedRank sharded_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
+                         const TpLink& tp, StepReport& rep) {
+  ShardedRank out;
+  for (const auto& load : loads) {
+    const UnitCostTable t = setup.model->costs(load);
+    const auto sec = unit_seconds(t, setup, tp);
+    std::vector<UnitSeconds> bare;  // the unpadded micro-batch (padded layout only)
+    if (load.padded_len > 0) bare = unit_seconds(setup.model->costs(load.unpadded()), setup, tp);
+    const int n = static_cast<int>(sec.size());
+    double kept = 0, transient = 0;
+    for (int u = 0; u < n; ++u) {
+      const auto& s = sec[u];
+      out.compute.push_back(s.forward + s.tp_forward +
+                            (u == 0 ? setup.overheads.micro_batch_s(0, load) : 0.0));
+      out.forward_s += out.compute.back();
+      out.tp_comm_s += s.tp_forward + s.tp_backward;
+      out.checkpointed_s += s.checkpointed;
+      out.recompute_s += bare.empty() ? s.recompute : bare[u].recompute;
+      if (!bare.empty())
+        out.padding_s += s.forward + s.backward - bare[u].forward - bare[u].backward;
+      const bool ckpt = t.units[u].checkpointed(setup.recompute[u]);
+      kept += ckpt ? t.checkpoint_bytes(u) : t.units[u].activation_bytes;
+      if (ckpt) transient = std::max(transient, t.units[u].activation_bytes);
+    }
+    for (int u = n - 1; u >= 0; --u) {
+      out.compute.push_back(sec[u].backward + sec[u].tp_backward);
+      out.backward_s += out.compute.back();
+    }
+    out.peak_activation_bytes = std::max(out.peak_activation_bytes, kept + transient);
+    rep.samples += load.samples();
+    rep.tiles += load.tiles();
+    rep.tokens += load.real_tokens();
+  }
+  return out;
+}
+
+/// Every DP rank's clock through a ZeRO-3 step and how it waited: dp_wait as long as a
+/// collective it waits for started later than the rank's own issue would have let it (another
+/// rank late), comm for the rest (the transfer, the link busy with earlier collectives).
+struct ShardedWalk {
+  std::vector<double> ready, comm_s, dp_wait_s;  ///< per DP rank
+  DpLinkTimeline link;
+
+  /// Rank r waits for `c`, which it issued at `issued`.
+  void wait(size_t r, const Collective& c, double issued) {
+    if (c.end <= ready[r]) return;
+    const double total = c.end - ready[r];
+    const double late = std::min(total, std::max(0.0, c.start - std::max(c.free_before, issued)));
+    dp_wait_s[r] += late;
+    comm_s[r] += total - late;
+    ready[r] = c.end;
+  }
+  double latest() const { return *std::max_element(ready.begin(), ready.end()); }
+};
+
+/// Walks `chain` over every rank (file comment: prefetch one ahead under overlap, every
+/// collective blocking without), ending when each rank has its last reduce-scatter; adds
+/// compute spans to `trace` when not null.
+ShardedWalk walk_sharded_chain(const ShardedChain& chain, const std::vector<ShardedRank>& ranks,
+                               bool overlap, schedule::StepTrace* trace) {
+  const size_t K = chain.gather.size(), dp = ranks.size();
+  ShardedWalk w{std::vector<double>(dp, 0.0),
+                std::vector<double>(dp, 0.0),
+                std::vector<double>(dp, 0.0),
+                {}};
+  std::vector<double> gather_issued(dp, 0.0), scatter_issued(dp, 0.0);  // per rank
+  Collective gather = overlap ? w.link.run(0.0, chain.gather[0]) : Collective{}, scatter;
+  for (size_t k = 0; k < K; ++k) {
+    if (!overlap) {
+      gather_issued = w.ready;
+      gather = w.link.run(w.latest(), chain.gather[k]);
+    }
+    for (size_t r = 0; r < dp; ++r) w.wait(r, gather, gather_issued[r]);
+    if (overlap && k + 1 < K) {  // prefetch: issued as this compute starts
+      gather_issued = w.ready;
+      gather = w.link.run(w.latest(), chain.gather[k + 1]);
+    }
+    for (size_t r = 0; r < dp; ++r) {
+      const double start = w.ready[r];
+      w.ready[r] += ranks[r].compute[k];
+      if (trace)
+        trace->spans.push_back({static_cast<int>(r), 0, chain.backward[k] ? "backward" : "forward",
+                                chain.micro_batch[k], 0, start * 1e6, w.ready[r] * 1e6});
+    }
+    if (chain.scatter[k] <= 0) continue;
+    scatter_issued = w.ready;
+    scatter = w.link.run(w.latest(), chain.scatter[k]);
+    if (!overlap)
+      for (size_t r = 0; r < dp; ++r) w.wait(r, scatter, scatter_issued[r]);
+  }
+  // Before the optimizer: the last reduce-scatter (the link runs in order, so every earlier one).
+  for (size_t r = 0; r < dp; ++r) w.wait(r, scatter, scatter_issued[r]);
+  return w;
+}
+
+/// One ZeRO-3 step (shard full, one pipeline rank): the chain walked over every DP rank, then
+/// the optimizer on each rank's 1/dp shard.
+StepReport simulate_sharded_step(const SimulatorSetup& setup, const StepLoads& loads,
+                                 schedule::StepTrace* trace) {
+  const int dp = setup.dp;
+  const TpLink tp = setup.tp_link ? *setup.tp_link : tp_link(setup.device, setup.tp);
+  StepReport rep;
+  rep.stages.assign(1, {});
+  std::vector<ShardedRank> ranks;
+  for (int r = 0; r < dp; ++r) ranks.push_back(sharded_rank(setup, loads[r], tp, rep));
+  const ShardedChain chain =
+      sharded_chain(setup, setup.model->costs(loads[0][0]), static_cast<int>(loads[0].size()));
+  const ShardedWalk w = walk_sharded_chain(chain, ranks, setup.overlap, trace);
+  const double params = stage_parameter_bytes(setup, loads[0][0])[0] / kBf16 / dp;
+  const double optimizer =
+      setup.overheads.per_step_s.empty()
+          ? params * kOptimizerBytesPerParam / (setup.device.hbm_bandwidth * 0.8)
+          : setup.overheads.per_step_s[0];
+  rep.step_s = w.latest() + optimizer;
+  rep.dp_busy_s.assign(dp, 0.0);
+  auto& st = rep.stages[0];
+  for (int r = 0; r < dp; ++r) {
+    const ShardedRank& k = ranks[r];
+    const double busy = k.forward_s + k.backward_s, done = w.ready[r] + optimizer;
+    rep.dp_busy_s[r] = busy;
+    TimeBreakdown b;
+    b.padding_s = k.padding_s;
+    b.recompute_s = k.recompute_s;
+    b.tp_comm_s = k.tp_comm_s;
+    b.useful_s = busy - b.padding_s - b.recompute_s - b.tp_comm_s;
+    b.dp_wait_s = w.dp_wait_s[r] + (rep.step_s - done);
+    b.comm_s = w.comm_s[r] + optimizer;
+    rep.breakdown += b.scaled(1.0 / dp);
+    st.forward_s += k.forward_s / dp;
+    st.backward_s += k.backward_s / dp;
+    st.tp_comm_s += k.tp_comm_s / dp;
+    st.checkpointed_s += k.checkpointed_s / dp;
+    st.dp_wait_s += b.dp_wait_s / dp;
+    st.reduce_s += w.comm_s[r] / dp;
+    st.peak_memory_bytes =
+        std::max(st.peak_memory_bytes, setup.static_bytes[0] + k.peak_activation_bytes);
+    if (trace) trace->spans.push_back({r, 0, "optimizer", -1, 0, w.ready[r] * 1e6, done * 1e6});
+  }
+  rep.peak_memory_bytes = st.peak_memory_bytes;
+  return rep;
+}
+
+}  // namespace
+
+StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads) {
+  return simulate_step(setup, loads, nullptr);
+}
+
+StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
+                         schedule::StepTrace* trace) {
+  check_setup(setup, loads);
+  if (trace)
+    for (int r = 0; r < setup.dp; ++r)
+      for (size_t i = 0; i < loads[r].size(); ++i)
+        trace->loads[{r, static_cast<int>(i)}] = {loads[r][i].samples(), loads[r][i].tiles(),
+                                                  loads[r][i].real_tokens()};
+  if (setup.shard == ShardMode::kFull) return simulate_sharded_step(setup, loads, trace);
+  const int P = setup.ranks(), dp = setup.dp;
+  const auto lists =
+      schedule::build_schedule(setup.schedule, P, static_cast<int>(loads[0].size()),
+                               schedule::chunks_per_rank(setup.schedule, setup.virtual_stages));
+  StepReport rep;
+  rep.stages.assign(P, {});
+  std::vector<RankStep> ranks;
+  for (int r = 0; r < dp; ++r) {
+    std::vector<schedule::TimelineEvent> events;
+    ranks.push_back(simulate_rank(setup, loads[r], lists, rep, trace ? &events : nullptr));
+    if (trace) schedule::append_timeline_spans(*trace, r, events);
+  }
+  // DP level: per-stage collective after the slowest rank, then the optimizer.
+  const DpLevel d = reduce_stages(setup, loads, ranks, rep);
+  rep.step_s = *std::max_element(d.done.begin(), d.done.end());
+  if (trace)
+    for (int r = 0; r < dp; ++r)
+      for (int s = 0; s < P; ++s) {
+        const double reduced = d.reduce_start[s] + rep.stages[s].reduce_s;
+        trace->spans.push_back({r, s, "dp_reduce", -1, 0,
+                                ranks[r].timeline[s].ready_for_reduce_s * 1e6, reduced * 1e6});
+        trace->spans.push_back({r, s, "optimizer", -1, 0, reduced * 1e6, d.done[s] * 1e6});
+      }
+  report_stages(setup, ranks, d, rep);
   return rep;
 }
 

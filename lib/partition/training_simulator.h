@@ -17,7 +17,40 @@
 // The DP level couples the pipelines: stage s's gradient all-reduce (or ZeRO-1 reduce-scatter
 // + all-gather, same volume) starts when the slowest DP rank's stage s is ready, takes
 // 2 (dp-1)/dp * bytes / bandwidth, then the (memory-bound) optimizer step runs; the step ends
-// when the last stage finishes. No overlap of the all-reduce with backward is modelled.
+// when the last stage finishes.
+// DP collectives (SimulatorSetup::shard, ::overlap, issue 40), on the DP link (bandwidth
+// data_parallel_bandwidth, the bytes of the bf16 weights, as above; each per-unit call also pays
+// the link's latency, device.collective_latency_s by default; the one blocking reduction per
+// stage keeps the formula above, without latency):
+//   none / optimizer, overlap off: the blocking reduction above (bit for bit what the simulator
+//     always did).
+//   none / optimizer, overlap on (Megatron overlap_grad_reduce / overlap_param_gather, DeepSpeed
+//     overlap_comm): each unit is a bucket; its all-reduce (none: 2 (dp-1)/dp B / bw) or
+//     reduce-scatter (optimizer: (dp-1)/dp B / bw) starts when the unit's backward of the step's
+//     last micro-batch is done and the link is free, so it hides behind the backward of the
+//     units after it in backward order; what runs past the end of that backward (at least the
+//     last bucket's) stays exposed after ReduceGrads. The window is the last micro-batch's
+//     backward on the rank of the DP rank that starts the reduction (the slowest), its chunks
+//     from the last to the first, their units in reverse, each unit's whole backward (under
+//     ZB-H1 too, B and W: a simplification). Under optimizer the updated parameters are
+//     all-gathered bucket by bucket ahead of the next step's forward: each unit's all-gather
+//     must end before its forward of the first micro-batch (this step's first micro-batch
+//     stands for the next step's), and what delays that forward chain is exposed. Both
+//     exposures are the stage's reduce_s, in the dp_reduce span.
+//   full (ZeRO-3 / FSDP, PP 1 only: PP > 1 is refused, as DeepSpeed does): per micro-batch each
+//     unit's parameters are all-gathered before its forward and again before its backward
+//     ((dp-1)/dp B / bw each), its gradient reduce-scattered after its backward (trainable units;
+//     frozen ones skip it, and the backward gather too when they have no backward); every
+//     collective takes every DP rank and starts when the last of them issues it, one after
+//     another on the link. Overlap on: the next compute's all-gather is issued when the current
+//     compute starts (prefetch one ahead: per unit max(compute, comm)), a reduce-scatter when
+//     its backward ends, and nothing blocks but a compute on its own all-gather; the first
+//     all-gather of the step and the last reduce-scatter never hide. Overlap off: every
+//     collective blocks every rank (compute + comm). The optimizer updates the 1/dp shard.
+//     The DP ranks are coupled at every unit, so a step costs about the sum over units of the
+//     slowest rank's time. A rank's wait is comm while the link is busy and dp_wait while it
+//     waits for another rank to issue; bubble is 0. Not modelled under full: dp_jitter and the
+//     loader's background work (refused), the collectives in the trace (its gaps are the waits).
 //
 // Per device, step time = useful + padding + recompute + tp_comm + bubble + dp_wait + comm,
 // where
@@ -108,8 +141,15 @@ struct SimulatorSetup {
   /// bandwidth and latency for a host run (`omnibal-plan simulate --tp-link-gbps`).
   std::optional<TpLink> tp_link;
   std::vector<double> static_bytes;  ///< per rank: params + grads + optimizer + buffers
-  bool zero1 = true;                 ///< optimizer state sharded over DP (optimizer time / dp)
-  StageOverheads overheads;          ///< per rank: host costs outside the table (default: none)
+  /// What DP shards (train.shard): the optimizer time is per shard under optimizer and full,
+  /// and the DP collectives follow from it (file comment).
+  ShardMode shard = ShardMode::kOptimizer;
+  /// comm.overlap: DP collectives overlapped with compute (file comment); false: blocking.
+  bool overlap = false;
+  /// The DP link; unset: data_parallel_bandwidth(device, dp, tp) and
+  /// device.collective_latency_s per call of the per-unit collectives.
+  std::optional<TpLink> dp_link;
+  StageOverheads overheads;  ///< per rank: host costs outside the table (default: none)
   /// Relative standard deviation (>= 0) of each DP rank's time to its gradient reduction, per
   /// step and independent between ranks (host jitter, clocks); 0: none. The collective waits
   /// for the slowest rank, so with dp > 1 a stage's reduction starts at the expected maximum
@@ -121,6 +161,8 @@ struct SimulatorSetup {
 
   /// Pipeline ranks P: partition.stages() / chunks per rank.
   int ranks() const;
+  /// dp_link, or the device's DP link for dp x tp ranks (see dp_link).
+  TpLink data_parallel_link() const;
 };
 
 /// Device-averaged time components of one step or a whole epoch, seconds.
@@ -171,14 +213,16 @@ struct RunReport {
 /// the setup's vectors (recompute flags, static bytes, non-empty overheads) do not match the
 /// model's units and ranks, an overhead is negative, model is null, tp < 1, the model's
 /// tables are per rank of another tp than setup.tp, the schedule is kAuto, the chunks do not
-/// divide into ranks, or schedule::build_schedule refuses (interleaved: m % P != 0).
+/// divide into ranks, schedule::build_schedule refuses (interleaved: m % P != 0), or shard is
+/// kFull with P > 1, a DP jitter or loader overheads.
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads);
 /// The same step, also filling `trace` (when not null) with every DP rank's timeline as
 /// trace spans (schedule/step_trace.h, microseconds from the step's start): the pipeline's
 /// forward / backward / backward_input / backward_weight / recv / send, then per stage a
 /// dp_reduce span from the stage's ReduceGrads (its DP wait included, as the trainer's blocking
 /// collective measures it) to the end of the all-reduce, and an optimizer span; and each
-/// micro-batch's (samples, tiles, real tokens).
+/// micro-batch's (samples, tiles, real tokens). Under shard full: one forward and one backward
+/// span per unit and micro-batch, then the optimizer.
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
                          schedule::StepTrace* trace);
 

@@ -195,9 +195,9 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   o.radius = cfg.parallel.partition_radius;
   o.top_k = cfg.parallel.partition_top_k;
   o.unit_names = unit_names(*c.preset);
-  // The trainer's own accounting (train.precision, train.zero1); the table gives the parameter
+  // The trainer's own accounting (train.precision, train.shard); the table gives the parameter
   // bytes in its run dtype, from which parameter counts follow.
-  o.memory = memory::trainer_memory_options(cfg.train.precision, cfg.train.zero1, cfg.parallel.dp,
+  o.memory = memory::trainer_memory_options(cfg.train.precision, cfg.train.shard, cfg.parallel.dp,
                                             cfg.parallel.tp);
   o.memory.workspace_bytes = c.device->is_cuda() ? o.memory.workspace_bytes : 0.0;
   if (table) {

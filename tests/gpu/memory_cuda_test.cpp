@@ -41,7 +41,7 @@ TEST_CASE("CUDA memory meter: one stage's peak within 10% of the memory model", 
 
   memory::MemoryOptions mo;  // what the probe holds: bf16 weights and gradients only
   mo.dp = 1;
-  mo.zero1 = false;
+  mo.shard = ShardMode::kNone;
   mo.weight_bytes_per_param = 2;
   mo.grad_bytes_per_param = 2;
   mo.optimizer_bytes_per_param = 0;

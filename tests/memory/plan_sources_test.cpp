@@ -56,7 +56,7 @@ memory::PlanningInputs inputs() {
   in.options.stages = 2;
   in.options.micro_batches = 4;
   in.options.unit_names = kNames;
-  in.options.memory.zero1 = false;
+  in.options.memory.shard = ShardMode::kNone;
   in.options.memory.workspace_bytes = 0;
   return in;
 }

@@ -55,7 +55,7 @@ memory::MemoryOptions plain() {
   o.grad_bytes_per_param = 0;
   o.optimizer_bytes_per_param = 0;
   o.workspace_bytes = 0;
-  o.zero1 = false;
+  o.shard = ShardMode::kNone;
   return o;
 }
 

@@ -47,7 +47,7 @@ memory::StagePlannerOptions options(int stages, int m) {
   o.memory.weight_bytes_per_param = 4;
   o.memory.grad_bytes_per_param = 4;
   o.memory.optimizer_bytes_per_param = 8;
-  o.memory.zero1 = false;
+  o.memory.shard = ShardMode::kNone;
   o.memory.workspace_bytes = 0;
   for (const char* n : {"vit_embed", "vit_block_0", "vit_block_1", "projector", "llm_embed",
                         "llm_block_0", "llm_block_1", "llm_block_2", "llm_block_3", "llm_head"})

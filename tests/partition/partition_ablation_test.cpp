@@ -83,6 +83,54 @@ TEST_CASE("the ablation at TP 2 on the same 256 GPUs: per-rank costs and TP all-
   CHECK(j["config"]["tp"] == 2);
 }
 
+TEST_CASE("the ZeRO-3 recipe and the overlapped 3D rows on the shared length files",
+          "[partition][ablation][real][zero3]") {
+  plan::AblationOptions o = shared_ablation_options();
+  o.zero3 = true;
+  o.overlap_rows = true;
+  const auto res = plan::run_partition_ablation(o);
+  // The paper's 256 GPUs as DP ranks, InternVL's 4 samples per device.
+  CHECK(res.zero3_dp == 256);
+  CHECK(res.zero3_samples_per_pack == 4);
+  const auto& z = res.zero3_rows;
+  REQUIRE(z.size() == 5);
+  CHECK(z[0].name == "ZeRO-3 baseline");
+  CHECK(z[2].name == "ZeRO-3 + adaptive recompute");
+  for (const auto& r : z) {
+    CHECK(r.fits);
+    CHECK(r.partition.stages() == 1);
+    CHECK(r.components.bubble_s == 0);
+    CHECK(r.components.total() == Approx(r.epoch_seconds));
+    CHECK(r.delta.total() == Approx(r.epoch_seconds - z[0].epoch_seconds).margin(1e-6));
+  }
+  // ISF beats InternVL's length-grouped baseline; recomputing only where memory requires it
+  // recomputes fewer blocks and is no slower; the baseline pads, ISF packs do not.
+  CHECK(z[1].epoch_seconds < z[0].epoch_seconds);
+  CHECK(z[2].epoch_seconds <= z[1].epoch_seconds);
+  CHECK(z[2].speedup > 1.0);
+  CHECK(z[2].recomputed_units.at(0) < z[0].recomputed_units.at(0));
+  CHECK(z[0].components.padding_s > 0);
+  CHECK(z[2].components.padding_s == 0);
+  // Blocking collectives cost time (rows 3 and 4 are rows 0 and 2 without overlap).
+  CHECK(z[3].epoch_seconds > z[0].epoch_seconds);
+  CHECK(z[4].epoch_seconds > z[2].epoch_seconds);
+  // The overlapped 3D rows follow the 3D rows; overlap only removes exposed communication.
+  REQUIRE(res.rows.size() == 9);
+  CHECK(res.rows[7].name == "baseline, DP overlap");
+  CHECK(res.rows[8].name == "+ adaptive recompute, DP overlap");
+  CHECK(res.rows[7].epoch_seconds < res.rows[0].epoch_seconds);
+  CHECK(res.rows[8].epoch_seconds < res.rows[3].epoch_seconds);
+  CHECK(res.rows[8].components.comm_s < res.rows[3].components.comm_s);
+  for (const auto& r : res.rows) CHECK(r.components.total() == Approx(r.epoch_seconds));
+  const std::string table = plan::format_ablation_table(res);
+  CHECK_THAT(table, Catch::Contains("paper, 1.2M samples: 38.9 -> 25.3 GPU days, 1.54x"));
+  CHECK_THAT(table, Catch::Contains("DP communication overlapped with compute"));
+  const auto j = nlohmann::json::parse(plan::ablation_json(res, o));
+  CHECK(j["zero3_rows"][2]["name"] == "ZeRO-3 + adaptive recompute");
+  CHECK(j["zero3_rows"][0]["gpu_days"].get<double>() == Approx(z[0].epoch_seconds * 256 / 86400.0));
+  CHECK(j["config"]["zero3_dp"] == 256);
+}
+
 TEST_CASE("ablation options are checked", "[partition][ablation]") {
   plan::AblationOptions o;
   o.model = "internvl-1.5-6b-20b";

@@ -29,7 +29,9 @@ namespace {
 
 /// The trainer's accounting at DP 2 without workspace (the counter sees tensors only).
 memory::MemoryOptions probe_options(Precision precision, bool zero1) {
-  memory::MemoryOptions m = memory::trainer_memory_options(precision, zero1, 2);
+  memory::MemoryOptions m =
+      memory::trainer_memory_options(precision, zero1 ? ShardMode::kOptimizer : ShardMode::kNone,
+                                     2);
   m.workspace_bytes = 0;
   return m;
 }
