@@ -106,6 +106,10 @@ class LlmHeadUnit : public PipelineUnit {
   UnitState forward(const UnitState& state) override;
   /// Shares `embedding` [vocab, d] as the LM head weight (tie_embeddings in one process).
   void tie_to(const torch::Tensor& embedding) { output_weight_ = embedding; }
+  /// The embedding's weight when tied in this process (tie_to), else nothing.
+  std::vector<torch::Tensor> borrowed_parameters() const override {
+    return output ? std::vector<torch::Tensor>{} : std::vector<torch::Tensor>{output_weight_};
+  }
 
   RmsNorm norm{nullptr};
   torch::nn::Linear output{nullptr};  ///< null when tied

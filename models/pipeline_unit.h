@@ -32,6 +32,21 @@ Phase input_phase(UnitKind kind);
 /// The phase of the state a unit of `kind` produces (kLoss for the head).
 Phase output_phase(UnitKind kind);
 
+class PipelineUnit;
+
+/// What run_unit (models/recompute.h) calls around a unit's forward when the unit has them: the
+/// fully sharded parameters of train.shard full are gathered before and released after, and
+/// gathered again before the unit's backward (train/full_shard.h).
+class UnitParamHooks {
+ public:
+  virtual ~UnitParamHooks() = default;
+  /// Before `unit`'s forward (also the recomputed one inside the backward, through the hook
+  /// after_forward sets on the output).
+  virtual void before_forward(PipelineUnit& unit) = 0;
+  /// After `unit`'s forward produced `out`.
+  virtual void after_forward(PipelineUnit& unit, const UnitState& out) = 0;
+};
+
 /// One pipeline unit: a module with parameters and a forward over UnitState.
 class PipelineUnit : public torch::nn::Module {
  public:
@@ -53,12 +68,18 @@ class PipelineUnit : public torch::nn::Module {
   Phase input_phase() const { return models::input_phase(id_.kind); }
   /// The phase of the state forward() returns.
   Phase output_phase() const { return models::output_phase(id_.kind); }
+  /// Parameters of other units this unit's forward reads (a head tied to the embedding in the
+  /// same process reads llm_embed's weight); fully sharded units gather them too.
+  virtual std::vector<torch::Tensor> borrowed_parameters() const { return {}; }
   /// Number of parameter elements owned by this unit.
   int64_t num_parameters() const;
   /// Activation recomputation: when set, run_unit() keeps only this unit's input and reruns its
   /// forward during the backward pass (models/recompute.h). Off by default.
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
+  /// The hooks run_unit calls around this unit's forward (null: none, the default); not owned.
+  void set_param_hooks(UnitParamHooks* hooks) { param_hooks_ = hooks; }
+  UnitParamHooks* param_hooks() const { return param_hooks_; }
   /// Residual dropout probability of this unit's blocks (model.dropout; 0 = off, the default).
   /// Only ViT and LLM blocks use it (models/dropout.h). Throws unless 0 <= p < 1.
   void set_dropout(double p);
@@ -90,6 +111,7 @@ class PipelineUnit : public torch::nn::Module {
   std::string unit_name_;
   UnitId id_;
   bool recompute_ = false;
+  UnitParamHooks* param_hooks_ = nullptr;
   double dropout_ = 0.0;
   uint64_t name_hash_ = 0;
   TensorParallel tp_;

@@ -47,7 +47,9 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
 
 }  // namespace
 
-UnitState run_unit(PipelineUnit& unit, const UnitState& state) {
+namespace {
+
+UnitState run_unit_forward(PipelineUnit& unit, const UnitState& state) {
   if (!unit.recompute() || !torch::GradMode::is_enabled() || unit.kind() == UnitKind::kLlmHead ||
       !state.hidden.defined())
     return unit.forward(state);
@@ -57,6 +59,17 @@ UnitState run_unit(PipelineUnit& unit, const UnitState& state) {
   const torch::Tensor anchor = torch::zeros({}, torch::requires_grad());
   torch::Tensor out = RecomputeFunction::apply(state.hidden, anchor, rc);
   return state.with_hidden(out, unit.output_phase());
+}
+
+}  // namespace
+
+UnitState run_unit(PipelineUnit& unit, const UnitState& state) {
+  UnitParamHooks* hooks = unit.param_hooks();
+  if (hooks == nullptr) return run_unit_forward(unit, state);
+  hooks->before_forward(unit);
+  UnitState out = run_unit_forward(unit, state);
+  hooks->after_forward(unit, out);
+  return out;
 }
 
 }  // namespace omnibal::models

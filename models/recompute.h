@@ -13,7 +13,8 @@ namespace omnibal::models {
 
 /// Runs `unit` on `state`; when unit.recompute() is set, grad mode is on and the unit is not the
 /// loss head, its activations are dropped after the forward and recomputed in the backward.
-/// The returned state's hidden then hangs off one autograd node per unit.
+/// The returned state's hidden then hangs off one autograd node per unit. The unit's
+/// param_hooks(), when set, run before and after (train/full_shard.h).
 UnitState run_unit(PipelineUnit& unit, const UnitState& state);
 
 }  // namespace omnibal::models

@@ -1,0 +1,118 @@
+// FullShard: fully sharded data parallelism over one stage's units (train.shard full; DeepSpeed
+// ZeRO-3, PyTorch FSDP). Each unit's parameters live as one flat buffer padded to a multiple of
+// the DP size, of which every DP rank keeps 1/DP (`shard`, in the parameters' dtype) with its fp32
+// master weights, AdamW moments and gradient accumulator. The unit's parameters are views of its
+// full buffer, whose memory exists only while the unit computes:
+//   before its forward (run_unit calls before_forward)  all-gather the shards into the buffer;
+//   after its forward                                    release the memory (models/
+//                                                        param_storage.h: autograd keeps its
+//                                                        saved views, now without data);
+//   before its backward (a hook on the unit's output)   all-gather again into the same memory;
+//   when every trainable parameter of the unit has its gradient of this micro-batch
+//   (post-accumulate-grad hooks), or at end_backward()  reduce-scatter the gradients into this
+//                                                        rank's accumulator, drop them, release.
+// A recomputed unit gathers once more for its rerun forward (the backward hook covers it). The
+// optimizer steps each rank's shard (AdamW per parameter segment, decay on matrices as in
+// adamw.h) and casts it to the parameters' dtype for the next gather. Frozen units (train.freeze)
+// are sharded and gathered alike but have no gradient, master weights or moments. A parameter
+// two units use (a tied head on the embedding's stage) belongs to the first unit's buffer; the
+// second unit gathers that buffer too.
+// Per micro-batch reduce-scatter (as FSDP outside no_sync) sums the same gradients as plain DP's
+// one all-reduce of the accumulated gradient, within float reordering.
+// Not here yet: prefetching the next unit's gather, CUDA side streams, PP > 1 and ZB-H1 (a
+// deferred W would need the weights after the backward released them).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "models/pipeline_unit.h"
+#include "train/distributed_optimizer.h"
+
+namespace omnibal::train {
+
+/// Bytes of model state this rank holds between computations, counted from the tensors.
+struct ShardBytes {
+  int64_t params = 0;     ///< the shards in the parameters' dtype (plus full buffers gathered now)
+  int64_t grads = 0;      ///< fp32 gradient accumulators
+  int64_t optimizer = 0;  ///< fp32 master weights (when a copy) and AdamW moments
+};
+
+/// One stage's units fully sharded over a DP group (see the file comment). Install with
+/// attach(); the units then run through models::run_unit as usual.
+class FullShard : public models::UnitParamHooks {
+ public:
+  using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
+
+  /// Shards `units` (initialised, identical on every DP rank) over `dp` (null: DP 1) as rank
+  /// `shard.rank` of `shard.size`; parameters named "<unit>.<local name>". Options used:
+  /// adam, precision (the units' dtype), reduce_dtype. Throws omnibal::Error when a unit mixes
+  /// trainable and frozen parameters or the dtype differs from options.precision.
+  FullShard(const std::vector<models::UnitPtr>& units, OptimizerOptions options,
+            comm::Communicator* dp, DpShard shard);
+  ~FullShard() override;
+  FullShard(const FullShard&) = delete;
+  FullShard& operator=(const FullShard&) = delete;
+
+  /// Sets this object as every unit's param hooks (models::PipelineUnit::set_param_hooks).
+  void attach();
+  void before_forward(models::PipelineUnit& unit) override;
+  void after_forward(models::PipelineUnit& unit, const models::UnitState& out) override;
+  /// After each micro-batch's backward: reduce-scatters the gradients the hooks have not, then
+  /// releases every gathered buffer. Collective over DP.
+  void end_backward();
+
+  /// Zeroes this rank's gradient accumulators.
+  void zero_grad();
+  /// Collective over DP and `scope`'s groups: the global L2 norm of the gradient (each element
+  /// counted on the rank that holds its shard; names in scope.exclude left out).
+  double grad_norm(const GradNormScope& scope = {});
+  /// This rank's sum of squares of the last grad_norm() before the reductions.
+  double local_grad_sq() const { return local_grad_sq_; }
+  /// Scales the accumulators by min(1, max_norm / (norm + 1e-6)); returns the factor. No-op when
+  /// max_norm <= 0; throws omnibal::Error on a non-finite norm.
+  double clip(double norm, double max_norm);
+  /// AdamW at `lr` on this rank's shards, then the shards in the parameters' dtype.
+  void step(double lr);
+  /// A step left out (train.on_nonfinite skip): the accumulators zeroed, nothing else changed.
+  void skip_step() { zero_grad(); }
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+
+  /// Collective over DP: every trainable parameter's whole fp32 master weight and moments by
+  /// name ("<name>", "<name>#exp_avg", "<name>#exp_avg_sq"), as DistributedOptimizer's.
+  std::map<std::string, torch::Tensor> state_tensors();
+  /// Takes whole master weights and moments by name into this rank's shards (and the
+  /// parameters). Throws omnibal::Error naming a missing name or a size mismatch.
+  void load_state_tensors(const std::map<std::string, torch::Tensor>& state);
+  /// Collective over DP: gathers every unit's parameters (to read them whole: hashes,
+  /// checkpoints of frozen units) until release_all().
+  void gather_all();
+  void release_all();
+  /// What this rank holds now (see ShardBytes).
+  ShardBytes resident_bytes() const;
+
+ private:
+  struct Group;
+  void gather(Group& g);
+  void release(Group& g);
+  void reduce_scatter(Group& g);
+  std::vector<Group*> groups_of(const models::PipelineUnit& unit);
+
+  OptimizerOptions options_;
+  comm::Communicator* dp_ = nullptr;
+  DpShard shard_;
+  std::vector<models::UnitPtr> units_;
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::map<const models::PipelineUnit*, std::vector<Group*>> unit_groups_;
+  int64_t steps_ = 0;
+  double local_grad_sq_ = 0;
+};
+
+}  // namespace omnibal::train
