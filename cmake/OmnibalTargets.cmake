@@ -75,9 +75,20 @@ function(omnibal_add_test name)
     target_link_libraries(${name} PRIVATE omnibal::torch)
     omnibal_use_torch_pch(${name} ${ARG_TORCH_FREE})
   endif()
-  set(_labels ${ARG_LABELS})
-  catch_discover_tests(${name} PROPERTIES LABELS "${_labels}"
+  list(GET ARG_LABELS 0 _first_label)
+  catch_discover_tests(${name} PROPERTIES LABELS "${_first_label}"
                        ENVIRONMENT "OMNIBAL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  # catch_discover_tests flattens PROPERTIES, so a second label would be read as a property
+  # name: set the whole list on every discovered test from a file ctest includes after them.
+  list(LENGTH ARG_LABELS _label_count)
+  if(_label_count GREATER 1)
+    set(_labels_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+    file(WRITE ${_labels_file}
+         "foreach(_t IN LISTS ${name}_TESTS)\n"
+         "  set_tests_properties(\"\${_t}\" PROPERTIES LABELS \"${ARG_LABELS}\")\n"
+         "endforeach()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${_labels_file})
+  endif()
 endfunction()
 
 # A Catch2 executable run as one ctest test under `mpiexec -n RANKS` (oversubscribed, unbound,
