@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <sstream>
 
 #include "core/error.h"
@@ -63,6 +64,45 @@ void map_deprecated_keys(Config& config, const std::string& origin) {
   t.zero1 = false;
 }
 
+/// Where the value of dotted `key` ("train.steps") comes from: the last --set that names it, or
+/// "origin:line" of its node in the file; empty when the key is a default.
+std::string source_of(const std::string& key, const YAML::Node& file_root,
+                      const std::string& origin, const std::vector<std::string>& overrides) {
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it)
+    if (it->rfind(key + "=", 0) == 0) return "--set '" + *it + "'";
+  YAML::Node node;
+  node.reset(file_root);  // reset rebinds; operator= would overwrite the tree
+  size_t begin = 0;
+  while (node.IsMap()) {
+    const size_t dot = key.find('.', begin);
+    const std::string part =
+        key.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (!node[part].IsDefined()) return "";
+    node.reset(node[part]);
+    if (dot == std::string::npos) break;
+    begin = dot + 1;
+  }
+  if (!node.IsDefined() || node.Mark().line < 0) return "";
+  return origin + ":" + std::to_string(node.Mark().line + 1);
+}
+
+/// Config::validate() with its error prefixed by where the offending key was set (the message
+/// names the key first: "train.steps: expected >= 0, got -3").
+void validate_with_source(const Config& config, const YAML::Node& file_root,
+                          const std::string& origin, const std::vector<std::string>& overrides) {
+  try {
+    config.validate();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    std::smatch m;
+    static const std::regex kKey(R"(([a-z_]+(\.[a-z_]+)+): )");
+    if (!std::regex_search(what, m, kKey)) throw;
+    const std::string source = source_of(m[1].str(), file_root, origin, overrides);
+    if (source.empty()) throw;
+    throw Error(source + ": " + what);
+  }
+}
+
 Config parse_node(YAML::Node root, const std::string& origin,
                   const std::vector<std::string>& overrides) {
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
@@ -81,7 +121,7 @@ Config parse_node(YAML::Node root, const std::string& origin,
   Config config;
   yaml_struct::read_section(root, origin, config);
   map_deprecated_keys(config, origin);
-  config.validate();
+  validate_with_source(config, root, origin, overrides);
   return config;
 }
 

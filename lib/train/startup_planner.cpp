@@ -298,7 +298,8 @@ memory::CandidateJudge trial_judge(const StartupPlanContext& c,
     }
     TrialOutcome t = decide_trials(std::move(seconds));
     summarise_trials(splits, t);
-    if (comms->rank() == 0)
+    // The search may ask again about candidates all timed before: nothing new to report.
+    if (comms->rank() == 0 && !fresh.empty())
       log_info(
           "partition trials (m {}, {} rounds of {} + {} steps per candidate, real epoch-0 packs): "
           "{}",

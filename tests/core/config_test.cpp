@@ -246,3 +246,13 @@ TEST_CASE("train.shard is a choice; the deprecated train.zero1 maps onto it", "[
   CHECK(parse_config("", "test.yaml").comm.overlap);
   CHECK_FALSE(parse_config("comm: {overlap: false}\n", "test.yaml").comm.overlap);
 }
+
+TEST_CASE("a value out of range names the file line or the --set that gave it", "[core][config]") {
+  const std::string yaml = "train:\n  lr: 0.001\n  steps: -5\n";
+  CHECK_THAT(error_of(yaml), Catch::Contains("test.yaml:3: ") &&
+                                 Catch::Contains("train.steps: expected >= 0, got -5"));
+  CHECK_THAT(error_of("train: {lr: 0.001}\n", {"train.steps=-3"}),
+             Catch::Contains("--set 'train.steps=-3': ") && Catch::Contains("got -3"));
+  // A later --set wins over the file, and names itself.
+  CHECK_THAT(error_of(yaml, {"train.steps=-7"}), Catch::Contains("--set 'train.steps=-7'"));
+}
