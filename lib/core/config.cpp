@@ -64,24 +64,25 @@ void map_deprecated_keys(Config& config, const std::string& origin) {
   t.zero1 = false;
 }
 
+/// The node of dotted `key` ("train.steps") under `root`; an undefined node when it is absent.
+YAML::Node find_key(const YAML::Node& root, const std::string& key) {
+  YAML::Node node;
+  node.reset(root);  // reset rebinds; operator= would assign into the tree
+  std::stringstream path(key);
+  for (std::string part; std::getline(path, part, '.');) {
+    if (!node.IsMap() || !node[part]) return YAML::Node(YAML::NodeType::Undefined);
+    node.reset(node[part]);
+  }
+  return node;
+}
+
 /// Where the value of dotted `key` ("train.steps") comes from: the last --set that names it, or
 /// "origin:line" of its node in the file; empty when the key is a default.
 std::string source_of(const std::string& key, const YAML::Node& file_root,
                       const std::string& origin, const std::vector<std::string>& overrides) {
   for (auto it = overrides.rbegin(); it != overrides.rend(); ++it)
     if (it->rfind(key + "=", 0) == 0) return "--set '" + *it + "'";
-  YAML::Node node;
-  node.reset(file_root);  // reset rebinds; operator= would overwrite the tree
-  size_t begin = 0;
-  while (node.IsMap()) {
-    const size_t dot = key.find('.', begin);
-    const std::string part =
-        key.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
-    if (!node[part].IsDefined()) return "";
-    node.reset(node[part]);
-    if (dot == std::string::npos) break;
-    begin = dot + 1;
-  }
+  const YAML::Node node = find_key(file_root, key);
   if (!node.IsDefined() || node.Mark().line < 0) return "";
   return origin + ":" + std::to_string(node.Mark().line + 1);
 }
@@ -157,12 +158,9 @@ std::vector<std::string> config_differences(const Config& a, const Config& b,
 std::vector<std::string> yaml_differences(const std::string& a_yaml, const std::string& b_yaml,
                                           const std::vector<std::string>& keys) {
   const YAML::Node ya = YAML::Load(a_yaml), yb = YAML::Load(b_yaml);
-  const auto find = [](YAML::Node node, const std::string& key) {
-    std::stringstream path(key);
-    for (std::string part; std::getline(path, part, '.');) {
-      OMNIBAL_CHECK(node.IsMap() && node[part], "config_differences: no key '", key, "'");
-      node.reset(node[part]);  // operator= would assign into the tree
-    }
+  const auto find = [](const YAML::Node& root, const std::string& key) {
+    YAML::Node node = find_key(root, key);
+    OMNIBAL_CHECK(node.IsDefined(), "config_differences: no key '", key, "'");
     return node;
   };
   const auto text = [](const YAML::Node& node) {

@@ -374,12 +374,15 @@ double DistributedOptimizer::grad_norm(const GradNormScope& scope) {
   return std::sqrt(sq.item<double>());
 }
 
-double DistributedOptimizer::clip(double norm, double max_norm) {
-  OMNIBAL_CHECK(std::isfinite(norm), "DistributedOptimizer::clip: the gradient norm is ", norm,
+double clip_coefficient(double norm, double max_norm, const char* who) {
+  OMNIBAL_CHECK(std::isfinite(norm), who, ": the gradient norm is ", norm,
                 "; a non-finite step must be skipped (skip_step) or stopped before clipping "
                 "(train/nonfinite_guard.h)");
-  if (max_norm <= 0) return 1.0;
-  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  return max_norm <= 0 ? 1.0 : std::min(1.0, max_norm / (norm + 1e-6));
+}
+
+double DistributedOptimizer::clip(double norm, double max_norm) {
+  const double coef = clip_coefficient(norm, max_norm, "DistributedOptimizer::clip");
   if (coef < 1.0) {
     torch::NoGradGuard no_grad;
     for (const auto& seg : segments_)

@@ -106,6 +106,12 @@ struct DpShard {
   int size = 1;
 };
 
+/// The factor min(1, max_norm / (norm + 1e-6)) that clips a gradient of global L2 norm `norm`
+/// (1 when max_norm <= 0). Throws omnibal::Error naming `who` on a NaN / Inf norm: the factor
+/// would be 1 or 0 and pass the non-finite gradient on, so such a step must be skipped or
+/// stopped before (train/nonfinite_guard.h).
+double clip_coefficient(double norm, double max_norm, const char* who);
+
 /// Where the model's gradient lies beyond this DP group, for its global norm: the groups the
 /// norm's sum of squares is summed over after DP (the pipeline, then TP; only groups of size
 /// > 1), and the parameters this rank leaves out so that each counts once (a tied head's second

@@ -23,6 +23,24 @@ struct FullShard::Group {
   torch::Tensor master, exp_avg, exp_avg_sq, grad;  ///< [per_rank] fp32 (trainable only)
   int held = 0;                                     ///< gathers not yet released
   int reached = 0;  ///< parameters whose gradient of this backward arrived
+  /// This rank's part of parameter `param`: [local, local + length) of the shard tensors.
+  struct Segment {
+    size_t param = 0;
+    int64_t local = 0, length = 0;
+  };
+  std::vector<Segment> segments;  ///< trainable groups: every parameter part this rank holds
+
+  /// The parts of the parameters inside DP rank `rank`'s shard.
+  std::vector<Segment> segments_of(int rank) const {
+    std::vector<Segment> out;
+    const int64_t lo = rank * per_rank;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int64_t a = std::max(offsets[i], lo);
+      const int64_t b = std::min(offsets[i] + params[i].numel(), lo + per_rank);
+      if (b > a) out.push_back({i, a - lo, b - a});
+    }
+    return out;
+  }
 };
 
 FullShard::FullShard(const std::vector<models::UnitPtr>& units, OptimizerOptions options,
@@ -87,6 +105,7 @@ FullShard::FullShard(const std::vector<models::UnitPtr>& units, OptimizerOptions
       p.set_data(view.view(p.sizes()));
     }
     g.shard = g.full.narrow(0, shard_.rank * g.per_rank, g.per_rank).clone();
+    if (g.trainable) g.segments = g.segments_of(shard_.rank);
     if (g.trainable) {
       g.master = options_.precision == Precision::kFp32 ? g.shard : g.shard.to(torch::kFloat32);
       g.exp_avg = torch::zeros({g.per_rank}, torch::dtype(torch::kFloat32).device(device));
@@ -185,21 +204,17 @@ void FullShard::zero_grad() {
 
 double FullShard::grad_norm(const GradNormScope& scope) {
   torch::NoGradGuard no_grad;
-  double sq = 0;
-  for (auto& g : groups_) {
-    if (!g->trainable) continue;
-    const int64_t lo = shard_.rank * g->per_rank;
-    for (size_t i = 0; i < g->params.size(); ++i) {
-      if (scope.exclude.count(g->names[i])) continue;
-      // This rank's part of parameter i: [offset, offset + numel) within [lo, lo + per_rank).
-      const int64_t a = std::max(g->offsets[i], lo);
-      const int64_t b = std::min(g->offsets[i] + g->params[i].numel(), lo + g->per_rank);
-      if (b > a)
-        sq += g->grad.narrow(0, a - lo, b - a).to(torch::kFloat64).pow(2).sum().item<double>();
+  torch::Tensor acc;  // summed on the gradient's device, one copy to the host at the end
+  for (auto& g : groups_)
+    for (const auto& seg : g->segments) {
+      if (scope.exclude.count(g->names[seg.param])) continue;
+      const torch::Tensor sq =
+          g->grad.narrow(0, seg.local, seg.length).to(torch::kFloat64).pow(2).sum();
+      acc = acc.defined() ? acc + sq : sq;
     }
-  }
-  local_grad_sq_ = sq;
-  torch::Tensor t = torch::full({1}, sq, torch::kFloat64);
+  torch::Tensor t =
+      acc.defined() ? acc.reshape({1}).to(torch::kCPU) : torch::zeros({1}, torch::kFloat64);
+  local_grad_sq_ = t.item<double>();
   if (dp_ != nullptr && shard_.size > 1)
     dp_->all_reduce(t, comm::ReduceOp::kSum, "ZeRO-3 gradient norm");
   for (comm::Communicator* group : scope.groups)
@@ -208,10 +223,7 @@ double FullShard::grad_norm(const GradNormScope& scope) {
 }
 
 double FullShard::clip(double norm, double max_norm) {
-  OMNIBAL_CHECK(std::isfinite(norm), "FullShard::clip: the gradient norm is ", norm,
-                "; a non-finite step must be skipped or stopped before clipping");
-  if (max_norm <= 0) return 1.0;
-  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  const double coef = clip_coefficient(norm, max_norm, "FullShard::clip");
   if (coef < 1.0)
     for (auto& g : groups_)
       if (g->trainable) g->grad.mul_(coef);
@@ -222,17 +234,12 @@ void FullShard::step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_;
   for (auto& g : groups_) {
-    if (!g->trainable) continue;
-    const int64_t lo = shard_.rank * g->per_rank;
-    for (size_t i = 0; i < g->params.size(); ++i) {
-      const int64_t a = std::max(g->offsets[i], lo);
-      const int64_t b = std::min(g->offsets[i] + g->params[i].numel(), lo + g->per_rank);
-      if (b <= a) continue;
-      const auto part = [&](const torch::Tensor& t) { return t.narrow(0, a - lo, b - a); };
+    for (const auto& seg : g->segments) {
+      const auto part = [&](const torch::Tensor& t) { return t.narrow(0, seg.local, seg.length); };
       adamw_update(part(g->master), part(g->grad), part(g->exp_avg), part(g->exp_avg_sq), lr,
-                   steps_, g->params[i].dim() >= 2, options_.adam);
+                   steps_, g->params[seg.param].dim() >= 2, options_.adam);
     }
-    if (options_.precision != Precision::kFp32) g->shard.copy_(g->master);
+    if (g->trainable && options_.precision != Precision::kFp32) g->shard.copy_(g->master);
   }
 }
 

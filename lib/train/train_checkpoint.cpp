@@ -97,14 +97,4 @@ TrainCounters TrainCheckpoint::load(const std::string& dir, const CheckpointedSt
   return TrainCounters::from_json(states[0]);
 }
 
-nlohmann::json TrainCheckpoint::rank_state(const std::string& dir) const {
-  const auto states = impl_->store.load_states(dir);
-  OMNIBAL_CHECK(!states.empty(), dir, ": the checkpoint has no rank state");
-  return states[0];
-}
-
-std::string TrainCheckpoint::config_text(const std::string& dir) const {
-  return impl_->store.load_config(dir);
-}
-
 }  // namespace omnibal::train

@@ -74,10 +74,6 @@ class TrainCheckpoint {
   /// run's precision; each TP rank keeps its shard of the stored whole tensors); returns rank
   /// 0's counters. Throws omnibal::Error listing missing names or shape mismatches.
   TrainCounters load(const std::string& dir, const CheckpointedStage& stage) const;
-  /// Rank 0's state JSON stored in `dir` (counters, stage plan).
-  nlohmann::json rank_state(const std::string& dir) const;
-  /// The resolved config stored in `dir`.
-  std::string config_text(const std::string& dir) const;
 
  private:
   struct Impl;

@@ -93,11 +93,8 @@ void Trainer::State::plan_and_build(const ResumePoint& resume) {
                             startup.table_origin, epoch0.max_tiles, epoch0.max_tokens);
   stage = std::make_unique<StageRuntime>(
       StageSetup{cfg, in.preset, plan, comms, device, planning.img_context_id});
+  if (auto loaded = stage->restore(resume, *checkpoints)) counters = *loaded;
   counters.plan_hash = in.plan_hash();
-  if (auto loaded = stage->restore(resume, *checkpoints)) {
-    counters = *loaded;
-    counters.plan_hash = in.plan_hash();
-  }
   counters.stage_plan = memory::stage_plan_json(plan);
   counters.model_architecture = in.architecture_yaml;
 }

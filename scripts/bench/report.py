@@ -439,14 +439,5 @@ COMMANDS = {
 }
 
 
-def main(argv):
-    if not argv or argv[0] not in COMMANDS:
-        sys.exit(__doc__)
-    try:
-        COMMANDS[argv[0]](*argv[1:])
-    except run_dir.RunDirError as e:
-        sys.exit(f"report {argv[0]}: {e}")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_dir.run_command(COMMANDS, sys.argv[1:], "report", __doc__)

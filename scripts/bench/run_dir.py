@@ -196,6 +196,18 @@ def _key(doc, key, what):
     return doc[key]
 
 
+def run_command(commands, argv, prog, usage):
+    """The small command-line tools beside this module (report.py, sim_rounds.py): runs
+    commands[argv[0]](*argv[1:]); exits with `usage` on an unknown command and with
+    "<prog> <command>: <why>" on a RunDirError."""
+    if not argv or argv[0] not in commands:
+        sys.exit(usage)
+    try:
+        commands[argv[0]](*argv[1:])
+    except RunDirError as e:
+        sys.exit(f"{prog} {argv[0]}: {e}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Reads omnibal-train run directories: one line per "
                                  "RUN (or LOG) on stdout, in the order given.")

@@ -150,14 +150,5 @@ COMMANDS = {"pool": pool, "check-plans": check_plans, "probe-tables": probe_tabl
             "steal": steal, "shared-terms": shared_terms}
 
 
-def main(argv):
-    if not argv or argv[0] not in COMMANDS:
-        sys.exit(__doc__)
-    try:
-        COMMANDS[argv[0]](*argv[1:])
-    except run_dir.RunDirError as e:
-        sys.exit(f"sim_rounds {argv[0]}: {e}")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_dir.run_command(COMMANDS, sys.argv[1:], "sim_rounds", __doc__)

@@ -7,7 +7,7 @@ import subprocess
 
 from . import check
 from .harness import ENV, fail, log_value, refusal, tp
-from .results import close_training, metrics, rel, summary
+from .results import close_training, metrics, rel, resumed_like_straight, summary
 
 
 @check("--resume auto passes over a truncated newest checkpoint to step-2 and refuses "
@@ -144,13 +144,7 @@ def check_tp_resume(r):
         np2, dp2, pp2, x2 = then
         _, d = r.run(np2, name, dp2, pp2, 4 // dp2, steps=6, fresh=False,
                      extra=x2 + ["--resume", "auto"])
-        got = metrics(d)
-        if len(got) != 6:
-            fail(f"{name}: {len(got)} metric lines after resume, expected 6")
-        for a, b in zip(got[3:], ms[3:]):
-            if rel(a["loss"], b["loss"]) > 1e-5:
-                fail(f"{name} step {a['step']}: loss {a['loss']:.9f} after resume vs "
-                     f"{b['loss']:.9f} straight")
+        resumed_like_straight(name, d, ms)
         print(f"{name}: resumed at step 3, steps 4-6 within 1e-5 of the straight run")
     out = os.path.join(r.a.work, "tpr-export")
     shutil.rmtree(out, ignore_errors=True)

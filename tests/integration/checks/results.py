@@ -135,6 +135,18 @@ def close_training(got_dir, ref_dir, tol, what, steps=None):
     return worst
 
 
+def resumed_like_straight(name, resumed_dir, straight, steps=6, resumed_at=3, tol=1e-5):
+    """The resumed run's metrics.jsonl holds `steps` lines whose losses after step `resumed_at`
+    are within tol (relative) of the straight run's metrics `straight`."""
+    got = metrics(resumed_dir)
+    if len(got) != steps:
+        fail(f"{name}: {len(got)} metric lines after resume, expected {steps}")
+    for a, b in zip(got[resumed_at:], straight[resumed_at:]):
+        if rel(a["loss"], b["loss"]) > tol:
+            fail(f"{name} step {a['step']}: loss {a['loss']:.9f} after resume vs "
+                 f"{b['loss']:.9f} straight")
+
+
 def dist(xs):
     """Dist Ratio of seconds: sum_j (max - t_j) / (max * n) (balance_metrics.h)."""
     top = max(xs)

@@ -6,7 +6,7 @@ import os
 from . import check
 from .harness import HERE, fail, log_value, refusal, sched
 from .results import (check_predicted, checkpoint_params, close_training, max_param_rel, metrics,
-                      rel, summary)
+                      rel, resumed_like_straight, summary)
 
 
 @check("interleaved 1F1B and ZB-H1 at PP 2 and PP 2 x DP 2 equal one process (1e-4), "
@@ -89,13 +89,7 @@ def check_schedule_resume(r):
         r.run(2, name, 1, 2, 4, steps=3, extra=extra)
         pp2 = 1 if name.endswith("1f1b") else 2
         p, d = r.run(pp2, name, 1, pp2, 4, steps=6, fresh=False, extra=then + ["--resume", "auto"])
-        got = metrics(d)
-        if len(got) != 6:
-            fail(f"{name}: {len(got)} metric lines after resume, expected 6")
-        for a, b in zip(got[3:], ms[3:]):
-            if rel(a["loss"], b["loss"]) > 1e-5:
-                fail(f"{name} step {a['step']}: loss {a['loss']:.9f} after resume vs "
-                     f"{b['loss']:.9f} straight")
+        resumed_like_straight(name, d, ms)
         want = "1f1b" if not then else then[1].split("=")[1]
         s = summary(d)
         if s.get("schedule") != want:
