@@ -49,9 +49,19 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
 
 namespace {
 
+/// Whether anything of `unit`'s forward on `state` needs a gradient: its input or a parameter.
+bool needs_grad(PipelineUnit& unit, const UnitState& state) {
+  if (state.hidden.requires_grad()) return true;
+  for (const auto& p : unit.parameters())
+    if (p.requires_grad()) return true;
+  return false;
+}
+
 UnitState run_unit_forward(PipelineUnit& unit, const UnitState& state) {
+  // A frozen unit on an input without gradient (a frozen ViT) builds no graph: nothing to
+  // recompute, and a backward through the anchor would find nothing that requires grad.
   if (!unit.recompute() || !torch::GradMode::is_enabled() || unit.kind() == UnitKind::kLlmHead ||
-      !state.hidden.defined())
+      !state.hidden.defined() || !needs_grad(unit, state))
     return unit.forward(state);
   auto rc = c10::make_intrusive<RecomputeContext>();
   rc->unit = &unit;

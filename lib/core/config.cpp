@@ -264,9 +264,6 @@ void DataConfig::validate(const std::string& w) const {
 
 void TrainConfig::validate(const std::string& w) const {
   OMNIBAL_CHECK(steps >= 0, w, "steps: expected >= 0, got ", steps);
-  OMNIBAL_CHECK(shard != ShardMode::kFull, w,
-                "shard: full (ZeRO-3) is not implemented yet (issue 40); expected none or "
-                "optimizer");
   check_positive(w + "log_every", log_every);
   OMNIBAL_CHECK(lr >= 0, w, "lr: expected >= 0, got ", lr);
   OMNIBAL_CHECK(warmup_steps >= 0, w, "warmup_steps: expected >= 0, got ", warmup_steps);
@@ -324,6 +321,19 @@ void Config::validate() const {
   comm.validate("comm.");
   loss.validate("loss.");
   debug.validate("debug.");
+  if (train.shard == ShardMode::kFull) {
+    // As DeepSpeed, which refuses ZeRO-3 with its pipeline engine: each unit's gather and
+    // reduce-scatter would interleave with the point-to-point traffic of the stages.
+    OMNIBAL_CHECK(parallel.pp == 1,
+                  "train.shard: full (ZeRO-3) shards over data parallelism "
+                  "only; expected parallel.pp 1 (pipeline stages with ZeRO-1: train.shard "
+                  "optimizer), got parallel.pp ",
+                  parallel.pp);
+    OMNIBAL_CHECK(parallel.schedule != PipelineSchedule::kZbH1,
+                  "train.shard: full (ZeRO-3) frees a unit's weights after its backward, which "
+                  "ZB-H1's deferred weight gradients need; expected parallel.schedule 1f1b or "
+                  "auto");
+  }
 }
 
 }  // namespace omnibal

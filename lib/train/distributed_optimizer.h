@@ -68,61 +68,12 @@
 #include "comm/communicator.h"
 #include "core/choices.h"
 #include "train/adamw.h"
+#include "train/stage_optimizer.h"
 
 namespace omnibal::train {
 
-/// The parameter and activation dtype of train.precision: float32 or bfloat16.
-torch::Dtype precision_dtype(Precision precision);
-
-/// Precision, sharding and bucketing of a DistributedOptimizer.
-struct OptimizerOptions {
-  AdamWOptions adam;
-  Precision precision = Precision::kFp32;     ///< dtype of the parameters (train.precision)
-  Precision reduce_dtype = Precision::kFp32;  ///< DP reduction dtype (comm.grad_reduce_dtype)
-  bool zero1 = false;                         ///< shard state over DP (train.zero1)
-  int64_t bucket_bytes = 8 << 20;             ///< fp32 gradient bytes per bucket
-  /// Parameters placed first, each in a bucket of its own (the tied embedding, so that both of
-  /// its stages reduce it alike and hold the same shard of it).
-  std::vector<std::string> own_bucket;
-  /// bf16: fold each parameter's gradient into the main gradient from a post-accumulate-grad
-  /// hook as autograd produces it (see the file comment); false, or on LibTorch < 2.1:
-  /// accumulate_grads() folds them after each backward.
-  bool fold_in_backward = true;
-  /// comm.overlap (effective at DP > 1): launch each bucket's reduction non-blocking once its
-  /// gradients are final, wait in reduce_grads(); ZeRO-1's all-gather waited in wait_params().
-  bool overlap = false;
-  /// Overlap: number of model chunks of the stage (interleaved: virtual stages of this rank).
-  int chunks = 1;
-  /// Overlap: the chunk of each parameter by name, in [0, chunks); a name not listed: chunk 0.
-  std::map<std::string, int> chunk_of;
-  /// Overlap: parameters final only once every chunk is (one backward may reach them through
-  /// two AccumulateGrad calls, or two chunks use them: a tied embedding with its head here).
-  std::set<std::string> late;
-};
-
-/// This rank's place in its DP group (the layout needs only these; the group is used to reduce).
-struct DpShard {
-  int rank = 0;
-  int size = 1;
-};
-
-/// The factor min(1, max_norm / (norm + 1e-6)) that clips a gradient of global L2 norm `norm`
-/// (1 when max_norm <= 0). Throws omnibal::Error naming `who` on a NaN / Inf norm: the factor
-/// would be 1 or 0 and pass the non-finite gradient on, so such a step must be skipped or
-/// stopped before (train/nonfinite_guard.h).
-double clip_coefficient(double norm, double max_norm, const char* who);
-
-/// Where the model's gradient lies beyond this DP group, for its global norm: the groups the
-/// norm's sum of squares is summed over after DP (the pipeline, then TP; only groups of size
-/// > 1), and the parameters this rank leaves out so that each counts once (a tied head's second
-/// copy; on TP ranks > 0, the parameters whole on every TP rank).
-struct GradNormScope {
-  std::vector<comm::Communicator*> groups;  ///< summed over in this order; never null
-  std::set<std::string> exclude;            ///< parameter names this rank does not count
-};
-
 /// Mixed-precision AdamW with optional ZeRO-1 over one stage (see the file comment).
-class DistributedOptimizer {
+class DistributedOptimizer : public StageOptimizer {
  public:
   using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 
@@ -133,13 +84,13 @@ class DistributedOptimizer {
   DistributedOptimizer(const NamedParams& params, OptimizerOptions options, comm::Communicator* dp,
                        DpShard shard);
   /// Removes the post-accumulate-grad hooks it set (the parameters stay views of its buffer).
-  ~DistributedOptimizer();
+  ~DistributedOptimizer() override;
   /// Not copyable or movable: the parameters' hooks point at this instance's main gradient.
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   /// Zeroes the main gradient (and drops bf16 .grad).
-  void zero_grad();
+  void zero_grad() override;
   /// bf16: adds every parameter's .grad still defined into the main gradient in fp32 and frees
   /// it. Call after each micro-batch's backward; a no-op when the hooks fold in the backward
   /// (folds_in_backward()). fp32: nothing to do (autograd accumulates into the views).
@@ -172,36 +123,36 @@ class DistributedOptimizer {
   /// Overlap under ZeRO-1: waits for step()'s all-gather of every bucket holding a parameter of
   /// `chunk` (of every bucket: -1). Call before anything reads the parameters: a chunk's
   /// forward, evaluation, a checkpoint, a parameter hash. No-op when none is in flight.
-  void wait_params(int chunk = -1);
+  void wait_params(int chunk = -1) override;
   /// This rank's reduced part of parameter `name`'s gradient, flat fp32, a view to edit in place
   /// (the whole gradient without ZeRO-1); undefined when this rank holds none of it or the name
   /// is not optimised. Both ends of a tied weight get the same range (own_bucket).
   torch::Tensor reduced_grad(const std::string& name);
   /// Collective over DP (ZeRO-1) and every group of `scope`: the L2 norm of the reduced
   /// gradient of the whole model (GradNormScope says which parameters this rank counts).
-  double grad_norm(const GradNormScope& scope = {});
+  double grad_norm(const GradNormScope& scope = {}) override;
   /// This rank's part of the last grad_norm()'s sum of squares, before the reductions over DP,
   /// the pipeline and TP: not finite exactly when this rank's counted reduced gradient holds a
   /// NaN / Inf (train/nonfinite_guard.h names the rank from it).
-  double local_grad_sq() const { return local_grad_sq_; }
+  double local_grad_sq() const override { return local_grad_sq_; }
   /// Scales this rank's reduced gradient by min(1, max_norm / (norm + 1e-6)); returns the
   /// factor. No-op when max_norm <= 0. Throws omnibal::Error on a NaN / Inf `norm` (the factor
   /// would be 1 or 0 and pass the non-finite gradient on): such a step must be skipped
   /// (skip_step) or stopped before, as train/nonfinite_guard.h does.
-  double clip(double norm, double max_norm);
+  double clip(double norm, double max_norm) override;
   /// Collective over DP under ZeRO-1: AdamW at learning rate `lr` on this rank's part, then the
   /// parameters updated everywhere (copy from the master weights, all-gather over DP; with
   /// overlaps() the all-gathers are launched non-blocking: wait_params()).
-  void step(double lr);
+  void step(double lr) override;
   /// Instead of step(): drops the step's gradients (zero_grad) and applies nothing, so master
   /// weights, AdamW moments, parameters and the step counter (bias correction) stay exactly as
   /// they were. Not collective; every rank must skip the same step (the ZeRO-1 all-gather of
   /// step() is left out on all of them).
-  void skip_step();
+  void skip_step() override;
 
   /// Updates done so far (the bias-correction counter).
-  int64_t steps() const { return steps_; }
-  void set_steps(int64_t steps) { steps_ = steps; }
+  int64_t steps() const override { return steps_; }
+  void set_steps(int64_t steps) override { steps_ = steps; }
   /// Names of the optimised parameters, in layout order.
   std::vector<std::string> names() const;
   /// Collective over DP: full fp32 tensors by name: "<name>" the master weight, "<name>#exp_avg",
@@ -209,19 +160,24 @@ class DistributedOptimizer {
   /// time, onto the CPU). With `keep` false (DP ranks that do not write the checkpoint) the
   /// gathered buckets are dropped at once and the result is empty: no rank but the writer holds
   /// a full copy.
-  std::map<std::string, torch::Tensor> state_tensors(bool keep = true);
+  std::map<std::string, torch::Tensor> state_tensors(bool keep = true) override;
   /// Names state_tensors() returns ("<name>", "#exp_avg", "#exp_avg_sq" of each parameter).
-  std::vector<std::string> state_names() const;
+  std::vector<std::string> state_names() const override;
   /// Takes master weights and moments by name (any float dtype, full shape) into this rank's
   /// part and sets the parameters from the master weights. Throws omnibal::Error naming a
   /// missing name or a shape mismatch.
-  void load_state_tensors(const std::map<std::string, torch::Tensor>& state);
+  void load_state_tensors(const std::map<std::string, torch::Tensor>& state) override;
   /// Bytes of optimizer state on this rank: moments, plus master weights when they are a copy
   /// (bf16). The main gradient (fp32, full) is not included.
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
   /// Bytes of the fp32 main gradient buffer.
-  int64_t main_grad_bytes() const { return main_grad_.numel() * 4; }
-  const OptimizerOptions& options() const { return options_; }
+  int64_t main_grad_bytes() const override { return main_grad_.numel() * 4; }
+  const OptimizerOptions& options() const override { return options_; }
+  ShardMode shard_mode() const override {
+    return options_.zero1 ? ShardMode::kOptimizer : ShardMode::kNone;
+  }
+  /// The parameters are views of the param buffer, always whole.
+  bool params_resident() const override { return true; }
 
  private:
   /// One parameter's place in the flat buffers.

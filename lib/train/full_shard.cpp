@@ -160,6 +160,10 @@ void FullShard::before_forward(models::PipelineUnit& unit) {
   for (Group* g : groups_of(unit)) gather(*g);
 }
 
+void FullShard::release_unit(models::PipelineUnit& unit) {
+  for (Group* g : groups_of(unit)) release(*g);
+}
+
 void FullShard::after_forward(models::PipelineUnit& unit, const models::UnitState& out) {
   // Gathered again for the backward: autograd's saved views need the data back. The hook sits
   // on the output every gradient of the unit passes through: the hidden state, or the head's
@@ -243,35 +247,52 @@ void FullShard::step(double lr) {
   }
 }
 
-std::map<std::string, torch::Tensor> FullShard::state_tensors() {
+namespace {
+
+/// The state tensors of a group by name suffix: master weight (or, frozen, the value) and moments.
+constexpr const char* kSuffixes[] = {"", "#exp_avg", "#exp_avg_sq"};
+
+}  // namespace
+
+std::vector<std::pair<const char*, torch::Tensor*>> FullShard::parts_of(Group& g) {
+  if (!g.trainable) return {{"", &g.shard}};
+  return {{kSuffixes[0], &g.master}, {kSuffixes[1], &g.exp_avg}, {kSuffixes[2], &g.exp_avg_sq}};
+}
+
+std::map<std::string, torch::Tensor> FullShard::state_tensors(bool keep) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> out;
-  for (auto& g : groups_) {
-    if (!g->trainable) continue;
-    const std::pair<const char*, torch::Tensor*> parts[] = {{"", &g->master},
-                                                            {"#exp_avg", &g->exp_avg},
-                                                            {"#exp_avg_sq", &g->exp_avg_sq}};
-    for (const auto& [suffix, t] : parts) {
+  for (auto& g : groups_)
+    for (const auto& [suffix, t] : parts_of(*g)) {
       torch::Tensor whole = torch::empty({g->padded}, t->options());
       if (dp_ != nullptr && shard_.size > 1)
         dp_->all_gather(t->contiguous(), whole, "ZeRO-3 state gather");
       else whole.copy_(*t);
+      if (!keep) continue;
       for (size_t i = 0; i < g->params.size(); ++i)
-        out[g->names[i] + suffix] =
-            whole.narrow(0, g->offsets[i], g->params[i].numel()).view(g->params[i].sizes()).cpu();
+        out[g->names[i] + suffix] = whole.narrow(0, g->offsets[i], g->params[i].numel())
+                                        .view(g->params[i].sizes())
+                                        .to(torch::kCPU, torch::kFloat32);
     }
-  }
+  return out;
+}
+
+std::vector<std::string> FullShard::state_names() const {
+  std::vector<std::string> out;
+  for (const auto& g : groups_)
+    for (const auto& name : g->names)
+      for (const char* suffix : kSuffixes) {
+        out.push_back(name + suffix);
+        if (!g->trainable) break;
+      }
   return out;
 }
 
 void FullShard::load_state_tensors(const std::map<std::string, torch::Tensor>& state) {
   torch::NoGradGuard no_grad;
   for (auto& g : groups_) {
-    if (!g->trainable) continue;
     const int64_t lo = shard_.rank * g->per_rank;
-    for (const auto& [suffix, t] : {std::pair<const char*, torch::Tensor*>{"", &g->master},
-                                    {"#exp_avg", &g->exp_avg},
-                                    {"#exp_avg_sq", &g->exp_avg_sq}}) {
+    for (const auto& [suffix, t] : parts_of(*g)) {
       torch::Tensor whole = torch::zeros({g->padded}, t->options());
       for (size_t i = 0; i < g->params.size(); ++i) {
         const auto it = state.find(g->names[i] + suffix);
@@ -283,7 +304,7 @@ void FullShard::load_state_tensors(const std::map<std::string, torch::Tensor>& s
       }
       t->copy_(whole.narrow(0, lo, g->per_rank));
     }
-    if (options_.precision != Precision::kFp32) g->shard.copy_(g->master);
+    if (g->trainable && options_.precision != Precision::kFp32) g->shard.copy_(g->master);
   }
 }
 

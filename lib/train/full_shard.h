@@ -19,8 +19,10 @@
 // second unit gathers that buffer too.
 // Per micro-batch reduce-scatter (as FSDP outside no_sync) sums the same gradients as plain DP's
 // one all-reduce of the accumulated gradient, within float reordering.
+// As a StageOptimizer (stage_optimizer.h) it is train.shard full's optimizer: StageRuntime
+// attaches it and calls end_backward() after each backward.
 // Not here yet: prefetching the next unit's gather, CUDA side streams, PP > 1 and ZB-H1 (a
-// deferred W would need the weights after the backward released them).
+// deferred W would need the weights after the backward released them): the config refuses them.
 #pragma once
 
 #include <torch/torch.h>
@@ -33,20 +35,13 @@
 
 #include "comm/communicator.h"
 #include "models/pipeline_unit.h"
-#include "train/distributed_optimizer.h"
+#include "train/stage_optimizer.h"
 
 namespace omnibal::train {
 
-/// Bytes of model state this rank holds between computations, counted from the tensors.
-struct ShardBytes {
-  int64_t params = 0;     ///< the shards in the parameters' dtype (plus full buffers gathered now)
-  int64_t grads = 0;      ///< fp32 gradient accumulators
-  int64_t optimizer = 0;  ///< fp32 master weights (when a copy) and AdamW moments
-};
-
 /// One stage's units fully sharded over a DP group (see the file comment). Install with
 /// attach(); the units then run through models::run_unit as usual.
-class FullShard : public models::UnitParamHooks {
+class FullShard : public StageOptimizer, public models::UnitParamHooks {
  public:
   using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 
@@ -62,37 +57,50 @@ class FullShard : public models::UnitParamHooks {
 
   /// Sets this object as every unit's param hooks (models::PipelineUnit::set_param_hooks).
   void attach();
+  /// Gathers `unit`'s parameters (collective over DP) until after_forward() or release_unit().
   void before_forward(models::PipelineUnit& unit) override;
   void after_forward(models::PipelineUnit& unit, const models::UnitState& out) override;
+  /// Releases what before_forward(unit) gathered (outside a forward: to read a unit whole).
+  void release_unit(models::PipelineUnit& unit);
   /// After each micro-batch's backward: reduce-scatters the gradients the hooks have not, then
   /// releases every gathered buffer. Collective over DP.
   void end_backward();
 
+  ShardMode shard_mode() const override { return ShardMode::kFull; }
+  const OptimizerOptions& options() const override { return options_; }
   /// Zeroes this rank's gradient accumulators.
-  void zero_grad();
+  void zero_grad() override;
   /// Collective over DP and `scope`'s groups: the global L2 norm of the gradient (each element
   /// counted on the rank that holds its shard; names in scope.exclude left out).
-  double grad_norm(const GradNormScope& scope = {});
-  /// This rank's sum of squares of the last grad_norm() before the reductions.
-  double local_grad_sq() const { return local_grad_sq_; }
+  double grad_norm(const GradNormScope& scope = {}) override;
+  double local_grad_sq() const override { return local_grad_sq_; }
   /// Scales the accumulators by min(1, max_norm / (norm + 1e-6)); returns the factor. No-op when
   /// max_norm <= 0; throws omnibal::Error on a non-finite norm.
-  double clip(double norm, double max_norm);
+  double clip(double norm, double max_norm) override;
   /// AdamW at `lr` on this rank's shards, then the shards in the parameters' dtype.
-  void step(double lr);
+  void step(double lr) override;
   /// A step left out (train.on_nonfinite skip): the accumulators zeroed, nothing else changed.
-  void skip_step() { zero_grad(); }
-  int64_t steps() const { return steps_; }
-  void set_steps(int64_t steps) { steps_ = steps; }
+  void skip_step() override { zero_grad(); }
+  int64_t steps() const override { return steps_; }
+  void set_steps(int64_t steps) override { steps_ = steps; }
+  /// Nothing is in flight between steps: the gathers happen around each unit's compute.
+  void wait_params(int /*chunk*/ = -1) override {}
+  bool params_resident() const override { return false; }
 
   /// Collective over DP: every trainable parameter's whole fp32 master weight and moments by
-  /// name ("<name>", "<name>#exp_avg", "<name>#exp_avg_sq"), as DistributedOptimizer's.
-  std::map<std::string, torch::Tensor> state_tensors();
+  /// name ("<name>", "<name>#exp_avg", "<name>#exp_avg_sq"), as DistributedOptimizer's, and
+  /// every frozen parameter's value as fp32 under "<name>"; gathered one unit at a time.
+  std::map<std::string, torch::Tensor> state_tensors(bool keep = true) override;
+  std::vector<std::string> state_names() const override;
   /// Takes whole master weights and moments by name into this rank's shards (and the
-  /// parameters). Throws omnibal::Error naming a missing name or a size mismatch.
-  void load_state_tensors(const std::map<std::string, torch::Tensor>& state);
-  /// Collective over DP: gathers every unit's parameters (to read them whole: hashes,
-  /// checkpoints of frozen units) until release_all().
+  /// parameters), frozen parameters by "<name>". Throws omnibal::Error naming a missing name or
+  /// a size mismatch.
+  void load_state_tensors(const std::map<std::string, torch::Tensor>& state) override;
+  int64_t state_bytes() const override { return resident_bytes().optimizer; }
+  int64_t main_grad_bytes() const override { return resident_bytes().grads; }
+
+  /// Collective over DP: gathers every unit's parameters (to read them whole) until
+  /// release_all().
   void gather_all();
   void release_all();
   /// What this rank holds now (see ShardBytes).
@@ -103,6 +111,9 @@ class FullShard : public models::UnitParamHooks {
   void gather(Group& g);
   void release(Group& g);
   void reduce_scatter(Group& g);
+  /// (name suffix, this rank's tensor) of what a group stores: master weight and moments, or a
+  /// frozen group's shard alone.
+  static std::vector<std::pair<const char*, torch::Tensor*>> parts_of(Group& g);
   std::vector<Group*> groups_of(const models::PipelineUnit& unit);
 
   OptimizerOptions options_;

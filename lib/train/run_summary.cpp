@@ -2,6 +2,8 @@
 
 #include <sys/resource.h>
 
+#include "train/stage_optimizer.h"
+
 namespace omnibal::train {
 
 nlohmann::json RunSummary::to_json() const {
@@ -26,6 +28,8 @@ nlohmann::json RunSummary::to_json() const {
       {"virtual_stages", virtual_stages},
       {"peak_rss_mib_max_rank", peak_rss_mib_max_rank},
       {"optimizer_state_mib_max_rank", optimizer_state_mib_max_rank},
+      {"parameter_mib_max_rank", parameter_mib_max_rank},
+      {"gradient_mib_max_rank", gradient_mib_max_rank},
       {"partition", partition},
       {"recomputed_per_stage", recomputed_per_stage},
       {"skipped_samples",
@@ -49,13 +53,17 @@ void RunSummary::describe_layout(const Config& config, const memory::StagePlan& 
   recomputed_per_stage = plan.recomputed_per_stage();
 }
 
-void RunSummary::measure_memory(comm::Communicator& world, int64_t state_bytes) {
+void RunSummary::measure_memory(comm::Communicator& world, const ShardBytes& state) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);  // ru_maxrss: KiB on Linux
   peak_rss_mib_max_rank =
       world.all_reduce_int(usage.ru_maxrss, comm::ReduceOp::kMax, "peak RSS") / 1024.0;
-  optimizer_state_mib_max_rank =
-      world.all_reduce_int(state_bytes, comm::ReduceOp::kMax, "state bytes") / 1048576.0;
+  const auto mib = [&](int64_t bytes, const char* what) {
+    return world.all_reduce_int(bytes, comm::ReduceOp::kMax, what) / 1048576.0;
+  };
+  optimizer_state_mib_max_rank = mib(state.optimizer, "state bytes");
+  parameter_mib_max_rank = mib(state.params, "parameter bytes");
+  gradient_mib_max_rank = mib(state.grads, "gradient bytes");
 }
 
 }  // namespace omnibal::train

@@ -14,6 +14,8 @@
 
 namespace omnibal::train {
 
+struct ShardBytes;  // train/stage_optimizer.h
+
 /// The end-of-run record; to_json() gives summary.json's object (keys as the field names, plus
 /// seconds_per_step = seconds / steps_this_run, 0 when none ran).
 struct RunSummary {
@@ -31,7 +33,9 @@ struct RunSummary {
   bool zero1 = false;  ///< train.shard optimizer (the key before train.shard)
   int tp = 1, virtual_stages = 1;
   double peak_rss_mib_max_rank = 0;         ///< ru_maxrss, MiB, largest rank
-  double optimizer_state_mib_max_rank = 0;  ///< DistributedOptimizer::state_bytes, MiB
+  double optimizer_state_mib_max_rank = 0;  ///< StageOptimizer::state_bytes, MiB
+  double parameter_mib_max_rank = 0;        ///< ShardBytes::params between steps, MiB
+  double gradient_mib_max_rank = 0;         ///< ShardBytes::grads, MiB
   std::vector<int> recomputed_per_stage;    ///< recomputed units of each stage
   int64_t skipped_scan = 0, skipped_packer = 0, skipped_training = 0;  ///< data.on_bad_sample
   std::optional<nlohmann::json> eval;              ///< the last evaluation (eval_json)
@@ -45,7 +49,7 @@ struct RunSummary {
   void describe_layout(const Config& config, const memory::StagePlan& plan);
   /// Collective over `world`: peak RSS and optimizer state (`state_bytes` of this rank), the
   /// largest over ranks.
-  void measure_memory(comm::Communicator& world, int64_t state_bytes);
+  void measure_memory(comm::Communicator& world, const ShardBytes& state);
 };
 
 }  // namespace omnibal::train

@@ -117,8 +117,21 @@ void StageRuntime::make_optimizer() {
       o.chunk_of[name] = chunk_of[p.unsafeGetTensorImpl()];
   // A head tied on this stage reaches the embedding again (in its own chunk at P 1 with v > 1).
   if (setup.preset.llm.tie_embeddings && !tied->split()) o.late = {TiedHead::kEmbeddingName};
-  optimizer = std::make_unique<DistributedOptimizer>(params, o, &setup.comms.dp_group(),
-                                                     DpShard{at.dp_rank, at.dp});
+  if (cfg.train.shard == ShardMode::kFull) {
+    OMNIBAL_CHECK(setup.plan.schedule != PipelineSchedule::kZbH1,
+                  "train.shard full: parallel.schedule auto chose zb-h1, whose deferred weight "
+                  "gradients need the weights ZeRO-3 frees; set parallel.schedule 1f1b");
+    auto f =
+        std::make_unique<FullShard>(units, o, &setup.comms.dp_group(), DpShard{at.dp_rank, at.dp});
+    f->attach();
+    full = f.get();
+    optimizer = std::move(f);
+    return;
+  }
+  auto d = std::make_unique<DistributedOptimizer>(params, o, &setup.comms.dp_group(),
+                                                  DpShard{at.dp_rank, at.dp});
+  dist = d.get();
+  optimizer = std::move(d);
 }
 
 CheckpointedStage StageRuntime::checkpointed() {
@@ -138,13 +151,12 @@ std::optional<TrainCounters> StageRuntime::restore(const ResumePoint& resume,
     TrainCounters counters = checkpoints.load(resume.dir, checkpointed());
     if (rank0) {
       const nlohmann::json& st = resume.state;
-      const std::string written = st.contains("precision")
-                                      ? st.at("precision").get<std::string>() +
-                                            (st.value("zero1", false) ? ", shard optimizer" : "")
-                                      : std::string("fp32");
-      log_info("resumed from {} at step {} (written in {}; continuing in {}{})", resume.dir,
+      const std::string written =
+          st.value("precision", std::string("fp32")) + ", shard " +
+          st.value("shard", std::string(st.value("zero1", false) ? "optimizer" : "none"));
+      log_info("resumed from {} at step {} (written in {}; continuing in {}, shard {})", resume.dir,
                counters.step, written, choice_name(cfg.train.precision),
-               cfg.train.zero1_on() ? ", shard optimizer" : "");
+               choice_name(cfg.train.shard));
       if (!cfg.model.init_from.empty())
         log_info("model.init_from {} ignored: resuming from checkpoint {}", cfg.model.init_from,
                  resume.dir);
@@ -190,12 +202,18 @@ void StageRuntime::init_weights() {
 }
 
 void StageRuntime::finalize_grads() {
-  optimizer->reduce_grads();
-  tied->sum_gradients(setup.comms.pipeline(), optimizer->reduced_grad(TiedHead::kEmbeddingName));
+  if (full != nullptr) return;  // reduce-scattered unit by unit in the backward; PP 1: no tied copy
+  dist->reduce_grads();
+  tied->sum_gradients(setup.comms.pipeline(), dist->reduced_grad(TiedHead::kEmbeddingName));
 }
 
 void StageRuntime::add_gradient_hooks(pipeline::StepHooks& hooks) {
-  DistributedOptimizer* opt = optimizer.get();
+  if (full != nullptr) {
+    FullShard* f = full;
+    hooks.after_backward = [f](int) { f->end_backward(); };
+    return;
+  }
+  DistributedOptimizer* opt = dist;
   if (setup.config.train.precision == Precision::kBf16)
     hooks.after_backward = [opt](int) { opt->accumulate_grads(); };
   hooks.reduce_grads = [this] { finalize_grads(); };
@@ -211,15 +229,28 @@ void StageRuntime::add_gradient_hooks(pipeline::StepHooks& hooks) {
     hooks.before_chunk_forward = [opt](int chunk) { opt->wait_params(chunk); };
 }
 
-std::string StageRuntime::param_hash_text() {
+void StageRuntime::for_each_param(
+    const std::function<void(const std::string&, const torch::Tensor&)>& fn) {
   optimizer->wait_params();
+  if (full == nullptr) {
+    for (const auto& [name, p] : params) fn(name, p);
+    return;
+  }
+  for (const auto& u : units) {  // params is unit after unit (build_units)
+    full->before_forward(*u);
+    for (const auto& np : u->named_parameters()) fn(u->unit_name() + "." + np.key(), np.value());
+    full->release_unit(*u);
+  }
+}
+
+std::string StageRuntime::param_hash_text() {
   int64_t sum = 0;
-  if (at.dp_rank == 0)  // the digest of the whole tensor (gathered over TP), counted on TP rank 0
-    for (const auto& [name, p] : params) {
-      if (tied->not_written(name)) continue;
-      const torch::Tensor full = tp_layout.gather(name, p.detach());
-      if (at.tp_rank == 0) sum += param_digest(name, full);
-    }
+  // The digest of the whole tensor (gathered over TP), counted on TP rank 0 of DP rank 0.
+  for_each_param([&](const std::string& name, const torch::Tensor& p) {
+    if (tied->not_written(name)) return;
+    const torch::Tensor whole = tp_layout.gather(name, p.detach());
+    if (at.tp_rank == 0 && at.dp_rank == 0) sum += param_digest(name, whole);
+  });
   const int64_t hash =
       setup.comms.world().all_reduce_int(sum, comm::ReduceOp::kSum, "parameter hash");
   return fmt::format("{:08x}", static_cast<uint64_t>(hash) & 0xffffffffffffULL);
@@ -232,14 +263,23 @@ bool StageRuntime::tied_copies_equal() {
 }
 
 bool StageRuntime::tp_replicated_equal() {
-  optimizer->wait_params();
   int64_t digest = 0;
-  for (const auto& [name, p] : params)
+  for_each_param([&](const std::string& name, const torch::Tensor& p) {
     if (tp_replicated.count(name)) digest += param_digest(name, p);
+  });
   const bool same = comm::same_on_every_rank(setup.comms.tp_group(), static_cast<uint64_t>(digest),
                                              "TP replicas");
   return setup.comms.world().all_reduce_int(same ? 0 : 1, comm::ReduceOp::kMax,
                                             "TP replica check") == 0;
+}
+
+ShardBytes StageRuntime::resident_bytes() const {
+  if (full != nullptr) return full->resident_bytes();
+  ShardBytes b;
+  for (const auto& [name, p] : params) b.params += static_cast<int64_t>(p.nbytes());
+  b.grads = dist->main_grad_bytes();
+  b.optimizer = dist->state_bytes();
+  return b;
 }
 
 void StageRuntime::log_layout() const {

@@ -3,8 +3,9 @@
 // k = c * P + stage, lib/schedule/instruction.h), with their recompute flags and the frozen
 // groups (train.freeze) set; the parameters by name; the TP shard layout; the tied head's two
 // copies when it is split over stages (train/tied_head.h); the stage executor (lib/pipeline) with
-// this stage's instruction lists; and, once restored, the optimizer (fp32 master weights, AdamW,
-// ZeRO-1: train/distributed_optimizer.h).
+// this stage's instruction lists; and, once restored, the optimizer (train/stage_optimizer.h:
+// fp32 master weights, AdamW, ZeRO-1 in train/distributed_optimizer.h, ZeRO-3 in
+// train/full_shard.h, which then gathers each unit's parameters around its compute).
 // restore() gives the stage its starting weights: the checkpoint's on a resume, otherwise the
 // seeded initialisation and model.init_from (under TP through an unsharded copy of the stage:
 // the checkpoint holds whole tensors).
@@ -15,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -31,6 +33,7 @@
 #include "pipeline/stage_executor.h"
 #include "schedule/schedules.h"
 #include "train/distributed_optimizer.h"
+#include "train/full_shard.h"
 #include "train/run_config.h"
 #include "train/stage_coord.h"
 #include "train/tied_head.h"
@@ -77,6 +80,8 @@ struct StageRuntime {
   /// Collective over the world: the global L2 norm of the reduced gradient, each parameter
   /// counted once (the tied head's copy and, on TP ranks > 0, replicated parameters left out).
   double grad_norm() { return optimizer->grad_norm(norm_scope); }
+  /// Parameter (frozen included), gradient and optimizer bytes this rank holds between steps.
+  ShardBytes resident_bytes() const;
 
   /// Collective: a digest of the whole model's parameters (gathered over TP), the same whatever
   /// the partition, PP, DP or TP; 48-bit hex text for logs and summary.json. Like every reader
@@ -99,15 +104,20 @@ struct StageRuntime {
   std::unique_ptr<TiedHead> tied;
   std::unique_ptr<comm::TensorMessenger> pipe;  ///< to the neighbouring stages (PP > 1)
   std::unique_ptr<pipeline::StageExecutor> executor;
-  schedule::StageSchedules programs;                ///< every stage's instruction list
-  std::unique_ptr<DistributedOptimizer> optimizer;  ///< made by restore()
-  GradNormScope norm_scope;                         ///< see grad_norm()
+  schedule::StageSchedules programs;          ///< every stage's instruction list
+  std::unique_ptr<StageOptimizer> optimizer;  ///< made by restore(): `dist` or `full`
+  DistributedOptimizer* dist = nullptr;       ///< train.shard none | optimizer
+  FullShard* full = nullptr;                  ///< train.shard full (ZeRO-3)
+  GradNormScope norm_scope;                   ///< see grad_norm()
 
  private:
   models::VlmOptions model_options() const;
   void build_units();
   void make_optimizer();
   void init_weights();
+  /// Calls `fn(name, whole parameter)` for every parameter of the stage, in `params` order;
+  /// under ZeRO-3 each unit is gathered (collective over DP) while its parameters are read.
+  void for_each_param(const std::function<void(const std::string&, const torch::Tensor&)>& fn);
 };
 
 }  // namespace omnibal::train

@@ -49,7 +49,7 @@ void TrainCheckpoint::save(const TrainCounters& counters, const CheckpointedStag
                            const std::string& config_yaml) {
   const bool writer = stage.writer;
   const TpLayout& tp = stage.tp;
-  DistributedOptimizer& optimizer = stage.optimizer;
+  StageOptimizer& optimizer = stage.optimizer;
   checkpoint::Shard shard;
   // Collective over DP under ZeRO-1; only the writer keeps the gathered state.
   auto state = optimizer.state_tensors(writer);
@@ -67,15 +67,15 @@ void TrainCheckpoint::save(const TrainCounters& counters, const CheckpointedStag
   shard.state = counters.to_json();
   shard.state["optimizer_steps"] = optimizer.steps();
   shard.state["precision"] = choice_name(optimizer.options().precision);
-  shard.state["zero1"] = optimizer.options().zero1;  // read by checkpoints' users before "shard"
-  shard.state["shard"] = optimizer.options().zero1 ? "optimizer" : "none";
+  shard.state["zero1"] = optimizer.shard_mode() == ShardMode::kOptimizer;  // before "shard"
+  shard.state["shard"] = choice_name(optimizer.shard_mode());
   shard.state["tp"] = tp.tp().size;
   impl_->store.save(counters.step, shard, config_yaml);
 }
 
 TrainCounters TrainCheckpoint::load(const std::string& dir, const CheckpointedStage& stage) const {
   const auto& params = stage.params;
-  DistributedOptimizer& optimizer = stage.optimizer;
+  StageOptimizer& optimizer = stage.optimizer;
   const TpLayout& tp = stage.tp;
   std::vector<std::string> names;
   for (const auto& [name, p] : params) names.push_back(name);
@@ -88,7 +88,7 @@ TrainCounters TrainCheckpoint::load(const std::string& dir, const CheckpointedSt
     const torch::Tensor& t = tensors.at(name);
     OMNIBAL_CHECK(t.sizes() == p.sizes(), dir, ": parameter '", name, "' has shape ", t.sizes(),
                   " in the checkpoint but ", p.sizes(), " in this model (another preset?)");
-    p.copy_(t);
+    if (optimizer.params_resident()) p.copy_(t);  // else the optimizer takes them below
   }
   optimizer.load_state_tensors(tensors);
   const auto states = impl_->store.load_states(dir);

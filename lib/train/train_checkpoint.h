@@ -21,7 +21,7 @@
 
 #include "comm/communicator.h"
 #include "core/cadence.h"
-#include "train/distributed_optimizer.h"
+#include "train/stage_optimizer.h"
 #include "train/tp_group.h"
 
 namespace omnibal::train {
@@ -46,8 +46,8 @@ struct TrainCounters {
 /// optimizer, their TP shard layout, and whether this rank writes them.
 struct CheckpointedStage {
   const std::vector<std::pair<std::string, torch::Tensor>>& params;
-  DistributedOptimizer& optimizer;
-  const TpLayout& tp;  ///< collective over TP when active; only TP rank 0 stores
+  StageOptimizer& optimizer;  ///< its state_tensors() hold ZeRO-3's frozen parameters too
+  const TpLayout& tp;         ///< collective over TP when active; only TP rank 0 stores
   /// DP rank 0 of each stage: its tensors are stored (one writer per tensor).
   bool writer = false;
   /// Names this rank leaves out, with their AdamW moments (a tied head's copy, stored by the

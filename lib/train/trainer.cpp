@@ -126,7 +126,7 @@ pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
 /// Collective: the gradient norm, train.on_nonfinite's verdict (or its throw), then clipping and
 /// AdamW at the step's learning rate, or a skipped step. Returns the step's scalars so far.
 StepScalars Trainer::State::update(int64_t step, const pipeline::StageStepResult& r) {
-  DistributedOptimizer& opt = *stage->optimizer;
+  StageOptimizer& opt = *stage->optimizer;
   StepScalars u;
   u.step = step;
   u.grad_norm = stage->grad_norm();
@@ -329,7 +329,7 @@ void Trainer::State::summarize(RunSummary& r, const TrainOutcome& out, int64_t f
   r.nonfinite_skipped_steps = counters.nonfinite_skipped_steps;
   r.param_hash = stage->param_hash_text();
   r.describe_layout(cfg, plan);
-  r.measure_memory(world, stage->optimizer->state_bytes());
+  r.measure_memory(world, stage->resident_bytes());
   if (last_eval) r.eval = eval_json(counters.step, *last_eval);
   if (stage->tied->split()) r.tied_head_copies_equal = stage->tied_copies_equal();
   if (stage->tp.active()) {

@@ -227,7 +227,7 @@ TEST_CASE("every config key has its row in docs/conventions.md", "[core][config]
   CHECK(missing.empty());
 }
 
-TEST_CASE("train.shard is a choice; the deprecated train.zero1 maps onto it", "[core][config]") {
+TEST_CASE("train.shard is a choice and the deprecated train.zero1 maps onto it", "[core][config]") {
   CHECK(parse_config("", "test.yaml").train.shard == ShardMode::kNone);
   CHECK(parse_config("train: {shard: optimizer}\n", "test.yaml").train.shard ==
         ShardMode::kOptimizer);
@@ -242,7 +242,12 @@ TEST_CASE("train.shard is a choice; the deprecated train.zero1 maps onto it", "[
              Catch::Contains("test.yaml") && Catch::Contains("contradicts train.shard full"));
   CHECK_THAT(error_of("train: {shard: zero3}\n"),
              Catch::Contains("shard") && Catch::Contains("optimizer"));
-  CHECK_THAT(error_of("train: {shard: full}\n"), Catch::Contains("not implemented yet"));
+  CHECK(parse_config("train: {shard: full}\n", "t.yaml").train.shard == ShardMode::kFull);
+  CHECK_THAT(error_of("parallel: {pp: 2}\ntrain: {shard: full}\n"),
+             Catch::Contains("test.yaml:2") && Catch::Contains("expected parallel.pp 1") &&
+                 Catch::Contains("got parallel.pp 2"));
+  CHECK_THAT(error_of("parallel: {schedule: zb-h1}\ntrain: {shard: full}\n"),
+             Catch::Contains("ZB-H1") && Catch::Contains("train.shard"));
   CHECK(parse_config("", "test.yaml").comm.overlap);
   CHECK_FALSE(parse_config("comm: {overlap: false}\n", "test.yaml").comm.overlap);
 }

@@ -11,8 +11,8 @@ import importlib
 from typing import Callable, NamedTuple, Optional
 
 # The theme modules, in the order their checks are listed and registered.
-THEMES = ("parallel", "schedules", "precision", "resume", "checkpoints", "planning", "data",
-          "faults")
+THEMES = ("parallel", "schedules", "precision", "sharding", "resume", "checkpoints", "planning",
+          "data", "faults")
 
 
 class Check(NamedTuple):
