@@ -22,7 +22,10 @@ struct FullShard::Group {
   torch::Tensor shard;                              ///< [per_rank] parameters' dtype
   torch::Tensor master, exp_avg, exp_avg_sq, grad;  ///< [per_rank] fp32 (trainable only)
   int held = 0;                                     ///< gathers not yet released
-  int reached = 0;  ///< parameters whose gradient of this backward arrived
+  /// A prefetch launched the gather of `full` (non-blocking) and holds it for the next gather().
+  bool prefetched = false;
+  comm::Request pending;  ///< the prefetch's all-gather
+  int reached = 0;        ///< parameters whose gradient of this backward arrived
   /// This rank's part of parameter `param`: [local, local + length) of the shard tensors.
   struct Segment {
     size_t param = 0;
@@ -142,6 +145,11 @@ std::vector<FullShard::Group*> FullShard::groups_of(const models::PipelineUnit& 
 }
 
 void FullShard::gather(Group& g) {
+  if (g.prefetched) {  // the prefetch's hold becomes this gather's
+    g.prefetched = false;
+    g.pending.wait();
+    return;
+  }
   if (g.held++ > 0) return;
   torch::NoGradGuard no_grad;
   models::restore_storage(g.full, g.full_nbytes);
@@ -151,6 +159,28 @@ void FullShard::gather(Group& g) {
   else out.copy_(g.shard);
 }
 
+void FullShard::prefetch(const models::PipelineUnit* unit) {
+  if (unit == nullptr || !options_.overlap || dp_ == nullptr || shard_.size == 1) return;
+  torch::NoGradGuard no_grad;
+  for (Group* g : groups_of(*unit)) {
+    if (g->held > 0 || g->prefetched) continue;
+    g->held = 1;
+    g->prefetched = true;
+    ++prefetches_;
+    models::restore_storage(g->full, g->full_nbytes);
+    g->pending =
+        dp_->iall_gather(g->shard, models::unversioned_alias(g->full), "ZeRO-3 parameter prefetch");
+  }
+}
+
+void FullShard::settle(Group& g) {
+  if (g.prefetched) {
+    g.prefetched = false;
+    g.pending.wait();
+  }
+  while (g.held > 0) release(g);
+}
+
 void FullShard::release(Group& g) {
   if (g.held == 0 || --g.held > 0) return;
   models::free_storage(g.full);
@@ -158,6 +188,7 @@ void FullShard::release(Group& g) {
 
 void FullShard::before_forward(models::PipelineUnit& unit) {
   for (Group* g : groups_of(unit)) gather(*g);
+  prefetch(neighbour(unit, +1));
 }
 
 void FullShard::release_unit(models::PipelineUnit& unit) {
@@ -169,10 +200,12 @@ void FullShard::after_forward(models::PipelineUnit& unit, const models::UnitStat
   // on the output every gradient of the unit passes through: the hidden state, or the head's
   // logits (the loss terms are computed from them).
   const torch::Tensor& y = out.hidden.defined() ? out.hidden : out.logits;
-  if (torch::GradMode::is_enabled() && y.defined() && y.requires_grad())
+  if (torch::GradMode::is_enabled() && y.defined() && y.requires_grad()) {
     y.register_hook([this, u = &unit](const torch::Tensor&) {
       for (Group* g : groups_of(*u)) gather(*g);
+      prefetch(neighbour(*u, -1));
     });
+  }
   for (Group* g : groups_of(unit)) release(*g);
 }
 
@@ -197,7 +230,7 @@ void FullShard::reduce_scatter(Group& g) {
 void FullShard::end_backward() {
   for (auto& g : groups_) {
     if (g->trainable && g->reached > 0) reduce_scatter(*g);  // a parameter no gradient reached
-    while (g->held > 0) release(*g);
+    settle(*g);
   }
 }
 
@@ -236,6 +269,8 @@ double FullShard::clip(double norm, double max_norm) {
 
 void FullShard::step(double lr) {
   torch::NoGradGuard no_grad;
+  for (auto& g : groups_)  // no gather may read a shard while it changes
+    if (g->prefetched) settle(*g);
   ++steps_;
   for (auto& g : groups_) {
     for (const auto& seg : g->segments) {
@@ -314,6 +349,15 @@ void FullShard::gather_all() {
 
 void FullShard::release_all() {
   for (auto& g : groups_) release(*g);
+}
+
+const models::PipelineUnit* FullShard::neighbour(const models::PipelineUnit& unit, int step) const {
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (units_[i].get() == &unit) {
+      const int64_t j = static_cast<int64_t>(i) + step;
+      return j >= 0 && j < static_cast<int64_t>(units_.size()) ? units_[j].get() : nullptr;
+    }
+  return nullptr;
 }
 
 ShardBytes FullShard::resident_bytes() const {

@@ -21,7 +21,13 @@
 // one all-reduce of the accumulated gradient, within float reordering.
 // As a StageOptimizer (stage_optimizer.h) it is train.shard full's optimizer: StageRuntime
 // attaches it and calls end_backward() after each backward.
-// Not here yet: prefetching the next unit's gather, CUDA side streams, PP > 1 and ZB-H1 (a
+// Prefetch (OptimizerOptions::overlap: comm.overlap, DP > 1): before a unit's forward the next
+// unit's all-gather is launched non-blocking, and when a unit's backward begins the previous
+// unit's (FSDP's forward and backward prefetch); the next gather() waits for it. Every DP rank
+// prefetches the same units in the same order (the collectives match by order); a prefetch no
+// gather used is waited for and released at end_backward(). On MPI it progresses inside the next
+// MPI call; NCCL runs it on its communicator's stream.
+// Not here yet: CUDA side streams of our own, PP > 1 and ZB-H1 (a
 // deferred W would need the weights after the backward released them): the config refuses them.
 #pragma once
 
@@ -103,6 +109,8 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   /// release_all().
   void gather_all();
   void release_all();
+  /// Gathers launched ahead by prefetch() so far.
+  int64_t prefetches() const { return prefetches_; }
   /// What this rank holds now (see ShardBytes).
   ShardBytes resident_bytes() const;
 
@@ -111,6 +119,13 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   void gather(Group& g);
   void release(Group& g);
   void reduce_scatter(Group& g);
+  /// comm.overlap: launches the all-gather of `unit`'s groups not held (non-blocking), for the
+  /// next gather() to wait on. No-op for null, without overlap or at DP 1.
+  void prefetch(const models::PipelineUnit* unit);
+  /// Waits for a prefetch never used, then releases every hold of `g`.
+  void settle(Group& g);
+  /// The unit `step` places after `unit` in forward order (-1: before), or null.
+  const models::PipelineUnit* neighbour(const models::PipelineUnit& unit, int step) const;
   /// (name suffix, this rank's tensor) of what a group stores: master weight and moments, or a
   /// frozen group's shard alone.
   static std::vector<std::pair<const char*, torch::Tensor*>> parts_of(Group& g);
@@ -123,6 +138,7 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   std::vector<std::unique_ptr<Group>> groups_;
   std::map<const models::PipelineUnit*, std::vector<Group*>> unit_groups_;
   int64_t steps_ = 0;
+  int64_t prefetches_ = 0;
   double local_grad_sq_ = 0;
 };
 

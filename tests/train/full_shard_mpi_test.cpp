@@ -72,6 +72,7 @@ struct Trained {
   std::vector<double> norms;
   std::map<std::string, torch::Tensor> state;
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  int64_t prefetches = 0;  ///< FullShard's gathers launched ahead (overlap on)
 };
 
 OptimizerOptions options_of(const Variant& v) {
@@ -105,13 +106,17 @@ Trained plain_dp(const Variant& v, comm::Communicator& world) {
   t.grad_bytes = opt.main_grad_bytes();
   t.optimizer_bytes = opt.state_bytes();
   t.state = opt.state_tensors();
+  for (const auto& [name, p] : params)  // frozen parameters, as FullShard::state_tensors has them
+    if (!t.state.count(name)) t.state[name] = p.detach().to(torch::kFloat32);
   return t;
 }
 
 Trained fully_sharded(const Variant& v, comm::Communicator& world) {
   const ModelPreset preset = load_model_preset(v.preset);
   const auto units = build(v, preset);
-  FullShard fs(units, options_of(v), &world, {world.rank(), world.size()});
+  OptimizerOptions o = options_of(v);
+  o.overlap = true;  // prefetch each next unit's gather (the integration check runs it off)
+  FullShard fs(units, o, &world, {world.rank(), world.size()});
   fs.attach();
   pipeline::StageExecutor stage(units, 0, 1, nullptr);
   pipeline::StepHooks hooks;
@@ -130,6 +135,7 @@ Trained fully_sharded(const Variant& v, comm::Communicator& world) {
   t.grad_bytes = b.grads;
   t.optimizer_bytes = b.optimizer;
   t.state = fs.state_tensors();
+  t.prefetches = fs.prefetches();
   return t;
 }
 
@@ -159,6 +165,8 @@ TEST_CASE("train.shard full at DP 2 equals plain DP and holds half the model sta
       CHECK(full.norms[s] ==
             Approx(plain.norms[s]).epsilon(v.precision == Precision::kFp32 ? 1e-6 : v.tolerance));
     REQUIRE(full.state.size() == plain.state.size());
+    // Forward: every unit but the first prefetched; backward: the ones with a gradient hook.
+    CHECK(full.prefetches >= 3 * v.micro_batches * 9);
     // The final parameters (fp32 master weights) within the tolerance; the moments, which
     // square gradients that per-micro-batch reduce-scatter sums in another order, within 1e-4.
     double worst = 0, worst_moment = 0;

@@ -45,8 +45,10 @@ def check_zero3(r):
     parameters, gradients and optimizer state 1/DP of plain DP's, counted from the tensors."""
     tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
     frozen = ["--set", "train.freeze=[vit]", "--set", "memory.recompute=full"]
+    off = ["--set", "comm.overlap=false"]  # no prefetch: every gather blocking
     for name, np, dp, m, extra in [("z3-dp2", 2, 2, 1, []), ("z3-dp4", 4, 4, 1, []),
-                                   ("z3-dp2-m2", 2, 2, 2, []), ("z3-tp2dp2", 4, 2, 1, tp(2)),
+                                   ("z3-dp2-m2", 2, 2, 2, []), ("z3-dp2-m2-blocking", 2, 2, 2, off),
+                                   ("z3-tp2dp2", 4, 2, 1, tp(2)),
                                    ("z3-tied", 2, 2, 1, tied), ("z3-frozen-vit", 2, 2, 1, frozen)]:
         _, plain = r.run(np, name + "-plain", dp, 1, m, extra=extra)
         _, zero3 = r.run(np, name, dp, 1, m, extra=extra + FULL)
