@@ -265,13 +265,14 @@ std::vector<Schedule> extra_schedules(const AblationOptions& o) {
     const PipelineSchedule kind =
         all ? PipelineSchedule::kAuto : parse_choice<PipelineSchedule>(name, "--schedule");
     OMNIBAL_CHECK(all || kind != PipelineSchedule::kAuto, "--schedule: 'auto' is the trainer's ",
-                  "choice; give 1f1b | interleaved | zb-h1 | all (every one, ranked)");
+                  "choice; give 1f1b | interleaved | zb-h1 | zb-v | all (every one, ranked)");
     if (all || kind == PipelineSchedule::kInterleaved)
       for (int v : o.virtual_stages) {
         OMNIBAL_CHECK(v >= 2, "--virtual-stages: interleaved needs v >= 2, got ", v);
         out.push_back({PipelineSchedule::kInterleaved, v});
       }
     if (all || kind == PipelineSchedule::kZbH1) out.push_back({PipelineSchedule::kZbH1, 1});
+    if (all || kind == PipelineSchedule::kZbV) out.push_back({PipelineSchedule::kZbV, 2});
   }
   return out;
 }

@@ -20,7 +20,7 @@
 // carried, docs/conventions.md). Composition of lib/balance, lib/partition and lib/memory; no logic
 // of its own beyond wiring and reporting.
 // Schedules: the rows above run 1F1B. Each further schedule asked for (--schedule
-// interleaved | zb-h1 | all | a list, --virtual-stages v[,v...]) adds a row "+ <schedule>": the
+// interleaved | zb-h1 | zb-v | all | a list, --virtual-stages v[,v...]) adds a row "+ <schedule>": the
 // full OmniBal (ISF packs, memory-aware BMP over its P x v chunks, adaptive recompute with its
 // in-flight counts) under that schedule; and the (schedule, split) pairs of every schedule's last
 // search round are ranked by their simulated 8-step time (`ranking`).
@@ -79,7 +79,7 @@ struct AblationOptions {
   /// in for the trainer's timed trials), false = predicted 1F1B time (the trainer's default
   /// without trials, memory::judge_by_pipeline_time).
   bool judge_by_simulation = true;
-  /// Schedules of the extra rows: "1f1b", "interleaved", "zb-h1" or "all" (= every one);
+  /// Schedules of the extra rows: "1f1b", "interleaved", "zb-h1", "zb-v" or "all" (= every one);
   /// {"1f1b"}: the paper's rows only.
   std::vector<std::string> schedules = {"1f1b"};
   std::vector<int> virtual_stages = {2};  ///< v of each interleaved row (>= 2)

@@ -87,10 +87,11 @@ void add_planner_options(CLI::App& cmd, const std::shared_ptr<PartitionArgs>& a)
       "--judge-by-pipeline-time", [a](int64_t) { a->options.judge_by_simulation = false; },
       "pick each search round's candidate by predicted 1F1B time (the trainer without "
       "timed trials) instead of by simulating 8 steps of the packs");
-  cmd.add_option("--schedule", o.schedules,
-                 "pipeline schedules: 1f1b (the paper's rows only) | interleaved | zb-h1 | all, "
-                 "or a list; each adds a full-OmniBal row under it and the (schedule, split) "
-                 "pairs are ranked by simulated step time")
+  cmd.add_option(
+         "--schedule", o.schedules,
+         "pipeline schedules: 1f1b (the paper's rows only) | interleaved | zb-h1 | zb-v | all, "
+         "or a list; each adds a full-OmniBal row under it and the (schedule, split) "
+         "pairs are ranked by simulated step time")
       ->delimiter(',');
   cmd.add_option("--virtual-stages", o.virtual_stages,
                  "v chunks per rank of each interleaved row (a list: 2,3; default 2)")

@@ -6,7 +6,7 @@
 //       [--token-overhead-s ..] [--sample-overhead-s ..] [--compute-fraction F | ..]
 //       [--step-overhead-s S | ..] [--loader-overhead-s S | ..] [--dp-jitter J]
 //       [--recompute-units vit_block_0,llm_block_2,..] [--link-gbps 4] [--tp N --tp-link-gbps G --tp-latency-us U] [--json OUT.json]
-//       [--schedule 1f1b|interleaved|zb-h1] [--virtual-stages V] [--trace OUT.json [--trace-step G]]
+//       [--schedule 1f1b|interleaved|zb-h1|zb-v] [--virtual-stages V] [--trace OUT.json [--trace-step G]]
 //
 // Packs: data.meta must list token_lengths files (`omnibal-plan scan --out DIR` writes such a
 // meta); the epochs are planned by balance::EpochPlanner from the config's balance.*, dp and m,
@@ -136,7 +136,7 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
                                       : parse_choice<PipelineSchedule>(a.schedule, "--schedule");
   setup.virtual_stages = a.virtual_stages > 0 ? a.virtual_stages : cfg.parallel.virtual_stages;
   OMNIBAL_CHECK(setup.schedule != PipelineSchedule::kAuto, "simulate: schedule 'auto' is the ",
-                "planner's choice; give --schedule 1f1b | interleaved | zb-h1");
+                "planner's choice; give --schedule 1f1b | interleaved | zb-h1 | zb-v");
   const int v = schedule::chunks_per_rank(setup.schedule, setup.virtual_stages);
   setup.virtual_stages = v;
   setup.partition = resolve_split(cfg.parallel, table, cfg.parallel.pp * v);
@@ -382,8 +382,9 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
   cmd->add_option("--tp-latency-us", a->tp_latency_us,
                   "fixed microseconds per TP all-reduce call (measured; default 0)");
   cmd->add_option("--json", a->json_out, "write the simulated steps as JSON here");
-  cmd->add_option("--schedule", a->schedule,
-                  "pipeline schedule: 1f1b | interleaved | zb-h1 (default: parallel.schedule)");
+  cmd->add_option(
+      "--schedule", a->schedule,
+      "pipeline schedule: 1f1b | interleaved | zb-h1 | zb-v (default: parallel.schedule)");
   cmd->add_option("--virtual-stages", a->virtual_stages,
                   "model chunks per rank under interleaved (default: parallel.virtual_stages)");
   cmd->add_option("--trace", a->trace_out,

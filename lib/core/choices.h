@@ -92,8 +92,10 @@ enum class Precision { kFp32, kBf16 };
 /// `parallel.schedule`: the pipeline schedule (lib/schedule/schedules.h). k1F1B: non-interleaved
 /// 1F1B; kInterleaved: Megatron's interleaved 1F1B over `parallel.virtual_stages` chunks per rank;
 /// kZbH1: zero-bubble ZB-H1 (Qi et al., ICLR 2024: backward split into B and W, W in the bubble);
+/// kZbV: ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): 2 chunks per
+/// rank in a V (rank s holds virtual stages s and 2P-1-s), B/W split, W placed into the bubbles;
 /// kAuto: the start-up planner simulates each and picks the fastest that fits memory.
-enum class PipelineSchedule { k1F1B, kInterleaved, kZbH1, kAuto };
+enum class PipelineSchedule { k1F1B, kInterleaved, kZbH1, kZbV, kAuto };
 
 /// The name table of enum E: `names` lists (value, name) for every value that has a name, in the
 /// order error messages list them; `unnamed` values (the mapping / list forms) are printed with
@@ -199,12 +201,13 @@ template <> struct Choices<Precision> {
 };
 
 template <> struct Choices<PipelineSchedule> {
-  static constexpr std::array<std::pair<PipelineSchedule, std::string_view>, 4> names{
+  static constexpr std::array<std::pair<PipelineSchedule, std::string_view>, 5> names{
       {{PipelineSchedule::k1F1B, "1f1b"},
        {PipelineSchedule::kInterleaved, "interleaved"},
        {PipelineSchedule::kZbH1, "zb-h1"},
+       {PipelineSchedule::kZbV, "zb-v"},
        {PipelineSchedule::kAuto, "auto"}}};
-  static constexpr std::size_t parsed = 4;
+  static constexpr std::size_t parsed = 5;
 };
 
 /// True for the enums that have a Choices table (the config reader and writer use it).

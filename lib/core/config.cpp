@@ -200,6 +200,10 @@ void ParallelConfig::validate(const std::string& w) const {
   check_positive(w + "tp", tp);
   check_positive(w + "micro_batches", micro_batches);
   check_positive(w + "virtual_stages", virtual_stages);
+  OMNIBAL_CHECK(schedule != PipelineSchedule::kZbV, w,
+                "schedule: zb-v is planned by omnibal-plan (partition / simulate --schedule zb-v) "
+                "but the trainer's executor does not run it yet; expected 1f1b | interleaved | "
+                "zb-h1 | auto");
   OMNIBAL_CHECK(virtual_stages == 1 || schedule == PipelineSchedule::kInterleaved ||
                     schedule == PipelineSchedule::kAuto,
                 w, "virtual_stages: ", virtual_stages, " model chunks per rank need schedule: ",

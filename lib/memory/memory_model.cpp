@@ -28,6 +28,10 @@ int ScheduleLayout::chunks_per_rank() const {
   return schedule::chunks_per_rank(schedule, virtual_stages);
 }
 
+int ScheduleLayout::virtual_stage(int chunk, int rank) const {
+  return schedule::virtual_stage(chunk, rank, ranks, schedule::chunk_layout(schedule));
+}
+
 ScheduleLayout ScheduleLayout::of(PipelineSchedule schedule, int virtual_stages, int chunks,
                                   int micro_batches) {
   ScheduleLayout l;
@@ -157,17 +161,20 @@ StageMemory rank_memory(const partition::UnitCostTable& table,
   StageMemory mem;
   std::vector<double> kept(v), weight_kept(v);
   std::vector<int> units;  // the rank's units, chunks in order
+  // ZB-V runs a recomputed unit's W right after its B: only the other units' W's are deferred.
+  const bool w_in_b = layout.schedule == PipelineSchedule::kZbV;
   for (int c = 0; c < v; ++c) {
-    const int k = c * layout.ranks + rank;
+    const int k = layout.virtual_stage(c, rank);
     const int begin = partition.begin(k), end = partition.end(k);
     for (int u = begin; u < end; ++u) {
       units.push_back(u);
       const auto& unit = table.units[u];
       if (unit.checkpointed(recompute[u]))
         mem.transient = std::max(mem.transient, unit.activation_bytes);
+      else if (w_in_b) weight_kept[c] += unit.deferred_weight_bytes();
     }
     kept[c] = kept_activation_bytes(table, begin, end, recompute);
-    weight_kept[c] = deferred_weight_bytes(table, begin, end);
+    if (!w_in_b) weight_kept[c] = deferred_weight_bytes(table, begin, end);
     mem.buffers += 2 * (table.checkpoint_bytes(begin) + table.units[end - 1].output_bytes);
   }
   add_model_state(table, units, options, mem);

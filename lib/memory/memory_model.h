@@ -29,7 +29,7 @@
 // outputs 1/tp, the rest full; buffers: full activations (no sequence parallelism). The model
 // never divides by tp itself; MemoryOptions::tp must equal the table's tp.
 // Schedules (schedule/schedules.h; ScheduleLayout): the split has P x v chunks (chunk k on rank
-// k % P) and memory is per pipeline rank, the sum over its chunks of static bytes and buffers (one
+// k % P, or ZB-V's V: rank s holds k = s and 2P - 1 - s) and memory is per pipeline rank, the sum over its chunks of static bytes and buffers (one
 // workspace). Activations are counted from the schedule's own lists (in_flight_states): at every
 // moment of rank s's list, per chunk c, graphs[c] micro-batches forwarded and not yet backwarded
 // (B under ZB-H1) keep their activations (or checkpoints) and deferred[c] micro-batches whose W is
@@ -38,7 +38,10 @@
 // W's before a B, one graph fewer and one W more right after it (Qi et al. §3.1: the W inputs are
 // what B does not free). Interleaved: Megatron's warm-up of (P - s - 1) * 2 + (v - 1) * P
 // forwards plus one, spread over the rank's chunks (tests/memory: P 4, v 2, m 8 -> rank 0 holds
-// (7, 4) or (8, 3) over its two chunks).
+// (7, 4) or (8, 3) over its two chunks). ZB-V: the lists built on equal costs (zb_v_schedule.h;
+// every build holds at most 2P graphs plus deferred W's per rank); a recomputed unit's W runs
+// right after its B (lib/schedule/README.md), so only the units kept deferred_weight_bytes()
+// count for a deferred W, and a recomputed unit keeps its checkpoint until B and nothing after.
 // Not modelled: allocator fragmentation (keep a margin in the budget), CUDA context.
 #pragma once
 
@@ -86,6 +89,9 @@ struct ScheduleLayout {
   int chunks_per_rank() const;
   /// Parts of the split: P x chunks_per_rank().
   int chunks() const { return ranks * chunks_per_rank(); }
+  /// The part (virtual stage) of chunk `chunk` of pipeline rank `rank`: c P + s, or ZB-V's V
+  /// (schedule::chunk_layout).
+  int virtual_stage(int chunk, int rank) const;
   /// The layout of a split of `chunks` parts under `schedule`; throws omnibal::Error when the
   /// parts do not divide into ranks of chunks_per_rank chunks.
   static ScheduleLayout of(PipelineSchedule schedule, int virtual_stages, int chunks,
@@ -93,7 +99,8 @@ struct ScheduleLayout {
 };
 
 /// One moment of a rank's list at which its activations may peak; per chunk c of the rank
-/// (virtual stage c * P + s): graphs[c] autograd graphs alive, deferred[c] pending W's.
+/// (virtual stage ScheduleLayout::virtual_stage(c, s)): graphs[c] autograd graphs alive,
+/// deferred[c] pending W's.
 struct InFlightState {
   std::vector<int> graphs, deferred;
   bool operator==(const InFlightState& o) const {

@@ -79,6 +79,10 @@ struct RankBound {
   std::vector<double> weight_kept;  ///< [chunk] bytes one deferred W keeps
   /// [chunk] item weight multipliers: g* (one chunk) or each chunk's peak graph count.
   std::vector<double> mult;
+  /// [chunk] under ZB-V, where a kept unit's W is deferred and a recomputed one's is not: each
+  /// chunk's peak deferred W count, the multiplier of a kept item's deferred_weight_bytes; empty
+  /// otherwise (every unit's W bytes are in weight_kept whatever it decides).
+  std::vector<double> deferred_mult;
 };
 
 /// The recompute candidates of rank r and their chunks (RankBound's chunks, items and
@@ -89,7 +93,7 @@ RankBound rank_items(const partition::UnitCostTable& table, const partition::Par
   b.chunks = layout.chunks_per_rank();
   b.chunk_of_unit.assign(table.units.size(), -1);
   for (int c = 0; c < b.chunks; ++c) {
-    const int k = c * layout.ranks + r;
+    const int k = layout.virtual_stage(c, r);
     for (int u = p.begin(k); u < p.end(k); ++u) {
       b.chunk_of_unit[u] = c;
       if (candidate(table.units[u])) b.items.push_back(u);
@@ -107,14 +111,20 @@ void bound_all_recomputed(const partition::UnitCostTable& table, const partition
   b.fixed = rank_memory(table, p, r, layout, states, flags, o.memory).static_bytes();
   b.kept0.assign(v, 0.0);
   b.weight_kept.assign(v, 0.0);
+  const bool w_in_b = layout.schedule == PipelineSchedule::kZbV;  // memory_model.h
   for (int c = 0; c < v; ++c) {
-    const int k = c * layout.ranks + r;
+    const int k = layout.virtual_stage(c, r);
     b.kept0[c] = kept_activation_bytes(table, p.begin(k), p.end(k), flags);
     b.weight_kept[c] = deferred_weight_bytes(table, p.begin(k), p.end(k));
+    if (w_in_b)  // only the units kept with every candidate recomputed defer their W
+      for (int u = p.begin(k); u < p.end(k); ++u)
+        if (table.units[u].checkpointed(flags[u]))
+          b.weight_kept[c] -= table.units[u].deferred_weight_bytes();
   }
   const InFlightState peak = peak_per_chunk(states);
   b.mult.resize(v);
   for (int c = 0; c < v; ++c) b.mult[c] = peak.graphs[c];
+  if (w_in_b) b.deferred_mult.assign(peak.deferred.begin(), peak.deferred.end());
 }
 
 /// Room for the kept extras (in mult-scaled bytes) given the transient d and the kept bytes K0
@@ -166,13 +176,16 @@ TransientChoice split_at_transient(const partition::UnitCostTable& table, const 
     const auto& unit = table.units[u];
     const int c = b.chunk_of_unit[u];
     const double extra = unit.activation_bytes - table.checkpoint_bytes(u);
+    // Under ZB-V a kept unit also defers its W: its bytes at the chunk's peak deferred count.
+    const double w =
+        b.deferred_mult.empty() ? 0.0 : b.deferred_mult[c] * unit.deferred_weight_bytes();
     if (d == 0 || unit.activation_bytes > d) {
-      t.k0[c] += extra;
+      t.k0[c] += extra + (b.mult[c] > 0 ? w / b.mult[c] : 0.0);
       t.forced_value += unit.recompute_cost();
     } else {
       t.optional.push_back(u);
       t.weight.push_back(
-          static_cast<long>(std::ceil(std::max(0.0, b.mult[c] * extra) / granularity_bytes)));
+          static_cast<long>(std::ceil(std::max(0.0, b.mult[c] * extra + w) / granularity_bytes)));
       t.value.push_back(unit.recompute_cost());
     }
   }

@@ -74,7 +74,8 @@ RecomputeFlags search_flags(const UnitCostTable& table, const RecomputeSpec& spe
 }
 
 /// The candidates' indices, most preferred first, by nothing that is timed: the fewest
-/// parameter bytes on the fullest pipeline rank (chunk k on rank k % P), then the split's unit
+/// parameter bytes on the fullest pipeline rank (chunk k on its rank under the candidate's
+/// schedule: k % P, or ZB-V's V), then the split's unit
 /// counts in lexicographic order.
 std::vector<int> split_preference(const std::vector<PlanCandidate>& c, const UnitCostTable& table,
                                   int stages) {
@@ -83,7 +84,8 @@ std::vector<int> split_preference(const std::vector<PlanCandidate>& c, const Uni
     std::vector<double> rank(stages, 0.0);
     for (int k = 0; k < cand.partition.stages(); ++k)
       for (int u = cand.partition.begin(k); u < cand.partition.end(k); ++u)
-        rank[k % stages] += table.units.at(u).parameter_bytes;
+        rank[schedule::stage_of_virtual(k, stages, schedule::chunk_layout(cand.schedule))] +=
+            table.units.at(u).parameter_bytes;
     fullest.push_back(*std::max_element(rank.begin(), rank.end()));
   }
   std::vector<int> order(c.size());
@@ -199,7 +201,9 @@ template <class T> T get(const nlohmann::json& j, const char* key, const std::st
 std::vector<int> StagePlan::chunks_of(int rank) const {
   OMNIBAL_CHECK(rank >= 0 && rank < stages(), "stage plan: rank ", rank, " of ", stages());
   std::vector<int> out;
-  for (int c = 0; c < virtual_stages; ++c) out.push_back(c * stages() + rank);
+  for (int c = 0; c < virtual_stages; ++c)
+    out.push_back(
+        schedule::virtual_stage(c, rank, stages(), schedule::chunk_layout(this->schedule)));
   return out;
 }
 
@@ -242,7 +246,11 @@ std::string StagePlan::describe_stages() const {
   std::string out;
   for (int s = 0; s < chunks(); ++s) {
     const std::string rank =
-        virtual_stages > 1 ? fmt::format(" (rank {})", s % stages()) : std::string();
+        virtual_stages > 1
+            ? fmt::format(" (rank {})",
+                          schedule::stage_of_virtual(s, stages(),
+                                                     schedule::chunk_layout(this->schedule)))
+            : std::string();
     out += fmt::format("{}{} {}{}: {}..{} ({} units, {} recomputed)", s ? ", " : "",
                        virtual_stages > 1 ? "chunk" : "stage", s, rank, unit_names.at(begin(s)),
                        unit_names.at(end(s) - 1), end(s) - begin(s),
@@ -373,12 +381,14 @@ bool plan_fits(const StagePlan& p) {
 }  // namespace
 
 std::vector<std::pair<PipelineSchedule, int>> auto_schedule_choices(int stages, int micro_batches,
-                                                                    int virtual_stages, int units) {
+                                                                    int virtual_stages, int units,
+                                                                    bool zb_v) {
   std::vector<std::pair<PipelineSchedule, int>> out = {{PipelineSchedule::k1F1B, 1},
                                                        {PipelineSchedule::kZbH1, 1}};
   const int v = virtual_stages >= 2 ? virtual_stages : 2;
   if (stages > 1 && micro_batches % stages == 0 && stages * v <= units)
     out.push_back({PipelineSchedule::kInterleaved, v});
+  if (zb_v && stages > 1 && 2 * stages <= units) out.push_back({PipelineSchedule::kZbV, 2});
   return out;
 }
 
@@ -403,7 +413,7 @@ StagePlan plan_stages(const UnitCostTable& table, const PartitionSpec& part,
   std::vector<std::string> names;
   std::string compared, refused;
   for (const auto& [kind, v] :
-       auto_schedule_choices(o.stages, o.micro_batches, o.virtual_stages, n)) {
+       auto_schedule_choices(o.stages, o.micro_batches, o.virtual_stages, n, o.auto_zb_v)) {
     StagePlannerOptions one = o;
     one.schedule = kind;
     one.virtual_stages = v;

@@ -22,10 +22,11 @@
 // the trainer (judge: pipeline_s, or timed trials, lib/train/partition_trials.h) and the
 // ablation of `omnibal-plan partition` (judge: simulated steps of the run's packs).
 // Schedules (parallel.schedule, schedule/schedules.h): the plan records its schedule and v; its
-// partition has P x v chunks in virtual-stage order (chunk k on pipeline rank k % P; v = 1 for
-// 1F1B and ZB-H1), searched, ranked (pipeline_s under that schedule) and memory-planned (per rank,
-// memory_model.h) under it. `auto` plans 1F1B, ZB-H1 and interleaved (v = virtual_stages if >= 2,
-// else 2; only where m % P == 0 and P v <= units) and keeps the fastest predicted pipeline_s that
+// partition has P x v chunks in virtual-stage order (chunk k on pipeline rank k % P, or ZB-V's V:
+// schedule::chunk_layout; v = 1 for 1F1B and ZB-H1, 2 for ZB-V), searched, ranked (pipeline_s
+// under that schedule) and memory-planned (per rank, memory_model.h) under it. `auto` plans 1F1B,
+// ZB-H1 and interleaved (v = virtual_stages if >= 2, else 2; only where m % P == 0 and P v <=
+// units), and ZB-V where StagePlannerOptions::auto_zb_v says so, and keeps the fastest predicted pipeline_s that
 // fits the budget (with a pick margin: the first of that order within the margin of the
 // fastest); the plan names the schedule picked and the source lists every one compared.
 // Not here: obtaining the cost table (profiling, lib/profile), running trials, LibTorch, MPI.
@@ -149,14 +150,19 @@ struct StagePlannerOptions {
   /// sets the start-up profile's repeat spread; 0: the fastest predicted (a table read from a
   /// file, the same at every launch).
   double pick_margin = 0;
+  /// Whether auto compares ZB-V too (auto_schedule_choices). Off by default: the trainer's
+  /// executor does not walk ZB-V's lists yet; omnibal-plan turns it on.
+  bool auto_zb_v = false;
 };
 
 /// The (schedule, v) pairs parallel.schedule auto plans for P `stages`, m `micro_batches`,
 /// parallel.virtual_stages and a model of `units` units, in its order of preference: 1F1B,
 /// ZB-H1, then interleaved at v = virtual_stages if >= 2, else 2 (only where P > 1,
-/// m % P == 0 and P v <= units).
+/// m % P == 0 and P v <= units), then, with `zb_v`, ZB-V at v 2 (only where P > 1 and 2P <=
+/// units).
 std::vector<std::pair<PipelineSchedule, int>> auto_schedule_choices(int stages, int micro_batches,
-                                                                    int virtual_stages, int units);
+                                                                    int virtual_stages, int units,
+                                                                    bool zb_v = false);
 
 /// Plans the partition and the recompute flags from `table` (one micro-batch at the run's pack
 /// load: seconds and bytes per unit) under `partition` and `recompute` (config specs). Under

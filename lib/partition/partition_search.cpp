@@ -8,6 +8,7 @@
 #include "partition/unit_cost_table.h"
 #include "schedule/pipeline_timeline.h"
 #include "schedule/schedules.h"
+#include "schedule/zb_v_schedule.h"
 
 namespace omnibal::partition {
 
@@ -75,8 +76,10 @@ double pipeline_seconds(const Partition& partition, const PartitionSearchInput& 
     OMNIBAL_CHECK(h >= 0, "partition search: negative host cost per micro-batch ", h, " s");
   const int per_rank = V / std::max(1, input.stages);
   auto costs = schedule::PipelineStepCosts::zeros(V, m);
+  const schedule::ChunkLayout layout = schedule::chunk_layout(input.schedule);
+  costs.layout = layout;
   const bool split = !input.unit_forward_s.empty();
-  const bool zb = input.schedule == PipelineSchedule::kZbH1;
+  const bool zb = schedule::splits_backward(input.schedule);
   for (int k = 0; k < V; ++k) {
     double f = 0, total = 0, w = 0;
     for (int u = partition.begin(k); u < partition.end(k); ++u) {
@@ -87,7 +90,8 @@ double pipeline_seconds(const Partition& partition, const PartitionSearchInput& 
                                        : input.unit_weight_s[u];
     }
     // A host cost of the micro-batch on its rank, shared by the rank's chunks.
-    const double h = host.empty() ? 0.0 : host[k % input.stages] / per_rank;
+    const double h =
+        host.empty() ? 0.0 : host[schedule::stage_of_virtual(k, input.stages, layout)] / per_rank;
     const double out = input.output_bytes[partition.end(k) - 1] / input.link_bandwidth;
     const double in = k > 0 ? input.output_bytes[partition.begin(k) - 1] / input.link_bandwidth : 0;
     for (int i = 0; i < m; ++i) {
@@ -100,9 +104,13 @@ double pipeline_seconds(const Partition& partition, const PartitionSearchInput& 
     }
   }
   double end = 0;
+  // ZB-V places its W's by these costs (zb_v_schedule.h); the others' lists are fixed.
   const auto lists =
-      schedule::build_schedule(input.schedule, input.stages, m,
-                               schedule::chunks_per_rank(input.schedule, input.virtual_stages));
+      input.schedule == PipelineSchedule::kZbV
+          ? schedule::build_zb_v_schedule(input.stages, m, &costs)
+          : schedule::build_schedule(input.schedule, input.stages, m,
+                                     schedule::chunks_per_rank(input.schedule,
+                                                               input.virtual_stages));
   for (const auto& t : schedule::run_pipeline_timeline(lists, costs))
     end = std::max(end, t.ready_for_reduce_s);
   return end;

@@ -22,9 +22,11 @@
 // anchor, the greedy anchor and the uniform split, keeping the fastest end point; candidates
 // are drawn around all three anchors.
 // Schedules (schedule/schedules.h): the search splits the chain into P x v chunks (v chunks per
-// rank under interleaved 1F1B, else 1; chunk k on rank k % P) and pipeline_s walks the lists of
-// the input's schedule, ZB-H1 with each chunk's backward split into B and W (unit_weight_s), so
-// every candidate is ranked under its own schedule. Where the full neighbourhood
+// rank under interleaved 1F1B, 2 under ZB-V, else 1; chunk k on rank
+// schedule::stage_of_virtual(k, P, chunk_layout(schedule)): k % P, or the V of ZB-V) and
+// pipeline_s walks the lists of the input's schedule, ZB-H1 and ZB-V with each chunk's backward
+// split into B and W (unit_weight_s; ZB-V's lists built for the candidate's own costs), so every
+// candidate is ranked under its own schedule. Where the full neighbourhood
 // (2r+1)^(P v - 1) exceeds kMaxNeighbourhood (e.g. 3^15 for P 8, v 2), candidates are the
 // anchor with every single cut and every pair of cuts moved by up to r instead.
 #pragma once

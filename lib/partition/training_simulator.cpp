@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "schedule/pipeline_timeline.h"
 #include "schedule/schedules.h"
+#include "schedule/zb_v_schedule.h"
 
 namespace omnibal::partition {
 namespace {
@@ -25,20 +26,30 @@ struct StageMicroBatch {
   double tp_forward_s = 0, tp_backward_s = 0;
 };
 
+/// The pipeline rank holding virtual stage k of the setup's split (schedule::chunk_layout).
+int rank_of(const SimulatorSetup& setup, int k) {
+  return schedule::stage_of_virtual(k, setup.ranks(), schedule::chunk_layout(setup.schedule));
+}
+
 std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const SimulatorSetup& setup,
                                          const TpLink& link) {
   OMNIBAL_CHECK(t.tp == setup.tp, "simulator: the cost model's tables are per rank of tp ", t.tp,
                 ", the setup has tp = ", setup.tp,
                 " (a profiled table is per rank of the tp it was profiled at)");
   const Partition& p = setup.partition;
+  // ZB-V runs a recomputed unit's W right after its B (lib/schedule/README.md): it stays in B and
+  // keeps nothing past it.
+  const bool w_in_b = setup.schedule == PipelineSchedule::kZbV;
   std::vector<StageMicroBatch> out(p.stages());
   for (int k = 0; k < p.stages(); ++k) {
     auto& c = out[k];
     for (int u = p.begin(k); u < p.end(k); ++u) {
       const auto& unit = t.units[u];
       c.backward_s += unit.backward_s;
-      c.weight_s += unit.weight_backward_s();
-      c.weight_kept += unit.deferred_weight_bytes();
+      if (!(w_in_b && unit.checkpointed(setup.recompute[u]))) {
+        c.weight_s += unit.weight_backward_s();
+        c.weight_kept += unit.deferred_weight_bytes();
+      }
       c.tp_forward_s += tp_forward_seconds(unit, setup.tp, link);
       c.tp_backward_s += tp_backward_seconds(unit, setup.recompute[u], setup.tp, link);
       if (unit.checkpointed(setup.recompute[u])) {
@@ -202,14 +213,17 @@ struct RankStep {
   std::vector<double> checkpointed_s;  ///< per stage: checkpointed forwards + their reruns
 };
 
+/// One DP rank's step: its costs, walked on `lists` (null under ZB-V: the lists are built for
+/// this rank's own costs, zb_v_schedule.h).
 RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
-                       const schedule::StageSchedules& lists, StepReport& rep,
+                       const schedule::StageSchedules* lists, StepReport& rep,
                        std::vector<schedule::TimelineEvent>* events) {
   const int P = setup.ranks(), V = setup.partition.stages(), m = static_cast<int>(loads.size());
-  const bool split = setup.schedule == PipelineSchedule::kZbH1;
+  const bool split = schedule::splits_backward(setup.schedule);
   const double p2p_bw = pipeline_link_bandwidth(setup.device, setup.dp, setup.tp);
   const TpLink link = setup.tp_link ? *setup.tp_link : tp_link(setup.device, setup.tp);
   auto costs = schedule::PipelineStepCosts::zeros(V, m);
+  costs.layout = schedule::chunk_layout(setup.schedule);
   RankStep out;
   out.padding_s.assign(P, 0.0);
   out.recompute_s.assign(P, 0.0);
@@ -226,8 +240,8 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
     if (!frac.empty() || !ckpt.empty())
       for (auto* v : {&sc, &unpadded})
         for (size_t k = 0; k < v->size(); ++k) {
-          const double f = 1.0 + (frac.empty() ? 0.0 : frac[k % P]);
-          const double h = ckpt.empty() ? 0.0 : ckpt[k % P];  // on top of f, checkpointed only
+          const double f = 1.0 + (frac.empty() ? 0.0 : frac[rank_of(setup, k)]);
+          const double h = ckpt.empty() ? 0.0 : ckpt[rank_of(setup, k)];  // on f, checkpointed
           auto& c = (*v)[k];
           c.forward_s = c.forward_s * f + c.checkpointed_forward_s * h;
           c.backward_s = c.backward_s * f + c.recompute_s * h;
@@ -238,10 +252,10 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
     std::vector<double> host(P);
     for (int s = 0; s < P; ++s) host[s] = setup.overheads.micro_batch_s(s, load);
     for (int k = 0; k < V; ++k) {
-      const int s = k % P;  // the rank holding virtual stage k
+      const int s = rank_of(setup, k);
       costs.forward_s[k][i] = sc[k].forward_s + sc[k].tp_forward_s + host[s] * P / V;
       costs.backward_s[k][i] = sc[k].backward_s + sc[k].tp_backward_s;
-      // ZB-H1: W is the weight-gradient compute; recomputation and the TP all-reduces stay in B.
+      // ZB: W is the weight-gradient compute; recomputation and the TP all-reduces stay in B.
       costs.backward_weight_s[k][i] = split ? sc[k].weight_s : 0.0;
       costs.backward_input_s[k][i] = costs.backward_s[k][i] - costs.backward_weight_s[k][i];
       out.tp_comm_s[s] += sc[k].tp_forward_s + sc[k].tp_backward_s;
@@ -267,7 +281,9 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
     costs.background_s.assign(P, 0.0);
     for (int s = 0; s < P; ++s) costs.background_s[s] = loader[s] * m;
   }
-  out.timeline = schedule::run_pipeline_timeline(lists, costs, events);
+  const schedule::StageSchedules own =
+      lists ? schedule::StageSchedules() : schedule::build_zb_v_schedule(P, m, &costs);
+  out.timeline = schedule::run_pipeline_timeline(lists ? *lists : own, costs, events);
   return out;
 }
 
@@ -279,7 +295,7 @@ std::vector<double> stage_parameter_bytes(const SimulatorSetup& setup, const Mic
   std::vector<double> bytes(P, 0.0);
   for (int k = 0; k < setup.partition.stages(); ++k)
     for (int u = setup.partition.begin(k); u < setup.partition.end(k); ++u)
-      if (table.units[u].trainable) bytes[k % P] += table.units[u].parameter_bytes;
+      if (table.units[u].trainable) bytes[rank_of(setup, k)] += table.units[u].parameter_bytes;
   return bytes;
 }
 
@@ -293,13 +309,12 @@ struct UnitSeconds {
 
 std::vector<UnitSeconds> unit_seconds(const UnitCostTable& t, const SimulatorSetup& setup,
                                       const TpLink& link) {
-  const int P = setup.ranks();
   const auto& frac = setup.overheads.compute_fraction;
   const auto& ckpt = setup.overheads.checkpoint_fraction;
   std::vector<UnitSeconds> out(t.units.size());
   for (int k = 0; k < setup.partition.stages(); ++k) {
-    const double f = 1.0 + (frac.empty() ? 0.0 : frac[k % P]);
-    const double h = ckpt.empty() ? 0.0 : ckpt[k % P];
+    const double f = 1.0 + (frac.empty() ? 0.0 : frac[rank_of(setup, k)]);
+    const double h = ckpt.empty() ? 0.0 : ckpt[rank_of(setup, k)];
     for (int u = setup.partition.begin(k); u < setup.partition.end(k); ++u) {
       const auto& unit = t.units[u];
       auto& o = out[u];
@@ -677,15 +692,20 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
                                                   loads[r][i].real_tokens()};
   if (setup.shard == ShardMode::kFull) return simulate_sharded_step(setup, loads, trace);
   const int P = setup.ranks(), dp = setup.dp;
+  // ZB-V's lists follow each DP rank's own costs (built in simulate_rank); the others are fixed.
+  const bool own_lists = setup.schedule == PipelineSchedule::kZbV;
   const auto lists =
-      schedule::build_schedule(setup.schedule, P, static_cast<int>(loads[0].size()),
-                               schedule::chunks_per_rank(setup.schedule, setup.virtual_stages));
+      own_lists ? schedule::StageSchedules()
+                : schedule::build_schedule(setup.schedule, P, static_cast<int>(loads[0].size()),
+                                           schedule::chunks_per_rank(setup.schedule,
+                                                                     setup.virtual_stages));
   StepReport rep;
   rep.stages.assign(P, {});
   std::vector<RankStep> ranks;
   for (int r = 0; r < dp; ++r) {
     std::vector<schedule::TimelineEvent> events;
-    ranks.push_back(simulate_rank(setup, loads[r], lists, rep, trace ? &events : nullptr));
+    ranks.push_back(simulate_rank(setup, loads[r], own_lists ? nullptr : &lists, rep,
+                                  trace ? &events : nullptr));
     if (trace) schedule::append_timeline_spans(*trace, r, events);
   }
   // DP level: per-stage collective after the slowest rank, then the optimizer.

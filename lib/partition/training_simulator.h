@@ -1,12 +1,15 @@
 // Event-driven simulation of training steps over TP x DP x PP. Each DP rank's pipeline walks the
-// instruction lists of its schedule (schedule/schedules.h: 1F1B, interleaved 1F1B, ZB-H1) with
+// instruction lists of its schedule (schedule/schedules.h: 1F1B, interleaved 1F1B, ZB-H1, ZB-V) with
 // per-micro-batch costs from a CostModel (micro-batches differ in shape), via
 // schedule::run_pipeline_timeline. A recomputed unit's forward costs its checkpointed forward and
 // its backward adds the rerun (UnitCost::checkpointed_forward, rerun_seconds).
-// Schedules: the split has P x v chunks in virtual-stage order (chunk k on pipeline rank k % P;
-// v = virtual_stages under interleaved, else 1). Under ZB-H1 each chunk's backward is split into
+// Schedules: the split has P x v chunks in virtual-stage order (chunk k on pipeline rank
+// stage_of_virtual(k, P, chunk_layout(schedule)): k % P, or ZB-V's V; v = virtual_stages under
+// interleaved, 2 under ZB-V, else 1). Under ZB-H1 and ZB-V each chunk's backward is split into
 // B = backward - W and W = the units' weight_backward_s() (unit_cost_table.h); recomputation and
 // the TP all-reduces (input gradients) stay in B; a deferred W keeps deferred_weight_bytes().
+// Under ZB-V a recomputed unit's W runs inside its B (lib/schedule/README.md) and keeps nothing
+// past it, and each DP rank's lists are built for its own step costs (zb_v_schedule.h).
 // Static bytes, optimizer time, the DP all-reduce and overheads are per rank (its chunks summed),
 // and every per-stage report below is per pipeline rank.
 // TP (tensor_parallel.h): the cost tables are per TP rank (their `tp` must equal setup.tp); the

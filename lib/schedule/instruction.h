@@ -5,9 +5,11 @@
 // (1F1B, interleaved 1F1B, ZB-H1) and the send/receive checker is schedule_checker.h.
 //
 // Virtual stages: under the interleaved schedule the model is cut into P x v chunks and rank s
-// holds chunks c = 0..v-1 of virtual stages k = c * P + s (Megatron's layout); an instruction's
-// `chunk` says which. Activations flow k -> k + 1 (rank (k + 1) % P), gradients k -> k - 1.
-// Without interleaving every instruction has chunk 0 and virtual stage == stage.
+// holds chunks c = 0..v-1 of virtual stages k = c * P + s (Megatron's loop layout); under ZB-V
+// the 2P chunks lie in a V: rank s holds virtual stages s and 2P - 1 - s (ChunkLayout::kV). An
+// instruction's `chunk` says which; virtual_stage / stage_of_virtual / chunk_of_virtual are the
+// one mapping every walker uses. Activations flow k -> k + 1, gradients k -> k - 1. Without
+// interleaving every instruction has chunk 0 and virtual stage == stage.
 #pragma once
 
 #include <string>
@@ -58,7 +60,29 @@ std::string to_string(const Instruction& instruction);
 /// True for the four point-to-point ops.
 bool is_communication(Op op);
 
-/// Virtual stage of `chunk` on pipeline rank `stage` of P: chunk * P + stage.
-inline int virtual_stage(int chunk, int stage, int stages) { return chunk * stages + stage; }
+/// How the P x v model chunks (virtual stages k in [0, P v)) lie on the P pipeline ranks.
+/// kLoop (Megatron's interleaved 1F1B, and v = 1): rank s holds k = c P + s, so k + 1 is on the
+/// next rank and the last chunk on rank P - 1. kV (ZB-V, Qi et al. 2024): the chunks zig-zag,
+/// even chunks c hold k = c P + s and odd ones k = c P + P - 1 - s; with v = 2 rank s holds
+/// k = s and k = 2P - 1 - s, the hand-over P - 1 -> P stays on rank P - 1 and the first and
+/// last chunk (embedding, loss) are both on rank 0.
+enum class ChunkLayout { kLoop, kV };
+
+/// Virtual stage of `chunk` on pipeline rank `stage` of P under `layout` (see ChunkLayout).
+inline int virtual_stage(int chunk, int stage, int stages,
+                         ChunkLayout layout = ChunkLayout::kLoop) {
+  const bool reversed = layout == ChunkLayout::kV && chunk % 2 == 1;
+  return chunk * stages + (reversed ? stages - 1 - stage : stage);
+}
+
+/// Pipeline rank holding virtual stage k of P x v under `layout` (k >= 0).
+inline int stage_of_virtual(int virtual_stage, int stages,
+                            ChunkLayout layout = ChunkLayout::kLoop) {
+  const int chunk = virtual_stage / stages, offset = virtual_stage % stages;
+  return layout == ChunkLayout::kV && chunk % 2 == 1 ? stages - 1 - offset : offset;
+}
+
+/// The chunk index (on its rank) of virtual stage k: k / P under both layouts.
+inline int chunk_of_virtual(int virtual_stage, int stages) { return virtual_stage / stages; }
 
 }  // namespace omnibal::schedule

@@ -117,7 +117,7 @@ class TimelineWalker {
 
   /// Posts `ins` from rank s to virtual stage `to_virtual`; returns the message's arrival time.
   double send(size_t s, const Instruction& ins, int to_virtual, double transfer_s) {
-    const size_t dst = static_cast<size_t>(to_virtual % Pi_);
+    const size_t dst = static_cast<size_t>(stage_of_virtual(to_virtual, Pi_, costs_.layout));
     double arrival = clock_[s];  // a same-rank hand-over is free and takes no link
     if (dst != s) {
       double& free = link_free_[s * P_ + dst];
@@ -131,11 +131,12 @@ class TimelineWalker {
   /// arrives. Returns false when rank s is blocked: nothing from the sender's rank has been
   /// posted yet.
   bool receive(size_t s, const Instruction& ins, Op kind, int from_virtual) {
-    auto& q = channel_[static_cast<size_t>(from_virtual % Pi_) * P_ + s];
+    const int src = stage_of_virtual(from_virtual, Pi_, costs_.layout);
+    auto& q = channel_[static_cast<size_t>(src) * P_ + s];
     if (q.empty()) return false;
     const Message& head = q.front();
     OMNIBAL_CHECK(head.op == kind && head.micro_batch == ins.micro_batch &&
-                      head.chunk == from_virtual / Pi_,
+                      head.chunk == chunk_of_virtual(from_virtual, Pi_),
                   "pipeline timeline: stage ", s, " ", to_string(ins), " meets ",
                   to_string({head.op, head.micro_batch, head.chunk}),
                   " (send and receive orders differ; run check_schedule)");
@@ -179,7 +180,7 @@ class TimelineWalker {
   /// op's start otherwise; nullopt when a receive must wait.
   std::optional<double> execute(size_t s, const Instruction& ins) {
     const int mb = ins.micro_batch;
-    const int k = virtual_stage(ins.chunk, static_cast<int>(s), Pi_);
+    const int k = virtual_stage(ins.chunk, static_cast<int>(s), Pi_, costs_.layout);
     const size_t r = static_cast<size_t>(k);
     const auto& c = costs_;
     double arrival = clock_[s];

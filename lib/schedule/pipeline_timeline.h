@@ -1,10 +1,11 @@
 // Event-driven timing of one pipeline's per-stage instruction lists (one DP rank, one step), for
-// 1F1B, interleaved 1F1B and ZB-H1 (schedules.h). Every instruction is an event on its rank's
-// clock: compute (Forward, Backward, BackwardInput, BackwardWeight) occupies the rank for its
-// duration; sends are non-blocking and deliver their message after a transfer time, transfers
-// from one rank to another (one ordered rank pair, all kinds and chunks) serialised; a
-// same-rank hand-over (P == 1 with v > 1) is free; a receive waits until its message has arrived,
-// and messages of one rank pair are matched in posting order (NCCL, schedule_checker.h).
+// 1F1B, interleaved 1F1B, ZB-H1 and ZB-V (schedules.h). Every instruction is an event on its
+// rank's clock: compute (Forward, Backward, BackwardInput, BackwardWeight) occupies the rank for
+// its duration; sends are non-blocking and deliver their message after a transfer time,
+// transfers from one rank to another (one ordered rank pair, all kinds and chunks) serialised; a
+// same-rank hand-over (P == 1 with v > 1, ZB-V's P-1 -> P) is free; a receive waits until its
+// message has arrived, and messages of one rank pair are matched in posting order (NCCL,
+// schedule_checker.h).
 // Walking stops at ReduceGrads: the time each rank reaches it is returned, and the DP-level
 // collective, DP wait and optimizer are the caller's (training_simulator.h), because they couple
 // the pipelines of all DP ranks. Micro-batches may differ in cost (ISF packs vs random
@@ -20,9 +21,13 @@
 
 namespace omnibal::schedule {
 
-/// Costs of one step of one pipeline. Every matrix is [V][m]: V = P x v virtual stages (row
-/// k = chunk * P + stage, instruction.h), m micro-batches; without interleaving V = P.
+/// Costs of one step of one pipeline. Every matrix is [V][m]: V = P x v virtual stages (row k =
+/// virtual_stage(chunk, stage, P, layout), instruction.h), m micro-batches; without
+/// interleaving V = P.
 struct PipelineStepCosts {
+  /// How the rows' virtual stages lie on the ranks: kLoop (1F1B, interleaved, ZB-H1) or kV
+  /// (ZB-V, schedules.h). Rows are always in virtual-stage (model) order.
+  ChunkLayout layout = ChunkLayout::kLoop;
   std::vector<std::vector<double>> forward_s;          ///< Forward duration, seconds
   std::vector<std::vector<double>> backward_s;         ///< Backward (B + W) incl. recompute, s
   std::vector<std::vector<double>> backward_input_s;   ///< BackwardInput (ZB's B) incl. recompute
@@ -71,7 +76,8 @@ struct TimelineEvent {
 };
 
 /// Walks `lists` (P = lists.size() ranks) with `costs` (V = P x v rows, v = V / P chunks per
-/// rank; instruction {mb, c} on rank s reads row c * P + s, column mb). Returns one entry per
+/// rank; instruction {mb, c} on rank s reads row virtual_stage(c, s, P, costs.layout), column
+/// mb). Returns one entry per
 /// rank. Throws omnibal::Error when the lists deadlock, a receive meets another message, an
 /// instruction's micro-batch or chunk is out of range, the nine cost matrices do not all have
 /// shape [V][m] with V a positive multiple of P, or background_s is neither empty nor P values

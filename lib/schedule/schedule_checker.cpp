@@ -33,8 +33,14 @@ std::string where(size_t stage, size_t index, const Instruction& ins) {
 
 class Walker {
  public:
-  Walker(const StageSchedules& lists, int m, int v)
-      : lists_(lists), P_(lists.size()), m_(m), v_(v), states_(P_), channels_(P_ * P_) {
+  Walker(const StageSchedules& lists, int m, int v, ChunkLayout layout)
+      : lists_(lists),
+        P_(lists.size()),
+        m_(m),
+        v_(v),
+        layout_(layout),
+        states_(P_),
+        channels_(P_ * P_) {
     const size_t n = static_cast<size_t>(m) * static_cast<size_t>(v);
     for (auto& st : states_) {
       for (auto* c : {&st.received_act, &st.forwarded, &st.received_grad, &st.sent_act,
@@ -82,7 +88,7 @@ class Walker {
     }
     if (mb < 0 || mb >= m_) return bad(s, ins, "micro-batch out of range");
     if (c < 0 || c >= v_) return bad(s, ins, "chunk out of range");
-    const int k = virtual_stage(c, static_cast<int>(s), static_cast<int>(P_));
+    const int k = virtual_stage(c, static_cast<int>(s), static_cast<int>(P_), layout_);
     const size_t i = static_cast<size_t>(c) * m_ + mb;
     switch (ins.op) {
       case Op::RecvActivation:
@@ -151,19 +157,19 @@ class Walker {
   }
 
   void send(size_t s, const Instruction& ins, int to_virtual) {
-    channel(s, static_cast<size_t>(to_virtual) % P_)
+    channel(s, static_cast<size_t>(stage_of_virtual(to_virtual, static_cast<int>(P_), layout_)))
         .push_back({ins.op, ins.micro_batch, ins.chunk, s});
   }
 
   /// Receives from virtual stage `from` the message `kind` of ins.micro_batch; NCCL's per rank
   /// pair order: the next message from that rank must be this one.
   int receive(size_t s, const Instruction& ins, Op kind, int from) {
-    const size_t src = static_cast<size_t>(from) % P_;
+    const size_t src = static_cast<size_t>(stage_of_virtual(from, static_cast<int>(P_), layout_));
     auto& q = channel(src, s);
     if (q.empty()) return 0;
     const PostedSend& head = q.front();
     if (head.op != kind || head.micro_batch != ins.micro_batch ||
-        head.chunk != from / static_cast<int>(P_)) {
+        head.chunk != chunk_of_virtual(from, static_cast<int>(P_))) {
       std::ostringstream os;
       os << where(s, states_[s].pc, ins) << ": rank pair " << src << " -> " << s << " delivers "
          << to_string({head.op, head.micro_batch, head.chunk}) << " of stage " << src
@@ -244,6 +250,7 @@ class Walker {
   const StageSchedules& lists_;
   size_t P_;
   int m_, v_;
+  ChunkLayout layout_;
   std::vector<StageState> states_;
   std::vector<std::deque<PostedSend>> channels_;  ///< [src * P + dst]: sends in posting order
   ScheduleCheckReport report_;
@@ -253,7 +260,7 @@ class Walker {
 }  // namespace
 
 ScheduleCheckReport check_schedule(const StageSchedules& lists, int micro_batches,
-                                   int virtual_stages) {
+                                   int virtual_stages, ChunkLayout layout) {
   ScheduleCheckReport r;
   if (lists.empty() || micro_batches < 1 || virtual_stages < 0) {
     r.message = "expected at least one stage, one micro-batch and v >= 0 chunks per rank";
@@ -269,7 +276,7 @@ ScheduleCheckReport check_schedule(const StageSchedules& lists, int micro_batche
     r.message = "chunk index " + std::to_string(v - 1) + " is implausible (more than 4096 chunks)";
     return r;
   }
-  return Walker(lists, micro_batches, v).run();
+  return Walker(lists, micro_batches, v, layout).run();
 }
 
 }  // namespace omnibal::schedule

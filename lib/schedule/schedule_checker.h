@@ -6,7 +6,8 @@
 //    micro-batch, and the chunk c' of the neighbouring virtual stage, instruction.h);
 //  - NCCL order: NCCL matches point-to-point operations in call order per ordered rank pair, so
 //    for each (src rank, dst rank) the receives, all kinds and chunks merged, must come in the
-//    order the sends were posted; a same-rank hand-over (P == 1, v > 1) is ordered the same way;
+//    order the sends were posted; a same-rank hand-over (P == 1 with v > 1, or ZB-V's P-1 -> P on
+//    rank P - 1) is ordered the same way;
 //  - no stage waits forever (a round in which no stage advances while some are unfinished is a
 //    deadlock; the report names each blocked stage and instruction);
 //  - every send is received (no message left on a channel at the end);
@@ -44,9 +45,10 @@ struct ScheduleCheckReport {
 };
 
 /// Checks `lists` (one program per stage, P = lists.size()) for `micro_batches` micro-batches and
-/// `virtual_stages` model chunks per rank (v; 0 infers 1 + the largest chunk in the lists).
+/// `virtual_stages` model chunks per rank (v; 0 infers 1 + the largest chunk in the lists),
+/// laid on the ranks as `layout` says (instruction.h: kLoop, or kV for ZB-V's lists).
 /// Never throws on a bad schedule: violations are reported in the result.
 ScheduleCheckReport check_schedule(const StageSchedules& lists, int micro_batches,
-                                   int virtual_stages = 0);
+                                   int virtual_stages = 0, ChunkLayout layout = ChunkLayout::kLoop);
 
 }  // namespace omnibal::schedule

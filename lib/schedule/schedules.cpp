@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "schedule/pipeline_timeline.h"
+#include "schedule/zb_v_schedule.h"
 
 namespace omnibal::schedule {
 namespace {
@@ -23,6 +25,21 @@ void add_backward(std::vector<Instruction>& list, Op op, int stage, int stages, 
   if (k < stages * chunks - 1) list.push_back({Op::RecvGrad, mb, chunk});
   list.push_back({op, mb, chunk});
   if (k > 0) list.push_back({Op::SendGrad, mb, chunk});
+}
+
+/// ZB-V's bubble on equal costs (chunk-times, 6m of work per rank): (P-1)/(6m+P-1) for
+/// m >= 2P - 1; below, that of the built lists (zb_v_schedule.h).
+double zb_v_bubble(int stages, int micro_batches) {
+  const double compute = 6.0 * micro_batches;
+  if (micro_batches >= 2 * stages - 1) return (stages - 1) / (compute + stages - 1);
+  auto costs = PipelineStepCosts::zeros(2 * stages, micro_batches);
+  costs.layout = ChunkLayout::kV;
+  for (auto* mat : {&costs.forward_s, &costs.backward_input_s, &costs.backward_weight_s})
+    for (auto& row : *mat) std::fill(row.begin(), row.end(), 1.0);
+  double step = 0;
+  for (const auto& t : run_pipeline_timeline(build_zb_v_schedule(stages, micro_batches), costs))
+    step = std::max(step, t.ready_for_reduce_s);
+  return (step - compute) / step;
 }
 
 void check_sizes(const char* what, int stages, int micro_batches) {
@@ -92,9 +109,13 @@ StageSchedules build_zb_h1_schedule(int stages, int micro_batches) {
 
 StageSchedules build_schedule(PipelineSchedule kind, int stages, int micro_batches,
                               int virtual_stages) {
-  OMNIBAL_CHECK(kind == PipelineSchedule::kInterleaved || virtual_stages == 1, "schedule ",
-                choice_name(kind), ": expected 1 model chunk per rank, got ", virtual_stages,
-                " (virtual stages need the interleaved schedule)");
+  OMNIBAL_CHECK(kind == PipelineSchedule::kInterleaved || virtual_stages == 1 ||
+                    (kind == PipelineSchedule::kZbV && virtual_stages == 2),
+                "schedule ", choice_name(kind), ": expected ",
+                kind == PipelineSchedule::kZbV ? "2 model chunks (or 1 for the default)"
+                                               : "1 model chunk",
+                " per rank, got ", virtual_stages,
+                " (more virtual stages need the interleaved schedule)");
   switch (kind) {
     case PipelineSchedule::k1F1B: return build_1f1b_schedule(stages, micro_batches);
     case PipelineSchedule::kInterleaved:
@@ -102,13 +123,23 @@ StageSchedules build_schedule(PipelineSchedule kind, int stages, int micro_batch
                     "rank, got ", virtual_stages);
       return build_interleaved_schedule(stages, micro_batches, virtual_stages);
     case PipelineSchedule::kZbH1: return build_zb_h1_schedule(stages, micro_batches);
+    case PipelineSchedule::kZbV: return build_zb_v_schedule(stages, micro_batches);
     case PipelineSchedule::kAuto: break;
   }
   OMNIBAL_FAIL("build_schedule: 'auto' is resolved by the start-up planner, not built");
 }
 
 int chunks_per_rank(PipelineSchedule kind, int virtual_stages) {
+  if (kind == PipelineSchedule::kZbV) return 2;
   return kind == PipelineSchedule::kInterleaved ? virtual_stages : 1;
+}
+
+bool splits_backward(PipelineSchedule kind) {
+  return kind == PipelineSchedule::kZbH1 || kind == PipelineSchedule::kZbV;
+}
+
+ChunkLayout chunk_layout(PipelineSchedule kind) {
+  return kind == PipelineSchedule::kZbV ? ChunkLayout::kV : ChunkLayout::kLoop;
 }
 
 double bubble_fraction(PipelineSchedule kind, int stages, int micro_batches, int virtual_stages) {
@@ -124,6 +155,7 @@ double bubble_fraction(PipelineSchedule kind, int stages, int micro_batches, int
       const double step = std::max(compute + idle, 2.0 * micro_batches + 2.0 * idle + 1.0);
       return (step - compute) / step;
     }
+    case PipelineSchedule::kZbV: return zb_v_bubble(stages, micro_batches);
     case PipelineSchedule::kAuto: break;
   }
   OMNIBAL_FAIL("bubble_fraction: 'auto' has no bubble of its own");

@@ -21,6 +21,10 @@
 //   the paper's (P-1)(T_F+T_B-T_W) bubble needs m >= P; with fewer micro-batches the last stage's
 //   2m of F and B after its first input at P-1, then the B chain back to stage 0 and its last W,
 //   bound every F/B/W schedule.
+// - ZB-V (zb_v_schedule.h): 2P chunks in a V (rank s holds virtual stages s and 2P-1-s), B/W
+//   split, the W's placed greedily into the bubbles of the simulated timeline; at most 2P chunk
+//   graphs plus deferred W's per rank (1F1B's activation memory); bubble (P-1)/(6m+P-1) on equal
+//   costs for m >= 2P - 1 (the lower bound), a few chunk-times more below.
 // Receives are placed right before the compute that needs them and sends right after the compute
 // that produces them (non-blocking); schedule_checker.h verifies every built list.
 #pragma once
@@ -28,6 +32,7 @@
 #include "core/choices.h"
 #include "schedule/instruction.h"
 #include "schedule/one_f_one_b.h"
+#include "schedule/zb_v_schedule.h"
 
 namespace omnibal::schedule {
 
@@ -41,19 +46,33 @@ StageSchedules build_interleaved_schedule(int stages, int micro_batches, int vir
 StageSchedules build_zb_h1_schedule(int stages, int micro_batches);
 
 /// Builds `kind` (not kAuto) for P stages, m micro-batches and v chunks per rank (v must be 1
-/// except for kInterleaved). Throws omnibal::Error naming the constraint that fails.
+/// except for kInterleaved; kZbV takes 1 or 2 and always builds 2, on equal costs: the lists for
+/// a step's own costs are build_zb_v_schedule's). Throws omnibal::Error naming the constraint
+/// that fails.
 StageSchedules build_schedule(PipelineSchedule kind, int stages, int micro_batches,
                               int virtual_stages = 1);
 
-/// Model chunks per rank `kind` runs with `virtual_stages` configured: v for kInterleaved, else 1.
+/// Model chunks per rank `kind` runs with `virtual_stages` configured: v for kInterleaved, 2 for
+/// kZbV, else 1.
 int chunks_per_rank(PipelineSchedule kind, int virtual_stages);
+
+/// True for the schedules that split the backward into BackwardInput and BackwardWeight (ZB-H1,
+/// ZB-V): their plans need W's share of the backward and the bytes a deferred W keeps.
+bool splits_backward(PipelineSchedule kind);
+
+/// How `kind`'s chunks lie on the ranks (instruction.h): kV for kZbV, kLoop otherwise. Every
+/// walker of a schedule's lists (checker, timeline, executor, simulator, memory model) maps
+/// chunks to virtual stages through it.
+ChunkLayout chunk_layout(PipelineSchedule kind);
 
 /// The bubble fraction of `kind` for P stages, m micro-batches, v chunks, with every chunk's
 /// forward, input-gradient and weight-gradient times equal (T_F = T_B = T_W, the ZB paper's
 /// setting), idle time over step time: 1F1B (P-1)/(m+P-1), interleaved (P-1)/(v*m+P-1) (m % P
 /// == 0, as the builder), ZB-H1 1 - 3m/T with T = max(3m+P-1, 2m+2P-1), i.e. (P-1)/(3m+P-1)
-/// for m >= P. Exact for the built lists on free transfers (tests/schedule). Throws
-/// omnibal::Error for kAuto or P, m, v < 1.
+/// for m >= P, ZB-V (P-1)/(6m+P-1) for m >= 2P - 1 (the lower bound: the last rank starts P-1
+/// chunk-times late and has 6m of work; zb_v_schedule.h) and, for fewer micro-batches, the bubble
+/// of the built lists (simulated; above the bound by at most a few chunk-times). Exact for the
+/// built lists on free transfers (tests/schedule). Throws omnibal::Error for kAuto or P, m, v < 1.
 double bubble_fraction(PipelineSchedule kind, int stages, int micro_batches,
                        int virtual_stages = 1);
 
