@@ -96,9 +96,9 @@ void init_unit_parameters(PipelineUnit& unit, uint64_t seed, double std) {
   }
 }
 
-std::vector<std::vector<UnitPtr>> make_chunk_units(const ModelPreset& preset,
-                                                   const VlmOptions& options,
-                                                   const std::vector<UnitRange>& ranges) {
+std::vector<std::vector<UnitPtr>> make_chunk_units(
+    const ModelPreset& preset, const VlmOptions& options, const std::vector<UnitRange>& ranges,
+    const std::function<void(const UnitPtr&)>& on_unit) {
   const int64_t total = unit_count(preset);
   std::vector<int64_t> indices;
   for (const auto& [begin, end] : ranges) {
@@ -116,31 +116,32 @@ std::vector<std::vector<UnitPtr>> make_chunk_units(const ModelPreset& preset,
   check_tensor_parallel(preset, tp.size);
   OMNIBAL_CHECK(tp.rank >= 0 && tp.rank < tp.size, "make_units: TP rank ", tp.rank, " outside [0, ",
                 tp.size, ")");
+  const torch::Dtype dtype = options.dtype.value_or(compat::default_dtype(options.device));
   std::vector<UnitPtr> units;
   for (const int64_t i : indices) {
-    units.push_back(build_unit(preset, options, unit_at(preset, static_cast<int>(i)), !tied_here));
-    init_unit_parameters(*units.back(), options.seed, options.init_std);
-    units.back()->set_dropout(options.dropout);
+    UnitPtr unit = build_unit(preset, options, unit_at(preset, static_cast<int>(i)), !tied_here);
+    init_unit_parameters(*unit, options.seed, options.init_std);
+    unit->set_dropout(options.dropout);
+    auto* head_unit =
+        unit->kind() == UnitKind::kLlmHead ? static_cast<LlmHeadUnit*>(unit.get()) : nullptr;
+    if (head_unit && !tied_here && preset.llm.tie_embeddings) {
+      // Head on another stage than the embedding: start from the same values (see vlm.h).
+      torch::Tensor w = head_unit->output->weight;
+      torch::Tensor fresh = torch::empty(w.sizes());
+      init_tensor(fresh, "llm_embed.tok_embeddings.weight", options.seed, options.init_std);
+      torch::NoGradGuard no_grad;
+      w.copy_(fresh);
+    }
+    // TP: the unit was built and initialised whole on the CPU (the values of TP 1); keep this
+    // rank's slices before it moves to the device, so a device holds only its shards.
+    unit->shard_parameters();
+    unit->to(options.device, dtype);
+    if (head_unit && tied_here)  // shares the embedding's tensor (and so its shard)
+      head_unit->tie_to(static_cast<LlmEmbedUnit*>(units[embed_at - indices.begin()].get())
+                            ->tok_embeddings->weight);
+    if (on_unit) on_unit(unit);
+    units.push_back(std::move(unit));
   }
-  auto* head_unit = units.back()->kind() == UnitKind::kLlmHead
-                        ? static_cast<LlmHeadUnit*>(units.back().get())
-                        : nullptr;
-  if (head_unit && !tied_here && preset.llm.tie_embeddings) {
-    // Head on another stage than the embedding: start from the same values (see vlm.h).
-    torch::Tensor w = head_unit->output->weight;
-    torch::Tensor fresh = torch::empty(w.sizes());
-    init_tensor(fresh, "llm_embed.tok_embeddings.weight", options.seed, options.init_std);
-    torch::NoGradGuard no_grad;
-    w.copy_(fresh);
-  }
-  // TP: each unit was built and initialised whole on the CPU (the values of TP 1); keep this
-  // rank's slices before anything moves to the device, so a device holds only its shards.
-  for (auto& unit : units) unit->shard_parameters();
-  const torch::Dtype dtype = options.dtype.value_or(compat::default_dtype(options.device));
-  for (auto& unit : units) unit->to(options.device, dtype);
-  if (head_unit && tied_here)  // shares the embedding's tensor (and so its shard)
-    head_unit->tie_to(static_cast<LlmEmbedUnit*>(units[embed_at - indices.begin()].get())
-                          ->tok_embeddings->weight);
   std::vector<std::vector<UnitPtr>> chunks;
   size_t next = 0;
   for (const auto& [begin, end] : ranges) {

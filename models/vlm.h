@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -77,10 +78,13 @@ using UnitRange = std::pair<int64_t, int64_t>;
 
 /// make_units() for the model chunks of one interleaved pipeline rank: one vector per range
 /// (ascending, disjoint), built together so a tied LM head whose embedding sits in an earlier
-/// chunk of the same rank shares its tensor. Same errors as make_units.
-std::vector<std::vector<UnitPtr>> make_chunk_units(const ModelPreset& preset,
-                                                   const VlmOptions& options,
-                                                   const std::vector<UnitRange>& ranges);
+/// chunk of the same rank shares its tensor. `on_unit`, when set, is called with each unit once
+/// it is complete (initialised, TP-sharded, on the device in its dtype, tied), in chain order,
+/// before the next unit is built: a caller that shards it away (ZeRO-3, train/full_shard.h)
+/// never holds the stage whole. Same errors as make_units.
+std::vector<std::vector<UnitPtr>> make_chunk_units(
+    const ModelPreset& preset, const VlmOptions& options, const std::vector<UnitRange>& ranges,
+    const std::function<void(const UnitPtr&)>& on_unit = {});
 
 /// Runs units in order (run_unit(), so recompute flags apply): the forward of one pipeline
 /// stage (or of the whole model). An empty micro-batch (state.empty()) computes nothing and

@@ -46,83 +46,100 @@ struct FullShard::Group {
   }
 };
 
-FullShard::FullShard(const std::vector<models::UnitPtr>& units, OptimizerOptions options,
-                     comm::Communicator* dp, DpShard shard)
-    : options_(std::move(options)), dp_(dp), shard_(shard), units_(units) {
+FullShard::FullShard(OptimizerOptions options, comm::Communicator* dp, DpShard shard)
+    : options_(std::move(options)), dp_(dp), shard_(shard) {
   OMNIBAL_CHECK(dp == nullptr || (dp->size() == shard.size && dp->rank() == shard.rank),
                 "FullShard: the DP group disagrees with the shard (rank ", shard.rank, " of ",
                 shard.size, ")");
+}
+
+FullShard::FullShard(const std::vector<models::UnitPtr>& units, OptimizerOptions options,
+                     comm::Communicator* dp, DpShard shard)
+    : FullShard(std::move(options), dp, shard) {
+  for (const auto& unit : units) add_unit(unit);
+}
+
+void FullShard::add_unit(const models::UnitPtr& unit) {
   const torch::Dtype dtype = precision_dtype(options_.precision);
-  std::map<const void*, Group*> owner;  // by TensorImpl: a parameter two units use
   torch::NoGradGuard no_grad;
-  for (const auto& unit : units_) {
-    auto g = std::make_unique<Group>();
-    std::set<Group*> uses;
-    int trainable = 0;
-    for (const auto& np : unit->named_parameters()) {
-      const torch::Tensor& p = np.value();
-      if (auto it = owner.find(p.unsafeGetTensorImpl()); it != owner.end()) {
-        uses.insert(it->second);
-        continue;
-      }
-      OMNIBAL_CHECK(p.scalar_type() == dtype, "FullShard: parameter ", unit->unit_name(), ".",
-                    np.key(), " is ", comm::dtype_name(p.scalar_type()), ", expected ",
-                    comm::dtype_name(dtype));
-      owner[p.unsafeGetTensorImpl()] = g.get();
-      g->names.push_back(unit->unit_name() + "." + np.key());
-      g->params.push_back(p);
-      g->offsets.push_back(g->numel);
-      g->numel += p.numel();
-      trainable += p.requires_grad() ? 1 : 0;
-    }
-    for (const auto& p : unit->borrowed_parameters()) {
-      const auto it = owner.find(p.unsafeGetTensorImpl());
-      OMNIBAL_CHECK(it != owner.end(), "FullShard: unit ", unit->unit_name(),
-                    " reads a parameter of a unit outside this stage (a tied head split over "
-                    "stages: train.shard full needs parallel.pp 1)");
+  units_.push_back(unit);
+  auto g = std::make_unique<Group>();
+  std::set<Group*> uses;
+  int trainable = 0;
+  for (const auto& np : unit->named_parameters()) {
+    const torch::Tensor& p = np.value();
+    if (auto it = owner_.find(p.unsafeGetTensorImpl()); it != owner_.end()) {
       uses.insert(it->second);
+      continue;
     }
-    OMNIBAL_CHECK(trainable == 0 || trainable == static_cast<int>(g->params.size()),
-                  "FullShard: unit ", unit->unit_name(),
-                  " mixes trainable and frozen parameters (train.freeze freezes whole units)");
-    auto& mine = unit_groups_[unit.get()];
-    if (!g->params.empty()) {
-      g->trainable = trainable > 0;
-      mine.push_back(g.get());
-      groups_.push_back(std::move(g));
-    }
-    mine.insert(mine.end(), uses.begin(), uses.end());
+    OMNIBAL_CHECK(p.scalar_type() == dtype, "FullShard: parameter ", unit->unit_name(), ".",
+                  np.key(), " is ", comm::dtype_name(p.scalar_type()), ", expected ",
+                  comm::dtype_name(dtype));
+    owner_[p.unsafeGetTensorImpl()] = g.get();
+    g->names.push_back(unit->unit_name() + "." + np.key());
+    g->params.push_back(p);
+    g->offsets.push_back(g->numel);
+    g->numel += p.numel();
+    trainable += p.requires_grad() ? 1 : 0;
   }
+  for (const auto& p : unit->borrowed_parameters()) {
+    const auto it = owner_.find(p.unsafeGetTensorImpl());
+    OMNIBAL_CHECK(it != owner_.end(), "FullShard: unit ", unit->unit_name(),
+                  " reads a parameter of a unit outside this stage (a tied head split over "
+                  "stages: train.shard full needs parallel.pp 1)");
+    uses.insert(it->second);
+  }
+  OMNIBAL_CHECK(trainable == 0 || trainable == static_cast<int>(g->params.size()),
+                "FullShard: unit ", unit->unit_name(),
+                " mixes trainable and frozen parameters (train.freeze freezes whole units)");
+  auto& mine = unit_groups_[unit.get()];
+  if (!g->params.empty()) {
+    g->trainable = trainable > 0;
+    shard_group(*g);
+    mine.push_back(g.get());
+    groups_.push_back(std::move(g));
+  }
+  mine.insert(mine.end(), uses.begin(), uses.end());
+}
+
+void FullShard::shard_group(Group& g) {
+  const torch::Dtype dtype = precision_dtype(options_.precision);
   const int64_t dpn = shard_.size;
-  for (auto& gp : groups_) {
-    Group& g = *gp;
-    g.padded = (g.numel + dpn - 1) / dpn * dpn;
-    g.per_rank = g.padded / dpn;
-    const torch::Device device = g.params.front().device();
-    g.full = torch::zeros({g.padded}, torch::dtype(dtype).device(device));
-    g.full_nbytes = g.full.storage().nbytes();
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      torch::Tensor& p = g.params[i];
-      torch::Tensor view = g.full.narrow(0, g.offsets[i], p.numel());
-      view.copy_(p.detach().reshape(-1));
-      p.set_data(view.view(p.sizes()));
-    }
-    g.shard = g.full.narrow(0, shard_.rank * g.per_rank, g.per_rank).clone();
-    if (g.trainable) g.segments = g.segments_of(shard_.rank);
-    if (g.trainable) {
-      g.master = options_.precision == Precision::kFp32 ? g.shard : g.shard.to(torch::kFloat32);
-      g.exp_avg = torch::zeros({g.per_rank}, torch::dtype(torch::kFloat32).device(device));
-      g.exp_avg_sq = torch::zeros_like(g.exp_avg);
-      g.grad = torch::zeros_like(g.exp_avg);
-      for (const auto& p : g.params)
-        models::compat::set_post_accumulate_grad_hook(
-            p,
-            [this, gptr = &g](const torch::Tensor&) {
-              if (++gptr->reached == static_cast<int>(gptr->params.size())) reduce_scatter(*gptr);
-            },
-            this);
-    }
-    models::free_storage(g.full);
+  g.padded = (g.numel + dpn - 1) / dpn * dpn;
+  g.per_rank = g.padded / dpn;
+  const torch::Device device = g.params.front().device();
+  g.full = torch::zeros({g.padded}, torch::dtype(dtype).device(device));
+  g.full_nbytes = g.full.storage().nbytes();
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    torch::Tensor& p = g.params[i];
+    torch::Tensor view = g.full.narrow(0, g.offsets[i], p.numel());
+    view.copy_(p.detach().reshape(-1));
+    p.set_data(view.view(p.sizes()));
+  }
+  g.shard = g.full.narrow(0, shard_.rank * g.per_rank, g.per_rank).clone();
+  if (g.trainable) {
+    g.segments = g.segments_of(shard_.rank);
+    g.master = options_.precision == Precision::kFp32 ? g.shard : g.shard.to(torch::kFloat32);
+    g.exp_avg = torch::zeros({g.per_rank}, torch::dtype(torch::kFloat32).device(device));
+    g.exp_avg_sq = torch::zeros_like(g.exp_avg);
+    g.grad = torch::zeros_like(g.exp_avg);
+    for (const auto& p : g.params)
+      models::compat::set_post_accumulate_grad_hook(
+          p,
+          [this, gptr = &g](const torch::Tensor&) {
+            if (++gptr->reached == static_cast<int>(gptr->params.size())) reduce_scatter(*gptr);
+          },
+          this);
+  }
+  models::free_storage(g.full);
+}
+
+void FullShard::store_gathered(models::PipelineUnit& unit) {
+  torch::NoGradGuard no_grad;
+  for (Group* g : groups_of(unit)) {
+    OMNIBAL_CHECK(g->held > 0, "FullShard::store_gathered: ", unit.unit_name(), " is not gathered");
+    g->shard.copy_(g->full.narrow(0, shard_.rank * g->per_rank, g->per_rank));
+    if (g->trainable && options_.precision != Precision::kFp32) g->master.copy_(g->shard);
   }
 }
 

@@ -57,10 +57,20 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   /// trainable and frozen parameters or the dtype differs from options.precision.
   FullShard(const std::vector<models::UnitPtr>& units, OptimizerOptions options,
             comm::Communicator* dp, DpShard shard);
+  /// An empty FullShard: units come one by one through add_unit().
+  FullShard(OptimizerOptions options, comm::Communicator* dp, DpShard shard);
   ~FullShard() override;
   FullShard(const FullShard&) = delete;
   FullShard& operator=(const FullShard&) = delete;
 
+  /// Shards one more unit (the next in forward order; its values identical on every DP rank)
+  /// and frees its whole parameters: a stage built unit by unit (models::make_chunk_units'
+  /// on_unit) never holds more than one unit whole. Same errors as the constructor.
+  void add_unit(const models::UnitPtr& unit);
+  /// Takes the values of `unit`'s gathered parameters (written in place, e.g. by
+  /// model.init_from) into this rank's shards and master weights. Throws omnibal::Error when the
+  /// unit is not gathered (before_forward).
+  void store_gathered(models::PipelineUnit& unit);
   /// Sets this object as every unit's param hooks (models::PipelineUnit::set_param_hooks).
   void attach();
   /// Gathers `unit`'s parameters (collective over DP) until after_forward() or release_unit().
@@ -119,6 +129,8 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   void gather(Group& g);
   void release(Group& g);
   void reduce_scatter(Group& g);
+  /// Lays `g` out flat, keeps this rank's shard (and state when trainable), frees the rest.
+  void shard_group(Group& g);
   /// comm.overlap: launches the all-gather of `unit`'s groups not held (non-blocking), for the
   /// next gather() to wait on. No-op for null, without overlap or at DP 1.
   void prefetch(const models::PipelineUnit* unit);
@@ -137,6 +149,7 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   std::vector<models::UnitPtr> units_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::map<const models::PipelineUnit*, std::vector<Group*>> unit_groups_;
+  std::map<const void*, Group*> owner_;  ///< by TensorImpl: a parameter two units use
   int64_t steps_ = 0;
   int64_t prefetches_ = 0;
   double local_grad_sq_ = 0;

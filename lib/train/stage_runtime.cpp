@@ -67,35 +67,37 @@ void StageRuntime::build_units() {
     const int k = c * at.stages + at.stage;
     chunk_ranges.emplace_back(plan.begin(k), plan.end(k));
   }
-  const auto chunks =
-      models::make_chunk_units(setup.preset, model_options().with_tensor_parallel(tp),
-                               chunk_ranges);
   std::vector<int> unit_index;  // chain index of each unit of this stage
-  for (size_t c = 0; c < chunks.size(); ++c)
-    for (size_t i = 0; i < chunks[c].size(); ++i) {
-      units.push_back(chunks[c][i]);
-      unit_index.push_back(static_cast<int>(chunk_ranges[c].first + i));
-    }
-  tp_layout = TpLayout(units, tp);
+  for (const auto& [begin, end] : chunk_ranges)
+    for (int64_t k = begin; k < end; ++k) unit_index.push_back(static_cast<int>(k));
+  // Each unit's recompute flag and frozen group as it is built; under ZeRO-3 it is then sharded
+  // at once, so the stage is never whole on this rank (FullShard::add_unit).
   const auto& freeze = setup.config.train.freeze;
-  for (size_t i = 0; i < units.size(); ++i) {
-    auto& u = units[i];
-    u->set_recompute(plan.recompute[unit_index[i]]);
+  if (setup.config.train.shard == ShardMode::kFull)
+    sharded = std::make_unique<FullShard>(optimizer_options(), &setup.comms.dp_group(),
+                                          DpShard{at.dp_rank, at.dp});
+  const auto configure = [&](const models::UnitPtr& u) {
+    u->set_recompute(plan.recompute[unit_index[units.size()]]);
     const bool frozen =
         std::find(freeze.begin(), freeze.end(), freeze_group(u->kind())) != freeze.end();
     for (auto& np : u->named_parameters()) {
       np.value().requires_grad_(!frozen);
       params.emplace_back(u->unit_name() + "." + np.key(), np.value());
     }
-  }
+    if (sharded) sharded->add_unit(u);
+    units.push_back(u);
+  };
+  const auto chunks =
+      models::make_chunk_units(setup.preset, model_options().with_tensor_parallel(tp), chunk_ranges,
+                               configure);
+  tp_layout = TpLayout(units, tp);
   if (at.stages > 1) pipe = std::make_unique<comm::TensorMessenger>(setup.comms.pipeline());
   executor = std::make_unique<pipeline::StageExecutor>(chunks, at.stage, at.stages, pipe.get(),
                                                        setup.device);
 }
 
-/// The optimizer over this stage's trainable parameters as they are now (it takes the current
-/// values as master weights): after the initialisation, before a checkpoint is loaded.
-void StageRuntime::make_optimizer() {
+/// What the stage's optimizer is configured with (train.*, comm.*, the chunks of each parameter).
+OptimizerOptions StageRuntime::optimizer_options() const {
   const Config& cfg = setup.config;
   OptimizerOptions o;
   o.adam.beta1 = cfg.train.beta1;
@@ -104,11 +106,11 @@ void StageRuntime::make_optimizer() {
   o.precision = cfg.train.precision;
   o.reduce_dtype = cfg.comm.grad_reduce_dtype;
   o.zero1 = cfg.train.zero1_on();
-  if (tied->active()) o.own_bucket = {TiedHead::kEmbeddingName};
+  if (tied && tied->active()) o.own_bucket = {TiedHead::kEmbeddingName};
   o.overlap = cfg.comm.overlap;
   o.chunks = static_cast<int>(chunk_ranges.size());
   std::map<const void*, int> chunk_of;  // by tensor: the tied head's copy is renamed
-  for (size_t c = 0, u = 0; c < chunk_ranges.size(); ++c)
+  for (size_t c = 0, u = 0; c < chunk_ranges.size() && !units.empty(); ++c)
     for (int64_t k = chunk_ranges[c].first; k < chunk_ranges[c].second; ++k, ++u)
       for (const auto& p : units[u]->parameters())
         chunk_of.emplace(p.unsafeGetTensorImpl(), static_cast<int>(c));
@@ -116,20 +118,28 @@ void StageRuntime::make_optimizer() {
     if (chunk_of.count(p.unsafeGetTensorImpl()))
       o.chunk_of[name] = chunk_of[p.unsafeGetTensorImpl()];
   // A head tied on this stage reaches the embedding again (in its own chunk at P 1 with v > 1).
-  if (setup.preset.llm.tie_embeddings && !tied->split()) o.late = {TiedHead::kEmbeddingName};
-  if (cfg.train.shard == ShardMode::kFull) {
+  // (build_units asks before the tied head exists: FullShard reads neither.)
+  if (setup.preset.llm.tie_embeddings && tied && !tied->split())
+    o.late = {TiedHead::kEmbeddingName};
+  return o;
+}
+
+/// The optimizer over this stage's trainable parameters as they are now (it takes the current
+/// values as master weights): after the initialisation, before a checkpoint is loaded. Under
+/// ZeRO-3 the FullShard build_units() filled.
+void StageRuntime::make_optimizer() {
+  if (sharded) {
     OMNIBAL_CHECK(setup.plan.schedule != PipelineSchedule::kZbH1,
                   "train.shard full: parallel.schedule auto chose zb-h1, whose deferred weight "
                   "gradients need the weights ZeRO-3 frees; set parallel.schedule 1f1b");
-    auto f =
-        std::make_unique<FullShard>(units, o, &setup.comms.dp_group(), DpShard{at.dp_rank, at.dp});
-    f->attach();
-    full = f.get();
-    optimizer = std::move(f);
+    sharded->attach();
+    full = sharded.get();
+    optimizer = std::move(sharded);
     return;
   }
-  auto d = std::make_unique<DistributedOptimizer>(params, o, &setup.comms.dp_group(),
-                                                  DpShard{at.dp_rank, at.dp});
+  auto d =
+      std::make_unique<DistributedOptimizer>(params, optimizer_options(), &setup.comms.dp_group(),
+                                             DpShard{at.dp_rank, at.dp});
   dist = d.get();
   optimizer = std::move(d);
 }
@@ -179,9 +189,13 @@ std::optional<TrainCounters> StageRuntime::restore(const ResumePoint& resume,
 
 /// The seeded initialisation and model.init_from. The checkpoint init_from names holds whole
 /// tensors: under TP they are loaded into an unsharded copy of this stage and each rank keeps
-/// its shards (a transient second copy of the stage's weights).
+/// its shards (a transient second copy of the stage's weights; under ZeRO-3 of one unit).
 void StageRuntime::init_weights() {
   const Config& cfg = setup.config;
+  if (sharded) {
+    if (!cfg.model.init_from.empty()) init_sharded_from();
+    return;
+  }
   if (!tp.active()) {
     init_stage_weights(cfg.model, setup.preset, units);
     return;
@@ -199,6 +213,32 @@ void StageRuntime::init_weights() {
       np.value().copy_(tp_layout.shard(name, full[np.key()].detach(), cfg.model.init_from));
     }
   }
+}
+
+/// ZeRO-3's model.init_from, one unit at a time: gathered, loaded (under TP through a whole copy
+/// of that unit), its values taken into the shards, released. Collective over DP.
+void StageRuntime::init_sharded_from() {
+  const Config& cfg = setup.config;
+  torch::NoGradGuard no_grad;
+  size_t i = 0;
+  for (const auto& [begin, end] : chunk_ranges)
+    for (int64_t k = begin; k < end; ++k, ++i) {
+      const models::UnitPtr& u = units[i];
+      sharded->before_forward(*u);
+      if (!tp.active()) {
+        init_stage_weights(cfg.model, setup.preset, {u});
+      } else {
+        const auto whole = models::make_units(setup.preset, model_options(), k, k + 1);
+        init_stage_weights(cfg.model, setup.preset, whole);
+        auto values = whole.front()->named_parameters();
+        for (auto& np : u->named_parameters()) {
+          const std::string name = u->unit_name() + "." + np.key();
+          np.value().copy_(tp_layout.shard(name, values[np.key()].detach(), cfg.model.init_from));
+        }
+      }
+      sharded->store_gathered(*u);
+      sharded->release_unit(*u);
+    }
 }
 
 void StageRuntime::finalize_grads() {

@@ -108,13 +108,17 @@ struct StageRuntime {
   std::unique_ptr<StageOptimizer> optimizer;  ///< made by restore(): `dist` or `full`
   DistributedOptimizer* dist = nullptr;       ///< train.shard none | optimizer
   FullShard* full = nullptr;                  ///< train.shard full (ZeRO-3)
-  GradNormScope norm_scope;                   ///< see grad_norm()
+  /// ZeRO-3: the FullShard build_units() fills unit by unit, until make_optimizer() installs it.
+  std::unique_ptr<FullShard> sharded;
+  GradNormScope norm_scope;  ///< see grad_norm()
 
  private:
   models::VlmOptions model_options() const;
   void build_units();
+  OptimizerOptions optimizer_options() const;
   void make_optimizer();
   void init_weights();
+  void init_sharded_from();
   /// Calls `fn(name, whole parameter)` for every parameter of the stage, in `params` order;
   /// under ZeRO-3 each unit is gathered (collective over DP) while its parameters are read.
   void for_each_param(const std::function<void(const std::string&, const torch::Tensor&)>& fn);

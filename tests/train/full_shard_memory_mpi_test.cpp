@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -15,7 +16,9 @@
 #include "core/model_preset.h"
 #include "memory/memory_model.h"
 #include "memory/recompute_planner.h"
+#include "models/vlm.h"
 #include "partition/stage_partition.h"
+#include "profile/memory_meter.h"
 #include "profile/stage_memory_probe.h"
 #include "profile/unit_profiler.h"
 #include "train/full_shard.h"
@@ -92,4 +95,42 @@ TEST_CASE("ZeRO-3 at DP 2: counted static and peak bytes per rank within 10 % of
   const double resting = predicted.static_bytes() - predicted.gathered;
   CHECK(std::abs(measured.static_bytes - resting) <= 0.10 * resting);
   CHECK(std::abs(measured.peak_bytes - predicted.total()) <= 0.10 * predicted.total());
+}
+
+TEST_CASE("ZeRO-3 builds a stage unit by unit: the build never holds the model whole",
+          "[train][mpi][full_shard][memory]") {
+  auto world = comm::testing::world_comm();
+  REQUIRE(world->size() == 2);
+  const auto preset = load_model_preset("tiny");
+  const int64_t n = unit_count(preset);
+  int64_t whole = 0, largest = 0;  // parameter bytes (fp32) of the model and of its largest unit
+  for (const int64_t c : models::unit_parameter_counts(preset)) {
+    whole += 4 * c;
+    largest = std::max(largest, 4 * c);
+  }
+  models::VlmOptions vo;
+  vo.with_img_context_id(7).with_seed(0).with_dtype(torch::kFloat32);
+  profile::MemoryMeter meter(torch::kCPU);
+  train::FullShard shard(train::OptimizerOptions{}, world.get(), {world->rank(), 2});
+  const auto state = [&] {
+    const train::ShardBytes b = shard.resident_bytes();
+    return b.params + b.grads + b.optimizer;
+  };
+  // Whole parameters alive as each unit is completed (before it is sharded): that unit only. A
+  // build of the whole stage first (FullShard's other constructor) has every unit built so far.
+  int64_t most_whole = 0, units_built = 0;
+  const auto chunks = models::make_chunk_units(preset, vo, {{0, n}}, [&](const models::UnitPtr& u) {
+    most_whole = std::max(most_whole, meter.current_bytes() - state());
+    shard.add_unit(u);
+    ++units_built;
+  });
+  INFO("model " << whole << " B, largest unit " << largest << " B; most whole parameter bytes "
+                << "alive during the build " << most_whole << " B; build peak "
+                << meter.peak_bytes() << " B, held after " << meter.current_bytes() << " B");
+  CHECK(units_built == n);
+  CHECK(most_whole <= largest + 4096);
+  CHECK(most_whole < whole / 4);
+  // Held: parameters, gradient accumulator, moments: 4 x half of the model (fp32, master = shard).
+  CHECK(state() <= 4 * (whole / 2 + 64 * n));
+  CHECK(meter.peak_bytes() <= meter.current_bytes() + 3 * largest);
 }

@@ -1,9 +1,12 @@
 """ZeRO-3 (train.shard full): equal to plain data parallelism, 1/DP of the model state per rank,
 bitwise resume, and checkpoints that resume across shard modes and DP sizes."""
 import os
+import shutil
+import subprocess
 
 from . import check
-from .harness import BF16, DROPOUT, HERE, ZERO1, fail, tp
+from .checkpoints import subset_meta
+from .harness import BF16, DROPOUT, ENV, HERE, ZERO1, fail, log_value, tp
 from .results import (checkpoint_params, max_param_rel, metrics, rel, resumed_like_straight,
                       same_training, stored_names, summary)
 
@@ -96,3 +99,30 @@ def check_zero3_resume(r):
         r.run(np, name, dp, 1, m, steps=6, fresh=False, extra=extra + ["--resume", "auto"])
         resumed_like_straight(name, os.path.join(r.a.work, name), ref)
         print(f"{name}: resumed and continued within 1e-5 of one process straight")
+
+
+@check("ZeRO-3 init_from (DP 2; TP 2 x DP 2) loads unit by unit to the checkpoint's parameter "
+       "hash", cost=40)
+def check_zero3_init_from(r):
+    """An export of a 3-step run loaded by model.init_from under train.shard full, each unit
+    gathered, loaded and sharded in turn: the parameter hash after loading is the checkpoint's,
+    at DP 2 and at TP 2 x DP 2 (each TP rank's slice of a whole copy of one unit)."""
+    data = ["--set", f"data.meta={subset_meta(r, 16)}", "--set", "balance.method=random",
+            "--set", "balance.samples_per_pack=8"]
+    _, base = r.run(1, "z3if-base", 1, 1, 2, steps=3, extra=data)
+    base_hash = summary(base)["param_hash"]
+    out = os.path.join(r.a.work, "z3if-export")
+    shutil.rmtree(out, ignore_errors=True)
+    p = subprocess.run([r.a.plan, "export", "--checkpoint",
+                        os.path.join(base, "checkpoints", "step-3"), "--out", out, "--dtype",
+                        "fp32"], env=ENV, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        print(p.stdout, p.stderr)
+        fail("omnibal-plan export failed")
+    for name, np, extra in [("z3if-dp2", 2, []), ("z3if-tp2dp2", 4, tp(2))]:
+        p, _ = r.run(np, name, 2, 1, 1, steps=1,
+                     extra=data + extra + FULL + ["--set", f"model.init_from={out}"])
+        line = log_value(p.stdout + p.stderr, f"model.init_from {out}:")
+        if not line.endswith(f"parameter hash {base_hash}"):
+            fail(f"{name}: '{line}', expected the checkpoint's parameter hash {base_hash}")
+        print(f"{name}: init_from under ZeRO-3 has the checkpoint's parameter hash {base_hash}")
