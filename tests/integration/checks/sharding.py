@@ -75,7 +75,7 @@ def check_zero3(r):
        "checkpoints resume across shard modes and DP sizes within 1e-5", cost=70)
 def check_zero3_resume(r):
     """Bitwise resume under ZeRO-3 at DP 2 (fp32 with dropout; bf16 with the ViT frozen), the
-    checkpoint holding the same names as plain DP's; then 3 steps in one shard mode and DP size
+    checkpoint holding the same names as plain DP's and exported by omnibal-plan; then 3 steps in one shard mode and DP size
     and 3 more in another (dp x m stays 2: the same data plan) against 6 straight steps."""
     frozen = ["--set", "train.freeze=[vit]"]
     for name, extra in [("z3r-fp32", DROPOUT), ("z3r-bf16-frozen", BF16 + frozen)]:
@@ -85,6 +85,13 @@ def check_zero3_resume(r):
         ckpt = lambda d: os.path.join(d, "checkpoints", "step-3")
         if set(stored_names(ckpt(half))) != set(stored_names(ckpt(plain))):
             fail(f"{name}: the ZeRO-3 checkpoint holds other tensors than plain DP's")
+        out = os.path.join(r.a.work, name + "-export")
+        shutil.rmtree(out, ignore_errors=True)
+        p = subprocess.run([r.a.plan, "export", "--checkpoint", ckpt(half), "--out", out],
+                           env=ENV, capture_output=True, text=True, timeout=120)
+        if p.returncode != 0 or not os.path.exists(os.path.join(out, "config.json")):
+            print(p.stdout[-2000:], p.stderr[-2000:])
+            fail(f"{name}: omnibal-plan export of the ZeRO-3 checkpoint failed")
         r.run(2, name, 2, 1, 1, steps=6, fresh=False, extra=extra + FULL + ["--resume", "auto"])
         same_training(half, straight, f"{name}: ZeRO-3 3 + resume + 3 vs 6 straight")
         print(f"{name}: 6 straight == 3 + resume + 3 bitwise ({summary(straight)['param_hash']})")
