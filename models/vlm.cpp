@@ -177,7 +177,16 @@ UnitState empty_output(const PipelineUnit& last, const UnitState& state) {
 }
 
 UnitState run_units(const std::vector<UnitPtr>& units, UnitState state) {
-  if (state.empty() && !units.empty()) return empty_output(*units.back(), state);
+  if (state.empty() && !units.empty()) {
+    // ZeRO-3 matches its gathers and reduce-scatters over DP by order: a rank that skipped its
+    // units would pair its next collective with another rank's gather of a different unit.
+    OMNIBAL_CHECK(units.front()->param_hooks() == nullptr,
+                  "a micro-batch with no samples (every sample of its pack left out under "
+                  "data.on_bad_sample: skip) under train.shard full: ZeRO-3 needs every DP rank "
+                  "to run every unit; fix or remove the bad samples, or use train.shard none | "
+                  "optimizer");
+    return empty_output(*units.back(), state);
+  }
   for (const auto& unit : units) state = run_unit(*unit, state);
   return state;
 }

@@ -88,7 +88,8 @@ std::vector<std::vector<UnitPtr>> make_chunk_units(
 
 /// Runs units in order (run_unit(), so recompute flags apply): the forward of one pipeline
 /// stage (or of the whole model). An empty micro-batch (state.empty()) computes nothing and
-/// returns empty_output() of the last unit.
+/// returns empty_output() of the last unit; under ZeRO-3 (units with param hooks) it throws
+/// omnibal::Error instead: every DP rank must run every unit.
 UnitState run_units(const std::vector<UnitPtr>& units, UnitState state);
 
 /// The output of `last` for an empty micro-batch (n = 0 samples, a pack whose every sample was

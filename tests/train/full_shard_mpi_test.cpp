@@ -188,3 +188,21 @@ TEST_CASE("train.shard full at DP 2 equals plain DP and holds half the model sta
     CHECK(full.optimizer_bytes <= plain.optimizer_bytes / 2 + 64 * 12);
   }
 }
+
+TEST_CASE("train.shard full refuses a micro-batch with no samples by name",
+          "[train][mpi][full_shard]") {
+  auto world = comm::testing::world_comm();
+  REQUIRE(world->size() == 2);
+  const Variant v{"fp32"};
+  const ModelPreset preset = load_model_preset(v.preset);
+  const auto units = build(v, preset);
+  models::UnitState empty;  // a pack whose every sample was left out (data.on_bad_sample skip)
+  empty.cu_seqlens = torch::zeros({1}, torch::kLong);
+  REQUIRE(empty.empty());
+  CHECK_NOTHROW(models::run_units(units, empty));  // plain DP: nothing computed
+  FullShard fs(units, options_of(v), world.get(), {world->rank(), world->size()});
+  fs.attach();
+  CHECK_THROWS_WITH(models::run_units(units, empty),
+                    Catch::Contains("every DP rank to run every unit") &&
+                        Catch::Contains("data.on_bad_sample"));
+}
