@@ -115,7 +115,8 @@ struct InFlightState {
 std::vector<std::vector<InFlightState>> in_flight_states(const ScheduleLayout& layout);
 
 /// Per chunk, the most graphs and deferred W's of `states` (each chunk's own peak: an upper bound
-/// of every state, used where one linear count is needed, the recompute knapsack of v > 1).
+/// of every state, used where one linear count is needed, the recompute knapsack of interleaved
+/// v > 1; ZB-V's knapsack bounds every state itself, multi_state_knapsack.h).
 InFlightState peak_per_chunk(const std::vector<InFlightState>& states);
 
 /// Memory of pipeline rank `rank` of `partition` (layout.chunks() parts) under `layout`, with

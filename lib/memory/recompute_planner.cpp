@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "memory/multi_state_knapsack.h"
 #include "memory/stage_rules.h"
 #include "schedule/one_f_one_b.h"
 
@@ -77,12 +78,9 @@ struct RankBound {
   double fixed = 0;                 ///< static bytes
   std::vector<double> kept0;        ///< [chunk] kept bytes, everything recomputed
   std::vector<double> weight_kept;  ///< [chunk] bytes one deferred W keeps
-  /// [chunk] item weight multipliers: g* (one chunk) or each chunk's peak graph count.
+  /// [chunk] item weight multipliers: g* (one chunk) or each chunk's peak graph count (the
+  /// linear knapsack; ZB-V's is multi_state_knapsack.h and leaves them unused).
   std::vector<double> mult;
-  /// [chunk] under ZB-V, where a kept unit's W is deferred and a recomputed one's is not: each
-  /// chunk's peak deferred W count, the multiplier of a kept item's deferred_weight_bytes; empty
-  /// otherwise (every unit's W bytes are in weight_kept whatever it decides).
-  std::vector<double> deferred_mult;
 };
 
 /// The recompute candidates of rank r and their chunks (RankBound's chunks, items and
@@ -124,7 +122,6 @@ void bound_all_recomputed(const partition::UnitCostTable& table, const partition
   const InFlightState peak = peak_per_chunk(states);
   b.mult.resize(v);
   for (int c = 0; c < v; ++c) b.mult[c] = peak.graphs[c];
-  if (w_in_b) b.deferred_mult.assign(peak.deferred.begin(), peak.deferred.end());
 }
 
 /// Room for the kept extras (in mult-scaled bytes) given the transient d and the kept bytes K0
@@ -176,16 +173,13 @@ TransientChoice split_at_transient(const partition::UnitCostTable& table, const 
     const auto& unit = table.units[u];
     const int c = b.chunk_of_unit[u];
     const double extra = unit.activation_bytes - table.checkpoint_bytes(u);
-    // Under ZB-V a kept unit also defers its W: its bytes at the chunk's peak deferred count.
-    const double w =
-        b.deferred_mult.empty() ? 0.0 : b.deferred_mult[c] * unit.deferred_weight_bytes();
     if (d == 0 || unit.activation_bytes > d) {
-      t.k0[c] += extra + (b.mult[c] > 0 ? w / b.mult[c] : 0.0);
+      t.k0[c] += extra;
       t.forced_value += unit.recompute_cost();
     } else {
       t.optional.push_back(u);
       t.weight.push_back(
-          static_cast<long>(std::ceil(std::max(0.0, b.mult[c] * extra + w) / granularity_bytes)));
+          static_cast<long>(std::ceil(std::max(0.0, b.mult[c] * extra) / granularity_bytes)));
       t.value.push_back(unit.recompute_cost());
     }
   }
@@ -203,6 +197,48 @@ std::vector<double> candidate_transients(const partition::UnitCostTable& table,
   return transients;
 }
 
+/// Adaptive flags for ZB-V's pipeline rank `r` (adaptive_rank's contract), bounded at every
+/// moment of `states` (multi_state_knapsack.h: the largest sum at one moment, exact): per
+/// candidate transient d, each block either recomputes (its W in B: it keeps its checkpoint, in
+/// K0, until B and nothing after) or keeps its activations (extra bytes per graph alive) and
+/// defers its W (deferred_weight_bytes per W pending); blocks larger than d must keep.
+bool adaptive_rank_zb_v(const partition::UnitCostTable& table, const partition::Partition& p, int r,
+                        const ScheduleLayout& layout, const std::vector<InFlightState>& states,
+                        const RecomputeOptions& o, std::vector<bool>& flags) {
+  RankBound b = rank_items(table, p, r, layout);
+  for (int u : b.items) flags[u] = true;
+  bound_all_recomputed(table, p, r, layout, states, o, flags, b);
+  double best_value = -1;
+  std::vector<bool> best_flags = flags;
+  for (double d : candidate_transients(table, b.items)) {
+    std::vector<KnapsackItem> items;
+    for (int u : b.items) {
+      const auto& unit = table.units[u];
+      const KnapsackOption keep{unit.activation_bytes - table.checkpoint_bytes(u),
+                                unit.deferred_weight_bytes(), unit.recompute_cost()};
+      const bool may_recompute = d > 0 && unit.activation_bytes <= d;
+      items.push_back({b.chunk_of_unit[u], {keep}});
+      if (may_recompute)
+        items.back().options.insert(items.back().options.begin(), KnapsackOption{});
+    }
+    std::vector<double> room;
+    for (const auto& st : states) {
+      double held = 0;
+      for (int c = 0; c < b.chunks; ++c)
+        held += st.graphs[c] * b.kept0[c] + st.deferred[c] * b.weight_kept[c];
+      room.push_back(o.budget_bytes - b.fixed - d - held);
+    }
+    const auto solved = solve_multi_state_knapsack(items, states, room, o.granularity_bytes);
+    if (!solved.feasible || solved.value <= best_value) continue;
+    best_value = solved.value;
+    for (size_t j = 0; j < b.items.size(); ++j)  // option 0 of an optional item: recompute
+      best_flags[b.items[j]] = items[j].options.size() == 2 && solved.option[j] == 0;
+  }
+  if (best_value < 0) return false;  // flags stay "all recomputed"
+  flags = best_flags;
+  return true;
+}
+
 /// Adaptive flags for pipeline rank `r` (all its chunks); returns false when it cannot fit even
 /// fully recomputed. Memory = static + transient + max over states i of
 /// sum_c (graphs_ic K_c + deferred_ic Wk_c), K_c the kept bytes of chunk c. One chunk: every
@@ -212,6 +248,8 @@ std::vector<double> candidate_transients(const partition::UnitCostTable& table,
 bool adaptive_rank(const partition::UnitCostTable& table, const partition::Partition& p, int r,
                    const ScheduleLayout& layout, const std::vector<InFlightState>& states,
                    const RecomputeOptions& o, std::vector<bool>& flags) {
+  if (layout.schedule == PipelineSchedule::kZbV)
+    return adaptive_rank_zb_v(table, p, r, layout, states, o, flags);
   RankBound b = rank_items(table, p, r, layout);
   for (int u : b.items) flags[u] = true;
   bound_all_recomputed(table, p, r, layout, states, o, flags, b);

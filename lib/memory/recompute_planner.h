@@ -13,8 +13,11 @@
 // Schedules (memory_model.h): the split has P x v chunks and each knapsack is one pipeline rank,
 // its chunks together against one budget, with the schedule's in-flight counts: exact for one
 // chunk per rank (1F1B, ZB-H1: every candidate peak moment of in_flight_states bounds the kept
-// bytes, the deferred W bytes are fixed), each chunk's own peak for interleaved (an upper bound,
-// so the plan still fits). memory, fits are per rank; recomputed_units per chunk.
+// bytes, the deferred W bytes are fixed); exact for ZB-V's two chunks (multi_state_knapsack.h:
+// every moment of in_flight_states bounds the sum of what is alive then, a kept block's
+// activations per graph and its deferred W bytes per pending W, a recomputed block's W in B);
+// each chunk's own peak for interleaved (an upper bound, so the plan still fits). memory, fits
+// are per rank; recomputed_units per chunk.
 #pragma once
 
 #include <vector>
