@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "models/weight_grad_store.h"
+
 namespace omnibal::models {
 
 namespace {
@@ -37,6 +39,8 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
     if (input_grad) input.requires_grad_(true);
     {
       torch::AutoGradMode enable(true);
+      // ZB-V: the rerun's linears get their dW here, in B (weight_grad_store.h).
+      WeightGradStore::RecomputedBackward in_b;
       const torch::Tensor out =
           rc->unit->forward(rc->input.with_hidden(input, rc->input.phase)).hidden;
       torch::autograd::backward({out}, {grad_out[0]});

@@ -90,6 +90,19 @@ WeightGradStore::Recording::~Recording() {
   active().key = previous_key_;
 }
 
+WeightGradStore::RecomputedBackward::RecomputedBackward() {
+  if (!active().store || active().store->defer_recomputed()) return;
+  paused_ = active().store;
+  paused_key_ = active().key;
+  active().store.reset();
+}
+
+WeightGradStore::RecomputedBackward::~RecomputedBackward() {
+  if (!paused_) return;
+  active().store = paused_;
+  active().key = paused_key_;
+}
+
 void WeightGradStore::file(int key, torch::Tensor input, torch::Tensor output_grad,
                            torch::Tensor weight) {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -14,13 +14,17 @@
 // Memory: between B and W each filed linear keeps its input x (which a plain backward frees at
 // B) and its output gradient dy; the rest of the micro-batch's autograd graph is freed at B.
 // Recomputed units (models/recompute.h) rebuild their graph inside B under the same recording,
-// so their linears are deferred too. The store is shared with autograd's worker threads (CUDA
+// so their linears are deferred too (ZB-H1), unless the store is told not to
+// (set_defer_recomputed(false), ZB-V): a recomputed unit's dW is then computed in its B, so no
+// deferred W keeps the activations recomputation dropped (lib/schedule/README.md, "Deferred W and
+// recomputation"). The store is shared with autograd's worker threads (CUDA
 // backward runs there), hence the mutex. Gradients equal a plain backward's up to summation
 // order (dW is the same product autograd computes).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -44,6 +48,27 @@ class WeightGradStore : public torch::CustomClassHolder {
     int previous_key_;
   };
 
+  /// Around a recomputed unit's rerun and backward (models/recompute.cpp): while alive, the
+  /// recording in effect is paused when its store does not defer recomputed linears
+  /// (set_defer_recomputed(false)), so their dW are computed in B; otherwise a no-op.
+  class RecomputedBackward {
+   public:
+    RecomputedBackward();
+    ~RecomputedBackward();
+    RecomputedBackward(const RecomputedBackward&) = delete;
+    RecomputedBackward& operator=(const RecomputedBackward&) = delete;
+
+   private:
+    c10::intrusive_ptr<WeightGradStore> paused_;
+    int paused_key_ = 0;
+  };
+
+  /// Whether the linears a recomputed unit reruns inside a recorded backward are deferred like
+  /// the others (true, the default: ZB-H1) or get their dW in B (false: ZB-V). Set between
+  /// steps, read on autograd's threads.
+  void set_defer_recomputed(bool defer) { defer_recomputed_ = defer; }
+  bool defer_recomputed() const { return defer_recomputed_; }
+
   /// Adds dW = dy^T x of every triple filed under `key` to its weight's .grad (allocating it
   /// when undefined) and forgets them; after a weight's last triple of the key, runs its
   /// post-accumulate-grad hook, as autograd would (models/accumulate_grad_hook.h: an optimizer
@@ -65,6 +90,7 @@ class WeightGradStore : public torch::CustomClassHolder {
   };
   mutable std::mutex mutex_;
   std::map<int, std::vector<Deferred>> filed_;
+  std::atomic<bool> defer_recomputed_{true};
 };
 
 /// y = x W^T + b for x [..., in], weight [out, in], bias [out] or undefined; returns [..., out].

@@ -200,14 +200,12 @@ void ParallelConfig::validate(const std::string& w) const {
   check_positive(w + "tp", tp);
   check_positive(w + "micro_batches", micro_batches);
   check_positive(w + "virtual_stages", virtual_stages);
-  OMNIBAL_CHECK(schedule != PipelineSchedule::kZbV, w,
-                "schedule: zb-v is planned by omnibal-plan (partition / simulate --schedule zb-v) "
-                "but the trainer's executor does not run it yet; expected 1f1b | interleaved | "
-                "zb-h1 | auto");
+  // ZB-V always runs 2 model chunks per rank (a V); virtual_stages 2 says so, 1 is the default.
+  const bool zb_v = schedule == PipelineSchedule::kZbV;
   OMNIBAL_CHECK(virtual_stages == 1 || schedule == PipelineSchedule::kInterleaved ||
-                    schedule == PipelineSchedule::kAuto,
+                    schedule == PipelineSchedule::kAuto || (zb_v && virtual_stages == 2),
                 w, "virtual_stages: ", virtual_stages, " model chunks per rank need schedule: ",
-                "interleaved (or auto), got schedule: ", choice_name(schedule));
+                "interleaved (or auto; zb-v runs 2), got schedule: ", choice_name(schedule));
   if (schedule == PipelineSchedule::kInterleaved) {
     OMNIBAL_CHECK(virtual_stages >= 2, w,
                   "virtual_stages: the interleaved schedule needs at least 2 model chunks per "
@@ -217,12 +215,16 @@ void ParallelConfig::validate(const std::string& w) const {
     OMNIBAL_CHECK(micro_batches % pp == 0, w, "micro_batches: the interleaved schedule needs a ",
                   "multiple of pp (", pp, ") micro-batches per step, got ", micro_batches);
   }
-  const int chunks = pp * (schedule == PipelineSchedule::kInterleaved ? virtual_stages : 1);
+  const int chunks = pp * (schedule == PipelineSchedule::kInterleaved ? virtual_stages
+                           : zb_v                                     ? 2
+                                                                      : 1);
   if (partition.method == PartitionMethod::kManual) {
     OMNIBAL_CHECK(static_cast<int>(partition.manual.size()) == chunks, w,
                   "partition.manual: expected one unit count per pipeline stage",
-                  chunks == pp ? std::string() : " and model chunk (pp x virtual_stages)", " (",
-                  chunks, "), got ", partition.manual.size());
+                  chunks == pp ? std::string()
+                  : zb_v       ? " and model chunk (2 x pp under zb-v, in model order)"
+                               : " and model chunk (pp x virtual_stages)",
+                  " (", chunks, "), got ", partition.manual.size());
     for (int n : partition.manual) check_positive(w + "partition.manual[]", n);
   }
   OMNIBAL_CHECK(partition_trials >= -1, w, "partition_trials: expected -1 (top K) or >= 0, got ",
@@ -333,10 +335,11 @@ void Config::validate() const {
                   "only; expected parallel.pp 1 (pipeline stages with ZeRO-1: train.shard "
                   "optimizer), got parallel.pp ",
                   parallel.pp);
-    OMNIBAL_CHECK(parallel.schedule != PipelineSchedule::kZbH1,
+    OMNIBAL_CHECK(parallel.schedule != PipelineSchedule::kZbH1 &&
+                      parallel.schedule != PipelineSchedule::kZbV,
                   "train.shard: full (ZeRO-3) frees a unit's weights after its backward, which "
-                  "ZB-H1's deferred weight gradients need; expected parallel.schedule 1f1b or "
-                  "auto");
+                  "the deferred weight gradients of ZB-H1 and ZB-V need; expected "
+                  "parallel.schedule 1f1b, interleaved or auto");
   }
 }
 

@@ -61,9 +61,18 @@ StageExecutor::StageExecutor(std::vector<models::UnitPtr> units, int stage, int 
                     pipe, device) {}
 
 StageExecutor::StageExecutor(std::vector<std::vector<models::UnitPtr>> chunks, int stage,
-                             int stages, comm::TensorMessenger* pipe, torch::Device device)
-    : chunks_(std::move(chunks)), stage_(stage), stages_(stages), pipe_(pipe), device_(device) {
+                             int stages, comm::TensorMessenger* pipe, torch::Device device,
+                             schedule::ChunkLayout layout)
+    : chunks_(std::move(chunks)),
+      stage_(stage),
+      stages_(stages),
+      pipe_(pipe),
+      device_(device),
+      layout_(layout) {
   OMNIBAL_CHECK(!chunks_.empty(), "StageExecutor: stage ", stage, " has no model chunks");
+  OMNIBAL_CHECK(layout != schedule::ChunkLayout::kV || chunks_.size() == 2,
+                "StageExecutor: the V layout (ZB-V) needs 2 model chunks per stage, stage ", stage,
+                " has ", chunks_.size());
   for (size_t c = 0; c < chunks_.size(); ++c) {
     OMNIBAL_CHECK(!chunks_[c].empty(), "StageExecutor: stage ", stage, " chunk ", c,
                   " has no pipeline units");
@@ -98,7 +107,7 @@ void StageExecutor::receive_activation(int chunk, int mb) {
   const int from = virtual_of(chunk) - 1;
   OMNIBAL_CHECK(from >= 0, "RecvActivation{", mb, "} on the model's first virtual stage");
   std::vector<torch::Tensor> tensors;
-  if (from % stages_ == stage_) {  // a hand-over between two chunks of this rank
+  if (rank_of(from) == stage_) {  // a hand-over between two chunks of this rank
     auto it = local_.find({static_cast<int>(comm::MessageKind::kActivation), chunk, mb});
     OMNIBAL_CHECK(it != local_.end(), "stage ", stage_, ": RecvActivation{", mb, " chunk ", chunk,
                   "} before chunk ", chunk - 1, " sent it");
@@ -107,7 +116,7 @@ void StageExecutor::receive_activation(int chunk, int mb) {
   } else {
     const auto t0 = Clock::now();
     const double t0_us = trace_clock_us();
-    tensors = pipe_->recv(expected_activation(chunk, mb), from % stages_, device_).wait();
+    tensors = pipe_->recv(expected_activation(chunk, mb), rank_of(from), device_).wait();
     idle_s_ += since(t0);
     span("recv", mb, chunk, t0_us);
   }
@@ -121,7 +130,7 @@ void StageExecutor::receive_grad(int chunk, int mb) {
   OMNIBAL_CHECK(from <= last_virtual(), "RecvGrad{", mb, "} on the model's last virtual stage");
   OMNIBAL_CHECK(f.forwarded, "stage ", stage_, ": RecvGrad{", mb, " chunk ", chunk,
                 "} before its Forward");
-  if (from % stages_ == stage_) {
+  if (rank_of(from) == stage_) {
     auto it = local_.find({static_cast<int>(comm::MessageKind::kGradient), chunk, mb});
     OMNIBAL_CHECK(it != local_.end(), "stage ", stage_, ": RecvGrad{", mb, " chunk ", chunk,
                   "} before chunk ", chunk + 1, " sent it");
@@ -136,7 +145,7 @@ void StageExecutor::receive_grad(int chunk, int mb) {
   h.tensors = {comm::TensorMeta::of(f.output.hidden)};
   const auto t0 = Clock::now();
   const double t0_us = trace_clock_us();
-  f.output_grad = pipe_->recv(h, from % stages_, device_).wait()[0];
+  f.output_grad = pipe_->recv(h, rank_of(from), device_).wait()[0];
   idle_s_ += since(t0);
   span("recv", mb, chunk, t0_us);
 }
@@ -175,7 +184,8 @@ models::UnitState StageExecutor::input_state(int chunk, int mb, const models::Pa
 
 void StageExecutor::send(comm::MessageKind kind, int chunk, int mb,
                          std::vector<torch::Tensor> tensors, int to_virtual) {
-  const int peer = to_virtual % stages_, peer_chunk = to_virtual / stages_;
+  const int peer = rank_of(to_virtual);
+  const int peer_chunk = schedule::chunk_of_virtual(to_virtual, stages_);
   (void)chunk;
   if (peer == stage_) {
     local_[{static_cast<int>(kind), peer_chunk, mb}] = std::move(tensors);
@@ -216,7 +226,7 @@ void StageExecutor::backward(int chunk, int mb) {
   OMNIBAL_CHECK(f.forwarded && !f.input_done, "stage ", stage_, ": backward of micro-batch ", mb,
                 " chunk ", chunk, f.forwarded ? " run twice" : " before its Forward");
   {
-    std::optional<models::WeightGradStore::Recording> recording;  // recomputed linears defer too
+    std::optional<models::WeightGradStore::Recording> recording;  // ZB-V: not recomputed ones
     if (records(chunk, mb)) recording.emplace(store_, store_key(chunk, mb));
     if (virtual_of(chunk) == last_virtual()) {
       if (f.output.loss_sum.requires_grad()) f.output.loss_sum.backward();
@@ -261,7 +271,12 @@ void StageExecutor::start_step(const std::vector<schedule::Instruction>& program
   local_.clear();
   sends_.clear();
   if (split_ && !store_) store_ = c10::make_intrusive<models::WeightGradStore>();
-  if (store_) store_->clear();
+  if (store_) {
+    store_->clear();
+    // ZB-V computes a recomputed unit's dW in its B (lib/schedule/README.md, "Deferred W and
+    // recomputation"); ZB-H1 defers every linear.
+    store_->set_defer_recomputed(layout_ != schedule::ChunkLayout::kV);
+  }
   idle_s_ = 0;
 }
 
@@ -412,17 +427,17 @@ std::optional<models::UnitState> StageExecutor::forward_only(int index,
     models::UnitState out = models::run_units(chunks_[c], input_state(c, index, pack, false));
     flight_[c][index] = InFlight{};
     if (virtual_of(c) == last_virtual()) return out;
-    const int to = virtual_of(c) + 1;
-    if (to % stages_ == stage_) {
-      local_[{static_cast<int>(comm::MessageKind::kActivation), to / stages_, index}] = {
+    const int to = virtual_of(c) + 1, to_chunk = schedule::chunk_of_virtual(to, stages_);
+    if (rank_of(to) == stage_) {
+      local_[{static_cast<int>(comm::MessageKind::kActivation), to_chunk, index}] = {
           out.hidden, out.side_tensor()};
       continue;
     }
     comm::TensorMessage message{comm::MessageKind::kActivation,
                                 index,
                                 {out.hidden, out.side_tensor()}};
-    message.chunk = to / stages_;
-    comm::Request r = pipe_->send(message, to % stages_);
+    message.chunk = to_chunk;
+    comm::Request r = pipe_->send(message, rank_of(to));
     r.wait();
   }
   return std::nullopt;

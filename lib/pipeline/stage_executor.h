@@ -1,5 +1,5 @@
 // StageExecutor: runs one pipeline stage of one DP replica by interpreting its instruction list
-// of lib/schedule (1F1B, interleaved 1F1B or ZB-H1: the same lists the simulator walks). For
+// of lib/schedule (1F1B, interleaved 1F1B, ZB-H1 or ZB-V: the same lists the simulator walks). For
 // each micro-batch it
 // runs the forward of this stage's units, sends the output activation with a header to the next
 // stage, receives the activation gradient back and runs the backward, and sends the input
@@ -13,6 +13,13 @@
 // Interleaved 1F1B: the stage holds v model chunks (virtual stages k = c * P + stage); chunk c's
 // input comes from virtual stage k - 1 on rank (k - 1) % P and its output goes to k + 1, each
 // message naming its chunk; a hand-over between two chunks of this rank (P == 1) stays local.
+// ZB-V: two chunks in a V (schedule::ChunkLayout::kV: rank s holds virtual stages s and
+// 2P - 1 - s), every peer found through schedule::stage_of_virtual; the hand-over P-1 -> P on
+// rank P - 1 stays local, and the model's last chunk (the loss) is on rank 0 (is_last()).
+// Received tensors are kept per (kind, chunk, micro-batch) until their compute, since a list may
+// receive ahead of an earlier compute (NCCL's per-peer order, lib/schedule/README.md). Under
+// ZB-V a recomputed unit's weight gradients are computed in its BackwardInput, not deferred
+// (models/weight_grad_store.h, WeightGradStore::set_defer_recomputed).
 // ZB-H1: Forward and BackwardInput run while the stage's WeightGradStore records
 // (models/weight_grad_store.h), so BackwardInput computes the input gradient (and the non-linear
 // parameters' gradients) and files each linear layer's (x, dy, W); BackwardWeight{mb} computes
@@ -47,8 +54,8 @@ namespace omnibal::pipeline {
 /// Wall-clock seconds one stage spent in one step.
 struct StageTimes {
   double forward_s = 0;   ///< forward of this stage's units (recomputation excluded)
-  double backward_s = 0;  ///< backward (recomputed forwards and ZB-H1's W included)
-  double weight_s = 0;    ///< ZB-H1: of backward_s, the deferred weight gradients (W)
+  double backward_s = 0;  ///< backward (recomputed forwards and ZB's W included)
+  double weight_s = 0;    ///< ZB-H1, ZB-V: of backward_s, the deferred weight gradients (W)
   double idle_s = 0;      ///< blocked in receives and in waiting for sends (pipeline bubble)
   /// DP communication: the ReduceGrads callback (DP all-reduce), and under comm.overlap the
   /// bucket launches of StepHooks::final_grads (taken out of backward_s / weight_s) and the
@@ -97,7 +104,7 @@ struct FinalGradMark {
 };
 
 /// Per instruction of `program` (one stage's list, any schedule), its FinalGradMark: 1F1B and
-/// interleaved mark each chunk's last Backward (marks and chunk_done); ZB-H1 each chunk's last
+/// interleaved mark each chunk's last Backward (marks and chunk_done); ZB-H1 / ZB-V each chunk's last
 /// BackwardInput (marks) and last BackwardWeight (marks and chunk_done).
 std::vector<FinalGradMark> final_grad_marks(const std::vector<schedule::Instruction>& program);
 
@@ -151,9 +158,12 @@ class StageExecutor {
   /// (peers are stage indices; may be null when stages == 1).
   StageExecutor(std::vector<models::UnitPtr> units, int stage, int stages,
                 comm::TensorMessenger* pipe, torch::Device device = torch::kCPU);
-  /// Interleaved: `chunks[c]` are the units of virtual stage c * stages + stage, in model order.
+  /// Several chunks: `chunks[c]` are the units of virtual stage
+  /// schedule::virtual_stage(c, stage, stages, layout), in model order (kLoop: interleaved
+  /// 1F1B's c * stages + stage; kV: ZB-V's stage and 2 * stages - 1 - stage).
   StageExecutor(std::vector<std::vector<models::UnitPtr>> chunks, int stage, int stages,
-                comm::TensorMessenger* pipe, torch::Device device = torch::kCPU);
+                comm::TensorMessenger* pipe, torch::Device device = torch::kCPU,
+                schedule::ChunkLayout layout = schedule::ChunkLayout::kLoop);
 
   /// Runs `program` (this stage's list for m micro-batches, schedules.h) up to and including
   /// ReduceGrads; OptimizerStep is left to the caller. `packs` holds this rank's m packs on the
@@ -174,9 +184,9 @@ class StageExecutor {
   std::optional<models::UnitState> forward_only(int index, const models::PackBatch* pack);
 
   /// Holds the model's first virtual stage (its packs carry pixels and ids).
-  bool is_first() const { return stage_ == 0; }
-  /// Holds the model's last virtual stage (the loss).
-  bool is_last() const { return stage_ == stages_ - 1; }
+  bool is_first() const { return rank_of(0) == stage_; }
+  /// Holds the model's last virtual stage (the loss): stage P - 1, or stage 0 under ZB-V's V.
+  bool is_last() const { return rank_of(last_virtual()) == stage_; }
   /// Every unit of this stage, chunk after chunk.
   const std::vector<models::UnitPtr>& units() const { return all_units_; }
   int chunks() const { return static_cast<int>(chunks_.size()); }
@@ -190,7 +200,11 @@ class StageExecutor {
     torch::Tensor received, received_side;  ///< the activation received, until Forward
     bool forwarded = false, input_done = false;
   };
-  int virtual_of(int chunk) const { return chunk * stages_ + stage_; }
+  int virtual_of(int chunk) const {
+    return schedule::virtual_stage(chunk, stage_, stages_, layout_);
+  }
+  /// The pipeline rank holding virtual stage k.
+  int rank_of(int k) const { return schedule::stage_of_virtual(k, stages_, layout_); }
   int last_virtual() const { return stages_ * chunks() - 1; }
   InFlight& slot(int chunk, int mb);
   models::UnitState input_state(int chunk, int mb, const models::PackBatch* pack, bool grad);
@@ -225,12 +239,13 @@ class StageExecutor {
   int stage_, stages_;
   comm::TensorMessenger* pipe_;
   torch::Device device_;
+  schedule::ChunkLayout layout_ = schedule::ChunkLayout::kLoop;
   int micro_batches_ = 0;
   std::vector<std::vector<InFlight>> flight_;  ///< [chunk][micro-batch]
   /// Hand-overs between two chunks of this rank (P == 1): (kind, receiving chunk, mb) -> tensors.
   std::map<std::tuple<int, int, int>, std::vector<torch::Tensor>> local_;
   std::vector<comm::Request> sends_;
-  c10::intrusive_ptr<models::WeightGradStore> store_;  ///< ZB-H1's deferred weight gradients
+  c10::intrusive_ptr<models::WeightGradStore> store_;  ///< ZB's deferred weight gradients
   bool split_ = false;        ///< the program splits backwards (BackwardInput / BackwardWeight)
   std::set<int> split_keys_;  ///< store_key of every (chunk, mb) with a BackwardInput
   bool records(int chunk, int mb) const { return split_keys_.count(store_key(chunk, mb)) > 0; }

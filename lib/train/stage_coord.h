@@ -12,7 +12,12 @@ struct StageCoord {
   int dp_rank = 0, dp = 1;    ///< DP index and size
   int tp_rank = 0;            ///< TP index (the TP ranks of a stage run the same program)
   bool first() const { return stage == 0; }
-  bool last() const { return stage == stages - 1; }
+  /// The stage holding the model's last chunk (the loss): stages - 1, or 0 under ZB-V's V
+  /// layout (StageRuntime sets it from the plan's schedule, schedule::stage_of_virtual); -1:
+  /// stages - 1.
+  int loss_stage = -1;
+  /// Holds the loss (loss_stage).
+  bool last() const { return stage == (loss_stage >= 0 ? loss_stage : stages - 1); }
   /// This rank's coordinates in `comms`' grid.
   static StageCoord of(comm::ParallelComms& comms) {
     StageCoord c;

@@ -42,7 +42,7 @@ StageRuntime::StageRuntime(const StageSetup& s)
     : setup(s), at(StageCoord::of(s.comms)), tp(tensor_parallel_of(s.comms)) {
   build_units();
   tied = std::make_unique<TiedHead>(s.preset, s.plan.partition, at.stage, params,
-                                    s.plan.virtual_stages);
+                                    s.plan.virtual_stages, schedule::chunk_layout(s.plan.schedule));
   // A tied head's copy on the head's stage answers to the embedding's name (tied_head.h): give
   // it the head's shard layout, so it is gathered and sharded like the embedding.
   if (tied->split() && !tp_layout.spec(TiedHead::kEmbeddingName).sharded())
@@ -63,10 +63,13 @@ StageRuntime::StageRuntime(const StageSetup& s)
 /// The stage's units chunk after chunk, their recompute flags and frozen groups, the executor.
 void StageRuntime::build_units() {
   const memory::StagePlan& plan = setup.plan;
+  const schedule::ChunkLayout layout = schedule::chunk_layout(plan.schedule);  // ZB-V: a V
   for (int c = 0; c < plan.virtual_stages; ++c) {
-    const int k = c * at.stages + at.stage;
+    const int k = schedule::virtual_stage(c, at.stage, at.stages, layout);
     chunk_ranges.emplace_back(plan.begin(k), plan.end(k));
   }
+  at.loss_stage =
+      schedule::stage_of_virtual(at.stages * plan.virtual_stages - 1, at.stages, layout);
   std::vector<int> unit_index;  // chain index of each unit of this stage
   for (const auto& [begin, end] : chunk_ranges)
     for (int64_t k = begin; k < end; ++k) unit_index.push_back(static_cast<int>(k));
@@ -93,7 +96,7 @@ void StageRuntime::build_units() {
   tp_layout = TpLayout(units, tp);
   if (at.stages > 1) pipe = std::make_unique<comm::TensorMessenger>(setup.comms.pipeline());
   executor = std::make_unique<pipeline::StageExecutor>(chunks, at.stage, at.stages, pipe.get(),
-                                                       setup.device);
+                                                       setup.device, layout);
 }
 
 /// What the stage's optimizer is configured with (train.*, comm.*, the chunks of each parameter).

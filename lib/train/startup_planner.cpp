@@ -25,6 +25,7 @@
 #include "profile/memory_meter.h"
 #include "profile/profiling_pack.h"
 #include "profile/unit_profiler.h"
+#include "schedule/schedules.h"
 #include "train/distributed_optimizer.h"
 #include "train/partition_trials.h"
 #include "train/startup_stop.h"
@@ -115,8 +116,8 @@ ObtainedTable obtain_cost_table(const StartupPlanContext& c, const partition::Ta
         po.device = *c.device;
         po.dtype = precision_dtype(cfg.train.precision);
         po.tp = cfg.parallel.tp;
-        // ZB-H1 (or auto, which may pick it) plans with W's measured share and bytes.
-        po.split_backward = cfg.parallel.schedule == PipelineSchedule::kZbH1 ||
+        // ZB-H1 and ZB-V (or auto, which may pick them) plan with W's measured share and bytes.
+        po.split_backward = schedule::splits_backward(cfg.parallel.schedule) ||
                             cfg.parallel.schedule == PipelineSchedule::kAuto;
         // Recomputation is priced by the blocks' checkpointed times when it may be used.
         po.checkpointed = cfg.memory.recompute.mode != RecomputeMode::kNone;
@@ -175,7 +176,8 @@ double pick_margin(const StartupPlanContext& c, double spread) {
     log_info(
         "stage plan: pick margin {:.1f} % (the start-up profile's repeat spread {:.1f} %{}: "
         "slowest minus fastest repeat over the units' total): a split (or schedule) replaces the "
-        "preferred one (fewest parameter bytes on the fullest rank; 1F1B, ZB-H1, interleaved) "
+        "preferred one (fewest parameter bytes on the fullest rank; 1F1B, ZB-H1, interleaved, "
+        "ZB-V) "
         "only when its simulated step is faster by more than that",
         100.0 * margin, 100.0 * spread,
         spread > kMaxPickMargin ? fmt::format(", capped at {:.0f} %", 100.0 * kMaxPickMargin)
@@ -192,6 +194,7 @@ memory::StagePlannerOptions planner_options(const StartupPlanContext& c,
   o.micro_batches = cfg.parallel.micro_batches;
   o.schedule = cfg.parallel.schedule;
   o.virtual_stages = cfg.parallel.virtual_stages;
+  o.auto_zb_v = true;  // the executor runs ZB-V: auto compares it too
   o.radius = cfg.parallel.partition_radius;
   o.top_k = cfg.parallel.partition_top_k;
   o.unit_names = unit_names(*c.preset);
@@ -466,6 +469,14 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   };
   const memory::StagePlan plan = memory::resolve_stage_plan(request, inputs);
   check_agreement(*c.comms, plan);
+  // A deferred W needs the weights ZeRO-3 frees after each backward; a resumed checkpoint's
+  // plan or parallel.plan_from may name a zero-bubble schedule the config does not.
+  OMNIBAL_CHECK(c.config->train.shard != ShardMode::kFull ||
+                    !schedule::splits_backward(plan.schedule),
+                "train.shard full: the stage plan runs parallel.schedule ",
+                choice_name(plan.schedule),
+                ", whose deferred weight gradients need the weights ZeRO-3 frees after each "
+                "backward; set parallel.schedule 1f1b (or train.shard optimizer)");
   StartupPlan out{plan,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                   std::move(table_used),

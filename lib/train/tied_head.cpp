@@ -27,15 +27,19 @@ torch::Tensor swap_with_peer(comm::Communicator& pipeline, const torch::Tensor& 
 }  // namespace
 
 TiedHead::TiedHead(const ModelPreset& preset, const partition::Partition& split, int stage,
-                   std::vector<std::pair<std::string, torch::Tensor>>& params, int virtual_stages) {
+                   std::vector<std::pair<std::string, torch::Tensor>>& params, int virtual_stages,
+                   schedule::ChunkLayout layout) {
   if (!preset.llm.tie_embeddings) return;
   const int embed_unit = preset.vit.depth + 2;  // vit_embed, vit blocks, projector, llm_embed
   OMNIBAL_CHECK(virtual_stages >= 1 && split.stages() % virtual_stages == 0,
                 "tied head: ", split.stages(), " model chunks do not split into ", virtual_stages,
                 " per pipeline stage");
-  const int stages = split.stages() / virtual_stages, last = stages - 1;
-  for (int k = 0; k < split.stages(); ++k)  // chunk k sits on stage k % P (interleaved)
-    if (split.begin(k) <= embed_unit && embed_unit < split.end(k)) embedding_stage_ = k % stages;
+  const int stages = split.stages() / virtual_stages;
+  // The head is the model's last unit: P - 1 under the loop layout, stage 0 under ZB-V's V.
+  const int last = schedule::stage_of_virtual(split.stages() - 1, stages, layout);
+  for (int k = 0; k < split.stages(); ++k)
+    if (split.begin(k) <= embed_unit && embed_unit < split.end(k))
+      embedding_stage_ = schedule::stage_of_virtual(k, stages, layout);
   OMNIBAL_CHECK(embedding_stage_ >= 0, "tied head: no stage holds unit llm_embed");
   split_ = embedding_stage_ != last;
   if (!split_) {

@@ -1,5 +1,7 @@
 // TiedHead: a tied LM head (llm.tie_embeddings) when the token embedding (unit llm_embed) and
-// the head (unit llm_head, always on the last stage) sit on different pipeline stages. Each of
+// the head (unit llm_head, in the model's last chunk: on the last stage, or on stage 0 under
+// ZB-V's V layout, where it then usually shares stage 0 with the embedding and is not split at
+// all) sit on different pipeline stages. Below, "the last stage" is the head's stage. Each of
 // the two stages holds a copy of the [vocab, d] weight, initialised identically (models/vlm.h);
 // this class keeps them equal, as Megatron's embedding group does:
 //   - after the DP all-reduce, the two ranks of each pipeline (one pair per DP replica) swap
@@ -28,6 +30,7 @@
 #include "comm/communicator.h"
 #include "core/model_preset.h"
 #include "partition/stage_partition.h"
+#include "schedule/instruction.h"
 
 namespace omnibal::train {
 
@@ -44,16 +47,18 @@ class TiedHead {
   /// Looks at `stage`'s named parameters. When `preset` ties the head and `split` puts
   /// llm_embed on another stage than llm_head, the embedding's stage and the last stage become
   /// the two ends of the pair and the last stage's kHeadName entry is renamed kEmbeddingName.
-  /// Interleaved: `split` holds P x virtual_stages chunks, chunk k on stage k % P.
-  /// Throws omnibal::Error when an end lacks the expected parameter.
+  /// Several chunks per stage: `split` holds P x virtual_stages chunks (virtual stages), chunk k
+  /// on stage schedule::stage_of_virtual(k, P, layout) (kLoop: k % P; kV, ZB-V: the head's
+  /// last chunk on stage 0). Throws omnibal::Error when an end lacks the expected parameter.
   TiedHead(const ModelPreset& preset, const partition::Partition& split, int stage,
-           std::vector<std::pair<std::string, torch::Tensor>>& params, int virtual_stages = 1);
+           std::vector<std::pair<std::string, torch::Tensor>>& params, int virtual_stages = 1,
+           schedule::ChunkLayout layout = schedule::ChunkLayout::kLoop);
 
   /// True on every rank of a job whose tied weight is split over two stages.
   bool split() const { return split_; }
-  /// True on the two ends of the pair (the embedding's stage and the last stage).
+  /// True on the two ends of the pair (the embedding's stage and the head's stage).
   bool active() const { return peer_ >= 0; }
-  /// True on the last stage: it holds the head's copy (left out of norms, hashes, checkpoints).
+  /// True on the head's stage: it holds the head's copy (left out of norms, hashes, checkpoints).
   bool holds_copy() const { return active() && !embedding_end_; }
   /// Stage index of the embedding (-1 when not split).
   int embedding_stage() const { return embedding_stage_; }

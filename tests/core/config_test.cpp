@@ -261,3 +261,19 @@ TEST_CASE("a value out of range names the file line or the --set that gave it", 
   // A later --set wins over the file, and names itself.
   CHECK_THAT(error_of(yaml, {"train.steps=-7"}), Catch::Contains("--set 'train.steps=-7'"));
 }
+
+TEST_CASE("parallel.schedule zb-v: 2 chunks per rank, manual splits count 2 x pp",
+          "[core][config]") {
+  const Config c = parse_config("parallel: {pp: 2, schedule: zb-v}\n", "test.yaml");
+  CHECK(c.parallel.schedule == PipelineSchedule::kZbV);
+  CHECK(parse_config("parallel: {pp: 2, schedule: zb-v, virtual_stages: 2}\n", "t.yaml")
+            .parallel.virtual_stages == 2);
+  CHECK_THAT(error_of("parallel: {pp: 2, schedule: zb-v, virtual_stages: 3}\n"),
+             Catch::Contains("virtual_stages: 3") && Catch::Contains("zb-v runs 2"));
+  // Chunks in model order: stage 0 holds the first and the last.
+  CHECK(parse_config("parallel: {pp: 2, schedule: zb-v, partition: {manual: [3, 4, 4, 5]}}\n",
+                     "t.yaml")
+            .parallel.partition.manual.size() == 4);
+  CHECK_THAT(error_of("parallel: {pp: 2, schedule: zb-v, partition: {manual: [8, 8]}}\n"),
+             Catch::Contains("2 x pp under zb-v") && Catch::Contains("(4), got 2"));
+}

@@ -1,7 +1,8 @@
 // The 1F1B stage executor on 2 ranks (mpiexec -n 2) against the whole model in one process:
 // same loss and the same gradients for every parameter of each stage, with micro-batches of
 // different shapes and a stage-boundary activation of >= 8 MiB (ViT tokens of 1,936 tiles);
-// an empty micro-batch (every sample skipped) among them changes neither.
+// an empty micro-batch (every sample skipped) among them changes neither. Then interleaved,
+// ZB-H1 and ZB-V (its V: loss on stage 0; a recomputed block's W in its B) the same way.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -296,4 +297,91 @@ TEST_CASE("interleaved on one rank hands activations and gradients between its c
   // A program naming a chunk the stage does not hold is refused.
   std::vector<schedule::Instruction> bad = {{schedule::Op::Forward, 0, 3}};
   CHECK_THROWS_WITH(stage.run_step(bad, packs, 1.0), Catch::Contains("outside its 3 chunks"));
+}
+
+TEST_CASE("ZB-V executor on 2 stages equals the whole model (a V: loss on stage 0)",
+          "[pipeline][mpi]") {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  REQUIRE(world == 2);
+  const ModelPreset preset = small_wide_vit();
+  const int64_t n = static_cast<int64_t>(omnibal::unit_names(preset).size());  // 6 units
+  const bool recompute = GENERATE(false, true);
+  const int m = GENERATE(2, 4);
+  INFO("zb-v, m " << m << (recompute ? ", blocks recomputed" : ""));
+  models::VlmOptions opt;
+  opt.with_img_context_id(kImgContext).with_seed(5);
+  const std::vector<models::PackBatch> all_packs = {make_pack(3, 2, 1), make_pack(2, 1, 3),
+                                                    make_pack(4, 1, 4), make_pack(1, 3, 5)};
+  const std::vector<models::PackBatch> packs(all_packs.begin(), all_packs.begin() + m);
+  auto all = models::make_units(preset, opt, 0, n);
+  const Reference ref = reference_step(all, packs);
+
+  comm::ParallelComms comms(comm::ProcessGrid({1, 2, 1}, 2), comm::WaitPolicy{120, nullptr});
+  const int s = comms.coord().pp;
+  comm::TensorMessenger pipe(comms.pipeline());
+  // Virtual stages [0,1) [1,2) [2,3) [3,6) on ranks 0 1 1 0: the ViT boundary crosses to rank
+  // 1, the projector's hand-over 1 -> 2 stays on rank 1, the LLM comes back to rank 0.
+  const std::vector<models::UnitRange> ranges =
+      s == 0 ? std::vector<models::UnitRange>{{0, 1}, {3, n}}
+             : std::vector<models::UnitRange>{{1, 2}, {2, 3}};
+  const auto chunks = chunk_units(preset, opt, ranges, recompute);
+  pipeline::StageExecutor stage(chunks, s, 2, &pipe, torch::kCPU, schedule::ChunkLayout::kV);
+  CHECK(stage.is_last() == (s == 0));
+  CHECK(stage.is_first() == (s == 0));
+  const auto program = schedule::build_schedule(PipelineSchedule::kZbV, 2, m)[s];
+  int after_backward = 0;
+  pipeline::StepHooks hooks;
+  hooks.after_backward = [&](int) { ++after_backward; };
+  const auto r = stage.run_step(program, packs, 1.0 / static_cast<double>(ref.labels), hooks);
+  if (s == 0) {
+    CHECK(r.label_count == ref.labels);
+    CHECK(r.loss_sum == Approx(ref.loss).epsilon(1e-5));
+    REQUIRE(r.micro_batches.size() == static_cast<size_t>(m));
+  } else {
+    CHECK(r.micro_batches.empty());
+  }
+  CHECK(after_backward == 2 * 2 * m);  // per chunk and micro-batch a B and a W
+  CHECK(r.times.weight_s > 0);
+  CHECK(check_stage_grads(flatten(chunks), ref.grads) > 0);
+  const auto out = stage.forward_only(0, &packs[0]);
+  CHECK(out.has_value() == (s == 0));
+}
+
+TEST_CASE("ZB-V on one rank: both chunks local; a recomputed block's dW comes in its B",
+          "[pipeline]") {
+  const ModelPreset preset = small_wide_vit();
+  const int64_t n = static_cast<int64_t>(omnibal::unit_names(preset).size());
+  models::VlmOptions opt;
+  opt.with_img_context_id(kImgContext).with_seed(5);
+  const std::vector<models::PackBatch> packs = {make_pack(3, 2, 1), make_pack(2, 1, 3)};
+  auto all = models::make_units(preset, opt, 0, n);
+  const Reference ref = reference_step(all, packs);
+  // Chunk 1 = llm_block_0 (recomputed) and llm_head. ZB-V runs the recomputed block's W inside
+  // its B (lib/schedule/README.md); ZB-H1 defers every linear, recomputed ones too.
+  const bool zb_v = GENERATE(true, false);
+  INFO((zb_v ? "zb-v" : "zb-h1"));
+  const auto chunks = chunk_units(preset, opt, {{0, 4}, {4, n}}, true);
+  const auto layout = zb_v ? schedule::ChunkLayout::kV : schedule::ChunkLayout::kLoop;
+  std::vector<std::vector<models::UnitPtr>> used = chunks;
+  if (!zb_v) used = {flatten(chunks)};
+  pipeline::StageExecutor stage(used, 0, 1, nullptr, torch::kCPU, layout);
+  CHECK(stage.is_last());
+  const torch::Tensor block_w = chunks[1][0]->named_parameters()["attention.wq.weight"];
+  const torch::Tensor head_w = chunks[1][1]->named_parameters()["output.weight"];
+  bool first = true, block_in_b = false, head_in_b = true;
+  pipeline::StepHooks hooks;
+  hooks.after_backward = [&](int) {
+    if (!first) return;  // the first B: the last chunk's, micro-batch 0
+    first = false;
+    block_in_b = block_w.grad().defined();
+    head_in_b = head_w.grad().defined();
+  };
+  const auto program = zb_v ? schedule::build_schedule(PipelineSchedule::kZbV, 1, 2)[0]
+                            : schedule::build_schedule(PipelineSchedule::kZbH1, 1, 2)[0];
+  const auto r = stage.run_step(program, packs, 1.0 / static_cast<double>(ref.labels), hooks);
+  CHECK(r.loss_sum == Approx(ref.loss).epsilon(1e-6));
+  CHECK(block_in_b == zb_v);
+  CHECK_FALSE(head_in_b);  // the head is never recomputed: its dW waits for W
+  CHECK(check_stage_grads(flatten(chunks), ref.grads) > 0);
 }

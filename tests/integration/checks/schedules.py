@@ -1,12 +1,12 @@
-"""Pipeline schedules: interleaved 1F1B and ZB-H1 equal one process and 1F1B, resume across
-schedules, the refusals, and the merged Chrome trace of runtime.trace_steps."""
+"""Pipeline schedules: interleaved 1F1B, ZB-H1 and ZB-V equal one process and 1F1B, resume
+across schedules, the refusals, and the merged Chrome trace of runtime.trace_steps."""
 import json
 import os
 
 from . import check
 from .harness import HERE, fail, log_value, refusal, sched
 from .results import (check_predicted, checkpoint_params, close_training, max_param_rel, metrics,
-                      rel, resumed_like_straight, summary)
+                      rel, resumed_like_straight, stage_plan, summary)
 
 
 @check("interleaved 1F1B and ZB-H1 at PP 2 and PP 2 x DP 2 equal one process (1e-4), "
@@ -66,14 +66,84 @@ def check_schedules(r):
                             "--set", "parallel.partition_trials=0"]
     p, d = r.run(2, "sch-auto", 1, 2, 4, extra=auto)
     picked = summary(d).get("schedule")
-    if picked not in ("1f1b", "zb-h1", "interleaved"):
+    if picked not in ("1f1b", "zb-h1", "interleaved", "zb-v"):
         fail(f"schedule auto: summary.json schedule {picked}")
     source = log_value(p.stdout + p.stderr, "stage plan: partition from")
-    for name in ("1f1b", "zb-h1", "interleaved"):
+    for name in ("1f1b", "zb-h1", "interleaved", "zb-v"):
         if name not in source:
             fail(f"schedule auto: the plan source should name every schedule compared, got {source}")
     worst = close_training(d, ref, 1e-4, "schedule auto")
     print(f"schedule auto picked {picked} ({source}); equal to one process ({worst:.1e})")
+
+
+RECOMPUTE_FULL = ["--set", "memory.recompute=full"]
+
+
+@check("ZB-V at PP 2 and PP 2 x DP 2 equals one process (1e-4) with and without recomputation; "
+       "tied head beside the head on stage 0 (one tensor) and on stage 1 (two copies)", cost=60)
+def check_zb_v(r):
+    """ZB-V (2 chunks per rank in a V: stage 0 holds the first and the last) at PP 2 and PP 2 x
+    DP 2 equals one process within 1e-4 over 5 steps, under memory.recompute none and full (a
+    recomputed block's W runs in its B); the tied head with llm_embed on stage 0 beside the head
+    (one shared tensor) and on stage 1 (two copies, the head's end on stage 0)."""
+    _, ref = r.run(1, "zbv-ref", 1, 1, 4)
+    for name, np, dp, pp, m, extra in [("zbv-pp2", 2, 1, 2, 4, []),
+                                       ("zbv-pp2-rc", 2, 1, 2, 4, RECOMPUTE_FULL),
+                                       ("zbv-pp2dp2", 4, 2, 2, 2, []),
+                                       ("zbv-pp2dp2-rc", 4, 2, 2, 2, RECOMPUTE_FULL)]:
+        _, d = r.run(np, name, dp, pp, m, extra=sched("zb-v") + extra)
+        worst = close_training(d, ref, 1e-4, name)
+        s = summary(d)
+        if s.get("schedule") != "zb-v" or s.get("virtual_stages") != 2:
+            fail(f"{name}: summary.json schedule {s.get('schedule')} v {s.get('virtual_stages')}, "
+                 f"expected zb-v v 2")
+        chunks = stage_plan(d)["partition"]
+        if len(chunks) != 4 or sum(chunks) != 10:
+            fail(f"{name}: stage plan {chunks}, expected 4 chunks (2 x pp 2) of 10 units")
+        recomputed = sum(s.get("recomputed_per_stage", []))
+        if (recomputed > 0) != bool(extra):
+            fail(f"{name}: {recomputed} units recomputed, expected {'some' if extra else 'none'}")
+        print(f"{name}: 5 steps equal one process (max relative loss difference {worst:.1e}), "
+              f"{recomputed} units recomputed")
+    tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
+    _, tref = r.run(1, "zbv-tied-ref", 1, 1, 4, steps=4, extra=tied)
+    # Virtual stages 0 1 2 3 on ranks 0 1 1 0. [5, 1, 1, 3]: llm_embed (unit 4) in chunk 0 on
+    # rank 0, the head in chunk 3 on rank 0 (one tensor); [3, 3, 2, 2]: llm_embed in chunk 1 on
+    # rank 1, the head on rank 0 (two copies).
+    for split, copies in [("5, 1, 1, 3", False), ("3, 3, 2, 2", True)]:
+        manual = ["--set", f"parallel.partition={{manual: [{split}]}}"]
+        name = "zbv-tied-" + split.replace(", ", "")
+        _, d = r.run(2, name, 1, 2, 4, steps=4, extra=tied + sched("zb-v") + manual)
+        worst = close_training(d, tref, 1e-4, f"tied head, zb-v [{split}]")
+        s = summary(d)
+        if copies and s.get("tied_head_copies_equal") is not True:
+            fail(f"zb-v tied head [{split}]: the two copies of the tied weight differ")
+        if not copies and "tied_head_copies_equal" in s:
+            fail(f"zb-v tied head [{split}]: embedding and head share stage 0, expected one "
+                 f"tensor (no copies), summary says {s.get('tied_head_copies_equal')}")
+        print(f"tied head under zb-v, chunks [{split}]: equal to one process ({worst:.1e}), "
+              f"{'two copies bitwise equal' if copies else 'one shared tensor on stage 0'}")
+
+
+@check("a 1F1B checkpoint resumes under ZB-V and a ZB-V checkpoint under 1F1B (PP 2) within "
+       "1e-4 of a straight 1F1B run", cost=30)
+def check_zb_v_resume(r):
+    """3 steps under 1F1B, then 3 under ZB-V from its checkpoint, and the reverse, at PP 2: steps
+    4-6 within 1e-4 of a straight 6-step 1F1B run (the checkpoint is by parameter name, so the
+    V's chunks load it as any split does)."""
+    _, straight = r.run(2, "zbvr-straight", 1, 2, 4, steps=6)
+    ms = metrics(straight)
+    for name, first, then in [("zbvr-1f1b-to-zbv", [], sched("zb-v")),
+                              ("zbvr-zbv-to-1f1b", sched("zb-v"), [])]:
+        r.run(2, name, 1, 2, 4, steps=3, extra=first)
+        _, d = r.run(2, name, 1, 2, 4, steps=6, fresh=False, extra=then + ["--resume", "auto"])
+        resumed_like_straight(name, d, ms, tol=1e-4)
+        want = "zb-v" if then else "1f1b"
+        if summary(d).get("schedule") != want:
+            fail(f"{name}: the resumed run trained under {summary(d).get('schedule')}, "
+                 f"expected {want}")
+        print(f"{name}: resumed at step 3 under {want}, steps 4-6 within 1e-4 of the straight "
+              f"1F1B run")
 
 
 @check("a 1F1B checkpoint resumes under ZB-H1 and interleaved v 2 (and back to 1F1B at "
@@ -113,9 +183,23 @@ def check_schedule_refusals(r):
              "parallel.virtual_stages"),
             (sched("interleaved"), 2, 4, "parallel.virtual_stages"),
             (sched("interleaved", 6), 2, 4, "parallel.virtual_stages"),
-            (["--set", "parallel.schedule=zb"], 2, 4, "parallel.schedule")]:
+            (["--set", "parallel.schedule=zb"], 2, 4, "parallel.schedule"),
+            (sched("zb-v") + ["--set", "parallel.virtual_stages=3"], 2, 4,
+             "parallel.virtual_stages"),
+            (sched("zb-v") + ["--set", "parallel.partition={manual: [5, 5]}"], 2, 4,
+             "parallel.partition.manual"),
+            (sched("zb-v") + ["--set", "train.shard=full"], 1, 4, "train.shard")]:
         p, _ = r.run(pp, "schx", 1, pp, m, extra=extra, expect_ok=False)
         print("refused:", refusal(p, needle, " ".join(extra)))
+
+
+def comm_inside(track, events):
+    """Microseconds of the track's dp_reduce spans that start inside one of `events` (comm.overlap
+    launches a bucket's reduction during a backward; metrics.jsonl's backward_s leaves it out,
+    the backward span holds it)."""
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events]
+    return sum(d["dur"] for d in track if d["name"] == "dp_reduce"
+               and any(a <= d["ts"] < b for a, b in spans))
 
 
 def busy_tolerance_s(want_s, n_events):
@@ -174,7 +258,8 @@ def check_trace(r):
                             fail(f"{path}: a forward event without the pack's samples")
                     if dp == 0:  # metrics hold DP rank 0's stage times
                         events = [e for e in track if e["name"] in compute]
-                        busy = sum(e["dur"] for e in events) / 1e6
+                        busy = (sum(e["dur"] for e in events)
+                                - comm_inside(track, events)) / 1e6
                         st = ms[step]["stages"][stage]
                         want_s = st["forward_s"] + st["backward_s"]
                         if abs(busy - want_s) > busy_tolerance_s(want_s, len(events)):
@@ -182,7 +267,9 @@ def check_trace(r):
                                  f"{want_s:.5f} s in metrics.jsonl")
             for dp in (0, 1):  # busy_s: the DP rank's forward + backward over both stages
                 events = [e for e in xs if e["pid"] == dp and e["name"] in compute]
-                busy = sum(e["dur"] for e in events) / 1e6
+                inside = sum(comm_inside([e for e in xs if e["pid"] == dp and e["tid"] == t],
+                                         [e for e in events if e["tid"] == t]) for t in (0, 1))
+                busy = (sum(e["dur"] for e in events) - inside) / 1e6
                 got_s = ms[step]["dp_ranks"][dp]["busy_s"]
                 if abs(busy - got_s) > busy_tolerance_s(got_s, len(events)):
                     fail(f"{path}: DP rank {dp} busy {busy:.5f} s in the trace vs busy_s "
