@@ -69,7 +69,9 @@ std::vector<StageMicroBatch> stage_costs(const UnitCostTable& t, const Simulator
   return out;
 }
 
-void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
+/// The checks of check_setup that one DP rank's costs need (model, schedule, chunks, tp,
+/// recompute flags, overheads).
+void check_rank_setup(const SimulatorSetup& setup) {
   OMNIBAL_CHECK(setup.model != nullptr, "simulator: no cost model");
   OMNIBAL_CHECK(setup.schedule != PipelineSchedule::kAuto,
                 "simulator: schedule 'auto' is resolved by the planner; simulate a concrete one");
@@ -81,28 +83,9 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
                 choice_name(setup.schedule), "): expected a multiple of ", v);
   const int P = setup.ranks();
   OMNIBAL_CHECK(setup.tp >= 1, "simulator: tp must be >= 1, got ", setup.tp);
-  OMNIBAL_CHECK(static_cast<int>(loads.size()) == setup.dp, "simulator: loads for ", loads.size(),
-                " DP ranks, expected dp = ", setup.dp);
-  for (size_t r = 0; r < loads.size(); ++r)
-    OMNIBAL_CHECK(!loads[r].empty() && loads[r].size() == loads[0].size(), "simulator: DP rank ", r,
-                  " has ", loads[r].size(), " micro-batches, rank 0 has ", loads[0].size(),
-                  " (every rank runs the same m >= 1)");
   OMNIBAL_CHECK(static_cast<int>(setup.recompute.size()) == setup.partition.units(),
                 "simulator: recompute flags for ", setup.recompute.size(), " units, partition has ",
                 setup.partition.units());
-  OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == P, "simulator: static memory for ",
-                setup.static_bytes.size(), " ranks, expected ", P, " pipeline ranks");
-  OMNIBAL_CHECK(setup.dp_jitter >= 0, "simulator: dp_jitter is ", setup.dp_jitter,
-                ", expected >= 0");
-  OMNIBAL_CHECK(!setup.dp_link || (setup.dp_link->bandwidth > 0 && setup.dp_link->latency_s >= 0),
-                "simulator: the DP link needs a bandwidth > 0 and a latency >= 0");
-  if (setup.shard == ShardMode::kFull) {
-    OMNIBAL_CHECK(P == 1, "simulator: shard full (ZeRO-3) with ", P,
-                  " pipeline ranks is refused, as DeepSpeed refuses ZeRO-3 with pipeline "
-                  "parallelism; use pp 1, or shard none | optimizer");
-    OMNIBAL_CHECK(setup.dp_jitter == 0 && setup.overheads.loader_per_micro_batch_s.empty(),
-                  "simulator: shard full does not model a DP jitter or loader overheads");
-  }
   const auto& oh = setup.overheads;
   auto check_per_rank = [P](const std::vector<double>& v, const char* what) {
     OMNIBAL_CHECK(v.empty() || static_cast<int>(v.size()) == P, "simulator: ", what, " for ",
@@ -125,6 +108,30 @@ void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
     for (size_t s = 0; s < o->size(); ++s)
       OMNIBAL_CHECK((*o)[s] >= 0, "simulator: overhead of stage ", s, " is ", (*o)[s],
                     " s, expected >= 0");
+  }
+}
+
+void check_setup(const SimulatorSetup& setup, const StepLoads& loads) {
+  check_rank_setup(setup);
+  const int P = setup.ranks();
+  OMNIBAL_CHECK(static_cast<int>(loads.size()) == setup.dp, "simulator: loads for ", loads.size(),
+                " DP ranks, expected dp = ", setup.dp);
+  for (size_t r = 0; r < loads.size(); ++r)
+    OMNIBAL_CHECK(!loads[r].empty() && loads[r].size() == loads[0].size(), "simulator: DP rank ", r,
+                  " has ", loads[r].size(), " micro-batches, rank 0 has ", loads[0].size(),
+                  " (every rank runs the same m >= 1)");
+  OMNIBAL_CHECK(static_cast<int>(setup.static_bytes.size()) == P, "simulator: static memory for ",
+                setup.static_bytes.size(), " ranks, expected ", P, " pipeline ranks");
+  OMNIBAL_CHECK(setup.dp_jitter >= 0, "simulator: dp_jitter is ", setup.dp_jitter,
+                ", expected >= 0");
+  OMNIBAL_CHECK(!setup.dp_link || (setup.dp_link->bandwidth > 0 && setup.dp_link->latency_s >= 0),
+                "simulator: the DP link needs a bandwidth > 0 and a latency >= 0");
+  if (setup.shard == ShardMode::kFull) {
+    OMNIBAL_CHECK(P == 1, "simulator: shard full (ZeRO-3) with ", P,
+                  " pipeline ranks is refused, as DeepSpeed refuses ZeRO-3 with pipeline "
+                  "parallelism; use pp 1, or shard none | optimizer");
+    OMNIBAL_CHECK(setup.dp_jitter == 0 && setup.overheads.loader_per_micro_batch_s.empty(),
+                  "simulator: shard full does not model a DP jitter or loader overheads");
   }
 }
 
@@ -213,18 +220,15 @@ struct RankStep {
   std::vector<double> checkpointed_s;  ///< per stage: checkpointed forwards + their reruns
 };
 
-/// One DP rank's step: its costs, walked on `lists` (null under ZB-V: the lists are built for
-/// this rank's own costs, zb_v_schedule.h).
-RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
-                       const schedule::StageSchedules* lists, StepReport& rep,
-                       std::vector<schedule::TimelineEvent>* events) {
+/// One DP rank's costs of a step (rank_step_costs), and in `out` what its compute is spent on.
+schedule::PipelineStepCosts rank_costs(const SimulatorSetup& setup,
+                                       const std::vector<MicroBatchLoad>& loads, RankStep& out) {
   const int P = setup.ranks(), V = setup.partition.stages(), m = static_cast<int>(loads.size());
   const bool split = schedule::splits_backward(setup.schedule);
   const double p2p_bw = pipeline_link_bandwidth(setup.device, setup.dp, setup.tp);
   const TpLink link = setup.tp_link ? *setup.tp_link : tp_link(setup.device, setup.tp);
   auto costs = schedule::PipelineStepCosts::zeros(V, m);
   costs.layout = schedule::chunk_layout(setup.schedule);
-  RankStep out;
   out.padding_s.assign(P, 0.0);
   out.recompute_s.assign(P, 0.0);
   out.tp_comm_s.assign(P, 0.0);
@@ -272,17 +276,39 @@ RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatch
         out.padding_s[s] +=
             sc[k].forward_s + sc[k].backward_s - unpadded[k].forward_s - unpadded[k].backward_s;
     }
-    rep.samples += load.samples();
-    rep.tiles += load.tiles();
-    rep.tokens += load.real_tokens();
   }
   const auto& loader = setup.overheads.loader_per_micro_batch_s;
   if (!loader.empty()) {
     costs.background_s.assign(P, 0.0);
     for (int s = 0; s < P; ++s) costs.background_s[s] = loader[s] * m;
   }
+  return costs;
+}
+
+/// The lists of rank_step_schedules for one DP rank's `costs` of m micro-batches.
+schedule::StageSchedules schedules_for(const SimulatorSetup& setup,
+                                       const schedule::PipelineStepCosts& costs, int m) {
+  if (setup.schedule == PipelineSchedule::kZbV)
+    return schedule::build_zb_v_schedule(setup.ranks(), m, &costs);
+  return schedule::build_schedule(setup.schedule, setup.ranks(), m,
+                                  schedule::chunks_per_rank(setup.schedule, setup.virtual_stages));
+}
+
+/// One DP rank's step: its costs, walked on `lists` (null under ZB-V: the lists are built for
+/// this rank's own costs, rank_step_schedules).
+RankStep simulate_rank(const SimulatorSetup& setup, const std::vector<MicroBatchLoad>& loads,
+                       const schedule::StageSchedules* lists, StepReport& rep,
+                       std::vector<schedule::TimelineEvent>* events) {
+  RankStep out;
+  const schedule::PipelineStepCosts costs = rank_costs(setup, loads, out);
+  for (const auto& load : loads) {
+    rep.samples += load.samples();
+    rep.tiles += load.tiles();
+    rep.tokens += load.real_tokens();
+  }
   const schedule::StageSchedules own =
-      lists ? schedule::StageSchedules() : schedule::build_zb_v_schedule(P, m, &costs);
+      lists ? schedule::StageSchedules()
+            : schedules_for(setup, costs, static_cast<int>(loads.size()));
   out.timeline = schedule::run_pipeline_timeline(lists ? *lists : own, costs, events);
   return out;
 }
@@ -721,6 +747,22 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
       }
   report_stages(setup, ranks, d, rep);
   return rep;
+}
+
+schedule::PipelineStepCosts rank_step_costs(const SimulatorSetup& setup,
+                                            const std::vector<MicroBatchLoad>& loads) {
+  check_rank_setup(setup);
+  OMNIBAL_CHECK(!loads.empty(), "rank_step_costs: no micro-batches, expected m >= 1");
+  OMNIBAL_CHECK(setup.shard != ShardMode::kFull,
+                "rank_step_costs: shard full has no pipeline costs (its step is a chain of units)");
+  RankStep unused;
+  return rank_costs(setup, loads, unused);
+}
+
+schedule::StageSchedules rank_step_schedules(const SimulatorSetup& setup,
+                                             const std::vector<MicroBatchLoad>& loads) {
+  const auto costs = rank_step_costs(setup, loads);
+  return schedules_for(setup, costs, static_cast<int>(loads.size()));
 }
 
 RunReport simulate_run(const SimulatorSetup& setup, const std::vector<StepLoads>& steps) {

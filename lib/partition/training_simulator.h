@@ -86,6 +86,8 @@
 #include "partition/device_spec.h"
 #include "partition/stage_partition.h"
 #include "partition/tensor_parallel.h"
+#include "schedule/instruction.h"
+#include "schedule/pipeline_timeline.h"
 #include "schedule/step_trace.h"
 
 namespace omnibal::partition {
@@ -228,6 +230,26 @@ StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads);
 /// span per unit and micro-batch, then the optimizer.
 StepReport simulate_step(const SimulatorSetup& setup, const StepLoads& loads,
                          schedule::StepTrace* trace);
+
+/// One DP rank's pipeline costs of one step, what simulate_step walks for that rank: [P v][m]
+/// (rows in virtual-stage order, layout schedule::chunk_layout(setup.schedule)) F, B, W and
+/// transfer seconds and kept bytes per chunk and micro-batch `loads[i]`, from the cost model
+/// under the recompute flags, with the TP all-reduces, the overheads (compute and checkpoint
+/// fractions, host costs in F, the loader as background_s) and the pipeline link of
+/// setup.device. Pure: the same setup and loads give bitwise the same costs on every process
+/// (the trainer's ZB-V lists rely on it, lib/train/step_programs.h). Static bytes, dp_jitter and
+/// the DP link are not read. Throws omnibal::Error when `loads` is empty, shard is kFull, or as
+/// simulate_step on a bad model, schedule, split, tp, recompute flags or overheads.
+schedule::PipelineStepCosts rank_step_costs(const SimulatorSetup& setup,
+                                            const std::vector<MicroBatchLoad>& loads);
+
+/// The instruction lists (one per pipeline rank) one DP rank's pipeline runs for a step of
+/// `loads`, as simulate_step walks them: under ZB-V built for the rank's own costs
+/// (schedule::build_zb_v_schedule on rank_step_costs), otherwise the schedule's fixed lists
+/// (schedule::build_schedule, which do not depend on the loads). Pure, as rank_step_costs.
+/// Throws what rank_step_costs or the builders throw.
+schedule::StageSchedules rank_step_schedules(const SimulatorSetup& setup,
+                                             const std::vector<MicroBatchLoad>& loads);
 
 /// Simulates every step in order and sums.
 RunReport simulate_run(const SimulatorSetup& setup, const std::vector<StepLoads>& steps);

@@ -60,6 +60,15 @@ StageRuntime::StageRuntime(const StageSetup& s)
                                       s.plan.virtual_stages);
 }
 
+void StageRuntime::plan_step_programs(const partition::UnitCostTable* table, TrainingData& data) {
+  step_programs = std::make_unique<StepPrograms>(setup.config, setup.plan, table, data, at.dp_rank,
+                                                 setup.comms.rank() == 0);
+}
+
+const std::vector<schedule::Instruction>& StageRuntime::program(int64_t step) {
+  return (step_programs ? step_programs->at(step) : programs)[at.stage];
+}
+
 /// The stage's units chunk after chunk, their recompute flags and frozen groups, the executor.
 void StageRuntime::build_units() {
   const memory::StagePlan& plan = setup.plan;

@@ -36,6 +36,7 @@
 #include "train/full_shard.h"
 #include "train/run_config.h"
 #include "train/stage_coord.h"
+#include "train/step_programs.h"
 #include "train/tied_head.h"
 #include "train/tp_group.h"
 #include "train/train_checkpoint.h"
@@ -104,7 +105,15 @@ struct StageRuntime {
   std::unique_ptr<TiedHead> tied;
   std::unique_ptr<comm::TensorMessenger> pipe;  ///< to the neighbouring stages (PP > 1)
   std::unique_ptr<pipeline::StageExecutor> executor;
-  schedule::StageSchedules programs;          ///< every stage's instruction list
+  schedule::StageSchedules programs;  ///< every stage's equal-cost instruction list
+  /// Per-step lists (train/step_programs.h), once plan_step_programs() ran; null: `programs`.
+  std::unique_ptr<StepPrograms> step_programs;
+  /// Builds step_programs from the start-up cost table (null: none) and the data plan; rank 0
+  /// logs which lists run. `data` outlives the stage.
+  void plan_step_programs(const partition::UnitCostTable* table, TrainingData& data);
+  /// This stage's instruction list at 0-based global step `step` (step_programs' or
+  /// `programs`'); valid until the next call.
+  const std::vector<schedule::Instruction>& program(int64_t step);
   std::unique_ptr<StageOptimizer> optimizer;  ///< made by restore(): `dist` or `full`
   DistributedOptimizer* dist = nullptr;       ///< train.shard none | optimizer
   FullShard* full = nullptr;                  ///< train.shard full (ZeRO-3)

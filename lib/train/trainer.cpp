@@ -93,6 +93,7 @@ void Trainer::State::plan_and_build(const ResumePoint& resume) {
                             startup.table_origin, epoch0.max_tiles, epoch0.max_tokens);
   stage = std::make_unique<StageRuntime>(
       StageSetup{cfg, in.preset, plan, comms, device, planning.img_context_id});
+  stage->plan_step_programs(startup.table ? &*startup.table : nullptr, *in.data);
   if (auto loaded = stage->restore(resume, *checkpoints)) counters = *loaded;
   counters.plan_hash = in.plan_hash();
   counters.stage_plan = memory::stage_plan_json(plan);
@@ -260,7 +261,7 @@ double Trainer::train_step(int64_t step) {
                         s.comms.world());
   s.stage->optimizer->zero_grad();
   const pipeline::StepHooks hooks = s.step_hooks(step);
-  auto r = s.stage->executor->run_step(s.stage->programs[s.at().stage], packs,
+  auto r = s.stage->executor->run_step(s.stage->program(step), packs,
                                        n.normaliser > 0 ? 1.0 / n.normaliser : 0.0, hooks);
   const double optimizer_us = pipeline::trace_clock_us();
   StepScalars scalars = s.update(step, r);

@@ -79,8 +79,14 @@ def check_schedules(r):
 RECOMPUTE_FULL = ["--set", "memory.recompute=full"]
 
 
-@check("ZB-V at PP 2 and PP 2 x DP 2 equals one process (1e-4) with and without recomputation; "
-       "tied head beside the head on stage 0 (one tensor) and on stage 1 (two copies)", cost=60)
+# A balanced split searched on the start-up profile without timed trials: the run has a cost
+# table, so ZB-V builds each step's lists from its packs' costs (train/step_programs.h).
+STEP_LISTS = ["--set", "parallel.partition=balanced", "--set", "parallel.partition_trials=0"]
+
+
+@check("ZB-V at PP 2 and PP 2 x DP 2 equals one process (1e-4) with and without recomputation, "
+       "with lists built for each step's costs; tied head beside the head on stage 0 (one "
+       "tensor) and on stage 1 (two copies)", cost=70)
 def check_zb_v(r):
     """ZB-V (2 chunks per rank in a V: stage 0 holds the first and the last) at PP 2 and PP 2 x
     DP 2 equals one process within 1e-4 over 5 steps, under memory.recompute none and full (a
@@ -90,18 +96,23 @@ def check_zb_v(r):
     for name, np, dp, pp, m, extra in [("zbv-pp2", 2, 1, 2, 4, []),
                                        ("zbv-pp2-rc", 2, 1, 2, 4, RECOMPUTE_FULL),
                                        ("zbv-pp2dp2", 4, 2, 2, 2, []),
-                                       ("zbv-pp2dp2-rc", 4, 2, 2, 2, RECOMPUTE_FULL)]:
-        _, d = r.run(np, name, dp, pp, m, extra=sched("zb-v") + extra)
+                                       ("zbv-pp2dp2-rc", 4, 2, 2, 2, RECOMPUTE_FULL),
+                                       ("zbv-pp2dp2-step", 4, 2, 2, 2, STEP_LISTS)]:
+        p, d = r.run(np, name, dp, pp, m, extra=sched("zb-v") + extra)
         worst = close_training(d, ref, 1e-4, name)
+        # With a start-up cost table (balanced split) each step's lists come from its packs.
+        lists = log_value(p.stdout + p.stderr, "schedule zb-v: ")
+        if (extra is STEP_LISTS) != lists.startswith("lists built each step"):
+            fail(f"{name}: 'schedule zb-v: {lists}'")
         s = summary(d)
         if s.get("schedule") != "zb-v" or s.get("virtual_stages") != 2:
             fail(f"{name}: summary.json schedule {s.get('schedule')} v {s.get('virtual_stages')}, "
                  f"expected zb-v v 2")
         chunks = stage_plan(d)["partition"]
-        if len(chunks) != 4 or sum(chunks) != 10:
+        if len(chunks) != 4 or sum(chunks) != 10:  # (the step-lists run searches its own split)
             fail(f"{name}: stage plan {chunks}, expected 4 chunks (2 x pp 2) of 10 units")
         recomputed = sum(s.get("recomputed_per_stage", []))
-        if (recomputed > 0) != bool(extra):
+        if (recomputed > 0) != (extra is RECOMPUTE_FULL):
             fail(f"{name}: {recomputed} units recomputed, expected {'some' if extra else 'none'}")
         print(f"{name}: 5 steps equal one process (max relative loss difference {worst:.1e}), "
               f"{recomputed} units recomputed")
