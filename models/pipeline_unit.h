@@ -43,8 +43,8 @@ class UnitParamHooks {
   /// Before `unit`'s forward (also the recomputed one inside the backward, through the hook
   /// after_forward sets on the output).
   virtual void before_forward(PipelineUnit& unit) = 0;
-  /// After `unit`'s forward produced `out`.
-  virtual void after_forward(PipelineUnit& unit, const UnitState& out) = 0;
+  /// After `unit`'s forward on `in` produced `out`.
+  virtual void after_forward(PipelineUnit& unit, const UnitState& in, const UnitState& out) = 0;
 };
 
 /// One pipeline unit: a module with parameters and a forward over UnitState.

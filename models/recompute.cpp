@@ -82,7 +82,7 @@ UnitState run_unit(PipelineUnit& unit, const UnitState& state) {
   if (hooks == nullptr) return run_unit_forward(unit, state);
   hooks->before_forward(unit);
   UnitState out = run_unit_forward(unit, state);
-  hooks->after_forward(unit, out);
+  hooks->after_forward(unit, state, out);
   return out;
 }
 

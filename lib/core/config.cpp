@@ -50,20 +50,6 @@ void apply_override(YAML::Node& root, const std::string& text) {
   chain.back()[parts.back()] = value;
 }
 
-/// Old spellings onto their keys: train.zero1 true -> train.shard optimizer (with a warning;
-/// refused together with another shard mode).
-void map_deprecated_keys(Config& config, const std::string& origin) {
-  TrainConfig& t = config.train;
-  if (!t.zero1) return;
-  OMNIBAL_CHECK(t.shard != ShardMode::kFull, origin,
-                ": train.zero1 true (deprecated: train.shard optimizer) contradicts train.shard "
-                "full; set train.shard alone");
-  if (t.shard == ShardMode::kNone)
-    log_info("{}: train.zero1 is deprecated; read as train.shard: optimizer", origin);
-  t.shard = ShardMode::kOptimizer;
-  t.zero1 = false;
-}
-
 /// The node of dotted `key` ("train.steps") under `root`; an undefined node when it is absent.
 YAML::Node find_key(const YAML::Node& root, const std::string& key) {
   YAML::Node node;
@@ -85,6 +71,23 @@ std::string source_of(const std::string& key, const YAML::Node& file_root,
   const YAML::Node node = find_key(file_root, key);
   if (!node.IsDefined() || node.Mark().line < 0) return "";
   return origin + ":" + std::to_string(node.Mark().line + 1);
+}
+
+/// Old spellings onto their keys: train.zero1 true -> train.shard optimizer (with a warning;
+/// refused together with another shard mode). Messages name where train.zero1 was set.
+void map_deprecated_keys(Config& config, const YAML::Node& root, const std::string& origin,
+                         const std::vector<std::string>& overrides) {
+  TrainConfig& t = config.train;
+  if (!t.zero1) return;
+  std::string where = source_of("train.zero1", root, origin, overrides);
+  if (where.empty()) where = origin;
+  OMNIBAL_CHECK(t.shard != ShardMode::kFull, where,
+                ": train.zero1 true (deprecated: train.shard optimizer) contradicts train.shard "
+                "full; set train.shard alone");
+  if (t.shard == ShardMode::kNone)
+    log_info("{}: train.zero1 is deprecated; read as train.shard: optimizer", where);
+  t.shard = ShardMode::kOptimizer;
+  t.zero1 = false;
 }
 
 /// Config::validate() with its error prefixed by where the offending key was set (the message
@@ -121,7 +124,7 @@ Config parse_node(YAML::Node root, const std::string& origin,
   }
   Config config;
   yaml_struct::read_section(root, origin, config);
-  map_deprecated_keys(config, origin);
+  map_deprecated_keys(config, root, origin, overrides);
   validate_with_source(config, root, origin, overrides);
   return config;
 }

@@ -78,11 +78,15 @@ SampleMatch match_samples(const models::UnitState& out) {
   return m;
 }
 
-EvalResult Evaluator::run(pipeline::StageExecutor& stage, comm::ParallelComms& comms) {
+EvalResult Evaluator::run(pipeline::StageExecutor& stage, comm::ParallelComms& comms,
+                          bool lockstep) {
   const int dp = comms.grid().shape().dp, my_dp = comms.coord().dp;
   const int pp = comms.grid().shape().pp, s = comms.coord().pp;
   std::vector<std::vector<int64_t>> mine;
   for (size_t i = my_dp; i < packs_.size(); i += dp) mine.push_back(packs_[i]);
+  const size_t scored = mine.size();
+  if (lockstep && !packs_.empty())  // pad to the largest DP rank's count (unscored copies)
+    mine.resize((packs_.size() + dp - 1) / dp, packs_.front());
   const bool need_pack = stage.is_first() || stage.is_last();
   const int datasets = set_.dataset->num_datasets();
   torch::Tensor acc = torch::zeros({datasets, 4}, torch::kFloat64);
@@ -95,7 +99,7 @@ EvalResult Evaluator::run(pipeline::StageExecutor& stage, comm::ParallelComms& c
     for (int i = 0; i < static_cast<int>(mine.size()); ++i) {
       const models::PackBatch pack = *loader.next();
       auto out = stage.forward_only(i, &pack);
-      if (!out) continue;
+      if (!out || static_cast<size_t>(i) >= scored) continue;
       const SampleMatch m = match_samples(*out);
       for (size_t k = 0; k < pack.sample_ids.size(); ++k) {
         const int d = set_.dataset->locate(pack.sample_ids[k]).first;

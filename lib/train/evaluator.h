@@ -45,8 +45,10 @@ class Evaluator {
   /// Whether a periodic evaluation falls due after `steps_done` steps (core/cadence.h).
   bool due(int64_t steps_done) const { return omnibal::due(every_, steps_done); }
   /// Collective over the world: every rank calls it with its stage executor. Returns the same
-  /// result on every rank.
-  EvalResult run(pipeline::StageExecutor& stage, comm::ParallelComms& comms);
+  /// result on every rank. DP rank r scores packs r, r + dp, ...; with `lockstep` (ZeRO-3, whose
+  /// per-unit gathers pair over DP by order) every DP rank runs the same number of forwards, a
+  /// rank short of one running a copy of the first pack whose scores are not counted.
+  EvalResult run(pipeline::StageExecutor& stage, comm::ParallelComms& comms, bool lockstep = false);
   size_t packs() const { return packs_.size(); }
 
  private:

@@ -170,6 +170,7 @@ void FullShard::gather(Group& g) {
   if (g.held++ > 0) return;
   torch::NoGradGuard no_grad;
   models::restore_storage(g.full, g.full_nbytes);
+  count_gathered(static_cast<int64_t>(g.full_nbytes));
   torch::Tensor out = models::unversioned_alias(g.full);
   if (dp_ != nullptr && shard_.size > 1)
     dp_->all_gather(g.shard, out, "ZeRO-3 parameter all-gather");
@@ -185,6 +186,7 @@ void FullShard::prefetch(const models::PipelineUnit* unit) {
     g->prefetched = true;
     ++prefetches_;
     models::restore_storage(g->full, g->full_nbytes);
+    count_gathered(static_cast<int64_t>(g->full_nbytes));
     g->pending =
         dp_->iall_gather(g->shard, models::unversioned_alias(g->full), "ZeRO-3 parameter prefetch");
   }
@@ -198,9 +200,15 @@ void FullShard::settle(Group& g) {
   while (g.held > 0) release(g);
 }
 
+void FullShard::count_gathered(int64_t bytes) {
+  gathered_bytes_ += bytes;
+  peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+}
+
 void FullShard::release(Group& g) {
   if (g.held == 0 || --g.held > 0) return;
   models::free_storage(g.full);
+  count_gathered(-static_cast<int64_t>(g.full_nbytes));
 }
 
 void FullShard::before_forward(models::PipelineUnit& unit) {
@@ -212,7 +220,8 @@ void FullShard::release_unit(models::PipelineUnit& unit) {
   for (Group* g : groups_of(unit)) release(*g);
 }
 
-void FullShard::after_forward(models::PipelineUnit& unit, const models::UnitState& out) {
+void FullShard::after_forward(models::PipelineUnit& unit, const models::UnitState& in,
+                              const models::UnitState& out) {
   // Gathered again for the backward: autograd's saved views need the data back. The hook sits
   // on the output every gradient of the unit passes through: the hidden state, or the head's
   // logits (the loss terms are computed from them).
@@ -222,6 +231,15 @@ void FullShard::after_forward(models::PipelineUnit& unit, const models::UnitStat
       for (Group* g : groups_of(*u)) gather(*g);
       prefetch(neighbour(*u, -1));
     });
+    // A trainable group is released by its reduce-scatter; a frozen one when the gradient of
+    // the unit's input exists, i.e. the unit's backward is done (FSDP's reshard after backward).
+    std::vector<Group*> frozen;
+    for (Group* g : groups_of(unit))
+      if (!g->trainable) frozen.push_back(g);
+    if (!frozen.empty() && in.hidden.defined() && in.hidden.requires_grad())
+      in.hidden.register_hook([this, frozen](const torch::Tensor&) {
+        for (Group* g : frozen) release(*g);
+      });
   }
   for (Group* g : groups_of(unit)) release(*g);
 }

@@ -75,7 +75,12 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   void attach();
   /// Gathers `unit`'s parameters (collective over DP) until after_forward() or release_unit().
   void before_forward(models::PipelineUnit& unit) override;
-  void after_forward(models::PipelineUnit& unit, const models::UnitState& out) override;
+  /// Releases what before_forward gathered; in grad mode sets a hook on the output's gradient
+  /// that gathers again for the backward and, for a unit without trainable parameters (frozen:
+  /// no gradient releases it), a hook on the input's gradient that releases it once the unit's
+  /// backward is done.
+  void after_forward(models::PipelineUnit& unit, const models::UnitState& in,
+                     const models::UnitState& out) override;
   /// Releases what before_forward(unit) gathered (outside a forward: to read a unit whole).
   void release_unit(models::PipelineUnit& unit);
   /// After each micro-batch's backward: reduce-scatters the gradients the hooks have not, then
@@ -119,6 +124,8 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   /// release_all().
   void gather_all();
   void release_all();
+  /// Most bytes of whole (gathered or prefetched) unit buffers held at once so far.
+  int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
   /// Gathers launched ahead by prefetch() so far.
   int64_t prefetches() const { return prefetches_; }
   /// What this rank holds now (see ShardBytes).
@@ -134,6 +141,8 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   /// comm.overlap: launches the all-gather of `unit`'s groups not held (non-blocking), for the
   /// next gather() to wait on. No-op for null, without overlap or at DP 1.
   void prefetch(const models::PipelineUnit* unit);
+  /// Adds `bytes` (negative: freed) to the whole buffers held now and their peak.
+  void count_gathered(int64_t bytes);
   /// Waits for a prefetch never used, then releases every hold of `g`.
   void settle(Group& g);
   /// The unit `step` places after `unit` in forward order (-1: before), or null.
@@ -152,6 +161,7 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   std::map<const void*, Group*> owner_;  ///< by TensorImpl: a parameter two units use
   int64_t steps_ = 0;
   int64_t prefetches_ = 0;
+  int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;  ///< see peak_gathered_bytes()
   double local_grad_sq_ = 0;
 };
 

@@ -164,7 +164,7 @@ void Trainer::State::write_trace(int64_t step, pipeline::StageStepResult& r,
 void Trainer::State::evaluate(int64_t step) {
   const double before = tp_all_reduce_seconds(stage->tp);
   stage->optimizer->wait_params();  // ZeRO-1's overlapped all-gather of the last step
-  last_eval = in.evaluator->run(*stage->executor, comms);
+  last_eval = in.evaluator->run(*stage->executor, comms, /*lockstep=*/stage->full != nullptr);
   tp_eval_s += tp_all_reduce_seconds(stage->tp) - before;
   log->eval(step, *last_eval);
 }

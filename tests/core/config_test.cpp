@@ -239,7 +239,10 @@ TEST_CASE("train.shard is a choice and the deprecated train.zero1 maps onto it",
   CHECK(to_yaml(old).find("shard: optimizer") != std::string::npos);
   CHECK(parse_config("train: {zero1: true, shard: optimizer}\n", "t.yaml").train.zero1_on());
   CHECK_THAT(error_of("train: {zero1: true, shard: full}\n"),
-             Catch::Contains("test.yaml") && Catch::Contains("contradicts train.shard full"));
+             Catch::Contains("test.yaml:1") && Catch::Contains("contradicts train.shard full"));
+  CHECK_THAT(error_of("train: {shard: full}\n", {"train.zero1=true"}),
+             Catch::Contains("--set 'train.zero1=true': train.zero1 true") &&
+                 Catch::Contains("contradicts train.shard full"));
   CHECK_THAT(error_of("train: {shard: zero3}\n"),
              Catch::Contains("shard") && Catch::Contains("optimizer"));
   CHECK(parse_config("train: {shard: full}\n", "t.yaml").train.shard == ShardMode::kFull);
