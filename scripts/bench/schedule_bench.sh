@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Pipeline schedules on this machine (docs/results.md): the tiny preset, PP 2 x DP 1,
-# m 4, ISF packs at fixed budgets, samples/s of 1f1b vs zb-h1 vs interleaved (v 2) at equal
-# samples, with the simulator's prediction beside each.
+# m 4, ISF packs at fixed budgets, samples/s of 1f1b vs zb-h1 vs interleaved (v 2) vs zb-v at
+# equal samples, with the simulator's prediction beside each.
 #   bash scripts/bench/schedule_bench.sh [--steps 24] [--warmup 6] [--reps 5] [--out runs/bench-sched]
+#     [--schedules "1f1b interleaved zb-h1 zb-v"]   (the order each round runs them in)
 #
 # 1. bench_prepare (bench_common.sh): lengths of the demo set, the profiled unit table (COSTS),
 #    profiled with --split-backward (W's measured time and bytes per unit).
 # 2. A held-out calibration run (1f1b, `parameters` split, m 3) gives the host overheads the unit
 #    table does not hold (host_overheads.py), fixed before the measured runs.
-# 3. REPS rounds; each round runs 1f1b, zb-h1 and interleaved once, in turn (interleaved
-#    repetitions), every run with parallel.partition balanced on COSTS (each schedule searches
-#    its own split: P x v chunks under interleaved) and no recomputation. Same data plan, so
-#    every run trains the same samples per step.
+# 3. REPS rounds; each round runs every schedule once, in turn (interleaved repetitions), every
+#    run with parallel.partition balanced on COSTS (each schedule searches its own split: P x v
+#    chunks under interleaved, 2P in a V under zb-v, whose lists are then built for each step's
+#    costs) and no recomputation. Same data plan, so every run trains the same samples per step.
 # 4. `omnibal-plan simulate` of each run's config.yaml (its schedule, its split, its packs), with
 #    the profiled table alone and with the host overheads; the table: per schedule the median
 #    over rounds of the median step time over steps >= WARMUP, samples/s, both simulated step
@@ -24,8 +25,10 @@ STEPS=24
 WARMUP=6
 REPS=5
 OUT=runs/bench-sched
+SCHEDULES=(1f1b interleaved zb-h1 zb-v)
 while [ $# -gt 0 ]; do
   case "$1" in
+    --schedules) read -r -a SCHEDULES <<< "$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --warmup) WARMUP="$2"; shift 2 ;;
     --reps) REPS="$2"; shift 2 ;;
@@ -46,7 +49,6 @@ simulate() {  # run dir, then extra simulate flags; the run's split (stage_plan.
     --set "parallel.partition={manual: [$split]}" "$@" --json "$dir.sim.json" > "$dir.sim.log"
 }
 
-SCHEDULES=(1f1b zb-h1 interleaved)
 if [ "${SCHED_BENCH_SIM_ONLY:-0}" = 1 ]; then
   COSTS=$OUT/costs.json
 else
