@@ -62,6 +62,7 @@ FullShard::FullShard(const std::vector<models::UnitPtr>& units, OptimizerOptions
 void FullShard::add_unit(const models::UnitPtr& unit) {
   const torch::Dtype dtype = precision_dtype(options_.precision);
   torch::NoGradGuard no_grad;
+  position_[unit.get()] = units_.size();
   units_.push_back(unit);
   auto g = std::make_unique<Group>();
   std::set<Group*> uses;
@@ -155,7 +156,7 @@ void FullShard::attach() {
   for (auto& u : units_) u->set_param_hooks(this);
 }
 
-std::vector<FullShard::Group*> FullShard::groups_of(const models::PipelineUnit& unit) {
+const std::vector<FullShard::Group*>& FullShard::groups_of(const models::PipelineUnit& unit) const {
   const auto it = unit_groups_.find(&unit);
   OMNIBAL_CHECK(it != unit_groups_.end(), "FullShard: unit ", unit.unit_name(), " is not sharded");
   return it->second;
@@ -387,12 +388,10 @@ void FullShard::release_all() {
 }
 
 const models::PipelineUnit* FullShard::neighbour(const models::PipelineUnit& unit, int step) const {
-  for (size_t i = 0; i < units_.size(); ++i)
-    if (units_[i].get() == &unit) {
-      const int64_t j = static_cast<int64_t>(i) + step;
-      return j >= 0 && j < static_cast<int64_t>(units_.size()) ? units_[j].get() : nullptr;
-    }
-  return nullptr;
+  const auto it = position_.find(&unit);
+  if (it == position_.end()) return nullptr;
+  const int64_t j = static_cast<int64_t>(it->second) + step;
+  return j >= 0 && j < static_cast<int64_t>(units_.size()) ? units_[j].get() : nullptr;
 }
 
 ShardBytes FullShard::resident_bytes() const {

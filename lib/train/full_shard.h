@@ -150,7 +150,7 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   /// (name suffix, this rank's tensor) of what a group stores: master weight and moments, or a
   /// frozen group's shard alone.
   static std::vector<std::pair<const char*, torch::Tensor*>> parts_of(Group& g);
-  std::vector<Group*> groups_of(const models::PipelineUnit& unit);
+  const std::vector<Group*>& groups_of(const models::PipelineUnit& unit) const;
 
   OptimizerOptions options_;
   comm::Communicator* dp_ = nullptr;
@@ -158,6 +158,7 @@ class FullShard : public StageOptimizer, public models::UnitParamHooks {
   std::vector<models::UnitPtr> units_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::map<const models::PipelineUnit*, std::vector<Group*>> unit_groups_;
+  std::map<const models::PipelineUnit*, size_t> position_;  ///< index in units_ (forward order)
   std::map<const void*, Group*> owner_;  ///< by TensorImpl: a parameter two units use
   int64_t steps_ = 0;
   int64_t prefetches_ = 0;

@@ -140,10 +140,7 @@ OptimizerOptions StageRuntime::optimizer_options() const {
 /// values as master weights): after the initialisation, before a checkpoint is loaded. Under
 /// ZeRO-3 the FullShard build_units() filled.
 void StageRuntime::make_optimizer() {
-  if (sharded) {
-    OMNIBAL_CHECK(setup.plan.schedule != PipelineSchedule::kZbH1,
-                  "train.shard full: parallel.schedule auto chose zb-h1, whose deferred weight "
-                  "gradients need the weights ZeRO-3 frees; set parallel.schedule 1f1b");
+  if (sharded) {  // (the start-up planner refused a plan whose schedule defers W)
     sharded->attach();
     full = sharded.get();
     optimizer = std::move(sharded);
