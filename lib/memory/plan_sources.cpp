@@ -36,9 +36,11 @@ std::string units_difference(const std::vector<std::string>& plan,
 /// The mismatch of a plan's schedule and v with parallel.schedule auto ("" when auto plans it).
 std::string auto_misfit(const StagePlan& plan, const StagePlanRequest& r) {
   const auto choices = auto_schedule_choices(r.stages, r.micro_batches, r.virtual_stages,
-                                             static_cast<int>(r.unit_names.size()));
+                                             static_cast<int>(r.unit_names.size()), r.auto_zb_v);
   const std::pair<PipelineSchedule, int> mine{plan.schedule, plan.virtual_stages};
   if (std::find(choices.begin(), choices.end(), mine) != choices.end()) return "";
+  if (plan.schedule == PipelineSchedule::kZbV)
+    return "schedule zb-v vs parallel.schedule auto, which does not compare zb-v here";
   if (plan.schedule != PipelineSchedule::kInterleaved)  // 1F1B / ZB-H1 with v != 1
     return fmt::format("schedule {} v {} vs parallel.schedule auto, which plans it at v 1",
                        choice_name(plan.schedule), plan.virtual_stages);

@@ -41,10 +41,13 @@ struct StagePlanRequest {
   int micro_batches = 1;                  ///< m
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  ///< parallel.schedule (auto: planned)
   int virtual_stages = 1;                               ///< parallel.virtual_stages (interleaved)
-  PartitionSpec partition;                              ///< parallel.partition
-  RecomputeSpec recompute;                              ///< memory.recompute
-  const StagePlan* stored = nullptr;                    ///< the resumed checkpoint's plan, if any
-  std::string stored_origin;  ///< e.g. "checkpoint runs/x/checkpoints/step_4"
+  /// Whether auto compares ZB-V too (StagePlannerOptions::auto_zb_v of the planner the plan came
+  /// from): a stored ZB-V plan is then one auto would pick.
+  bool auto_zb_v = false;
+  PartitionSpec partition;            ///< parallel.partition
+  RecomputeSpec recompute;            ///< memory.recompute
+  const StagePlan* stored = nullptr;  ///< the resumed checkpoint's plan, if any
+  std::string stored_origin;          ///< e.g. "checkpoint runs/x/checkpoints/step_4"
   /// parallel.plan_from's plan (null: the key is empty, or the plan was not read because the
   /// checkpoint's plan fits).
   const StagePlan* plan_from = nullptr;

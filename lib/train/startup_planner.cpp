@@ -411,6 +411,7 @@ memory::StagePlanRequest stage_plan_request(const Config& cfg, const ModelPreset
   r.micro_batches = cfg.parallel.micro_batches;
   r.schedule = cfg.parallel.schedule;
   r.virtual_stages = cfg.parallel.virtual_stages;
+  r.auto_zb_v = true;  // as the planner's options below: the executor runs ZB-V
   r.partition = cfg.parallel.partition;
   r.recompute = cfg.memory.recompute;
   if (stored) {

@@ -263,10 +263,12 @@ TEST_CASE("plan sources: a resume under schedule auto reuses the stored plan and
           "[memory][plan_sources]") {
   const auto [schedule, v] = GENERATE(std::make_pair(PipelineSchedule::k1F1B, 1),
                                       std::make_pair(PipelineSchedule::kZbH1, 1),
-                                      std::make_pair(PipelineSchedule::kInterleaved, 2));
+                                      std::make_pair(PipelineSchedule::kInterleaved, 2),
+                                      std::make_pair(PipelineSchedule::kZbV, 2));
   const memory::StagePlan stored = stored_plan(schedule, v);
   auto r = request("balanced", "adaptive");
   r.schedule = PipelineSchedule::kAuto;
+  r.auto_zb_v = true;  // as the trainer's start-up planner
   r.stored = &stored;
   CHECK(memory::split_source(r) == SplitSource::kStored);
   CHECK(memory::recompute_source(r, SplitSource::kStored, stored.partition) ==
@@ -291,6 +293,13 @@ TEST_CASE("plan sources: a resume under schedule auto reuses the stored plan and
   CHECK(calls == 0);
   CHECK(uniform.schedule == schedule);
   CHECK(uniform.partition.stages() == 2 * v);
+  // A stored ZB-V plan where auto does not compare ZB-V is planned again.
+  if (schedule == PipelineSchedule::kZbV) {
+    r = request("balanced", "adaptive");
+    r.schedule = PipelineSchedule::kAuto;
+    r.stored = &stored;
+    CHECK(memory::split_source(r) == SplitSource::kSearch);
+  }
   // A stored plan auto would not pick for this run (m 3: no interleaved) is planned again.
   if (schedule == PipelineSchedule::kInterleaved) {
     r = request("balanced", "adaptive");
