@@ -34,6 +34,16 @@ struct PackBatch {
 
   /// Number of samples in the pack.
   int64_t num_samples() const { return static_cast<int64_t>(sample_ids.size()); }
+
+  /// Page-locks every defined tensor a stage copies to its device (all but cu_seqlens, which
+  /// the model reads on the host), so UnitState::from_pack's copies to a CUDA device are
+  /// asynchronous and the loader's worker, not the training thread, pays for the pinning
+  /// (data::LoaderOptions::pin_memory, set for runtime.device: cuda). Throws c10::Error where
+  /// no CUDA device is present.
+  void pin_memory() {
+    for (torch::Tensor* t : {&pixel_values, &image_flags, &input_ids, &labels, &position_ids})
+      if (t->defined()) *t = t->pin_memory();
+  }
 };
 
 }  // namespace omnibal::models

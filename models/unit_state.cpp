@@ -51,6 +51,13 @@ void check_cu_seqlens(const torch::Tensor& cu, int64_t tokens) {
                 acc[cu.size(0) - 1], " must equal the pack length T = ", tokens);
 }
 
+/// `t` on `device` (as `dtype` when given); asynchronous to a CUDA device (from pinned memory,
+/// PackBatch::pin_memory, the host does not wait; from pageable memory it copies as before).
+torch::Tensor to_device(const torch::Tensor& t, const torch::Device& device,
+                        std::optional<torch::Dtype> dtype = std::nullopt) {
+  return t.to(device, dtype.value_or(t.scalar_type()), /*non_blocking=*/device.is_cuda());
+}
+
 }  // namespace
 
 UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& device,
@@ -61,9 +68,9 @@ UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& devic
   UnitState s;
   s.phase = Phase::kPixels;
   s.dropout_key = pack.dropout_key;
-  s.input_ids = check_ids(pack.input_ids, "input_ids", tokens).to(device);
-  s.position_ids = check_ids(pack.position_ids, "position_ids", tokens).to(device);
-  s.labels = check_ids(pack.labels, "labels", tokens).to(device);
+  s.input_ids = to_device(check_ids(pack.input_ids, "input_ids", tokens), device);
+  s.position_ids = to_device(check_ids(pack.position_ids, "position_ids", tokens), device);
+  s.labels = to_device(check_ids(pack.labels, "labels", tokens), device);
   s.cu_seqlens = pack.cu_seqlens.to(torch::kCPU, torch::kInt64).contiguous();
   check_cu_seqlens(s.cu_seqlens, tokens);
   if (pack.pixel_values.defined()) {
@@ -71,10 +78,9 @@ UnitState UnitState::from_pack(const PackBatch& pack, const torch::Device& devic
                   "PackBatch.pixel_values: expected [tiles, 3, H, W], got ",
                   pack.pixel_values.sizes());
     const int64_t tiles = pack.pixel_values.size(0);
-    s.hidden =
-        pixel_dtype ? pack.pixel_values.to(device, *pixel_dtype) : pack.pixel_values.to(device);
+    s.hidden = to_device(pack.pixel_values, device, pixel_dtype);
     s.image_flags = pack.image_flags.defined()
-                        ? check_ids(pack.image_flags, "image_flags", tiles).to(device)
+                        ? to_device(check_ids(pack.image_flags, "image_flags", tiles), device)
                         : torch::ones({tiles}, torch::dtype(torch::kInt64).device(device));
   }
   return s;

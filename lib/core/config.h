@@ -226,12 +226,17 @@ struct RuntimeConfig {
   /// Where each rank computes: cpu, or cuda (device local rank % device count; start-up fails
   /// when CUDA is missing or the node has fewer devices than ranks, train/run_device.h).
   RuntimeDevice device = RuntimeDevice::kCpu;
+  /// CUDA: the stage executor waits for the device at the end of each compute instruction, so
+  /// step times, the bubble and traces are device time (train::timer_sync); false lets the host
+  /// queue kernels ahead. No effect on the CPU.
+  bool sync_timers = true;
   template <class V> void visit_fields(V& v) {
     v("threads", threads);
     v("run_dir", run_dir);
     v("trace_steps", trace_steps);
     v("heap_keep_mb", heap_keep_mb);
     v("device", device);
+    v("sync_timers", sync_timers);
   }
   void validate(const std::string& where) const;
 };

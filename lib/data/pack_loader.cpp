@@ -37,6 +37,7 @@ void PackLoader::work() {
     std::exception_ptr error;
     try {
       batch = builder_.build(packs_[job], options_.parts, &counts_);
+      if (options_.pin_memory) batch->pin_memory();
     } catch (...) {
       error = std::current_exception();
     }

@@ -22,6 +22,9 @@ struct LoaderOptions {
   int workers = 2;   ///< threads building packs (data.workers)
   int prefetch = 4;  ///< packs built ahead of the consumer, >= 1
   PackParts parts;   ///< what each pack holds (PackParts::for_stage for pipeline stages)
+  /// Pin each pack's tensors on the worker thread (models::PackBatch::pin_memory): CUDA runs,
+  /// where the copy to the device is then asynchronous. Needs a CUDA device.
+  bool pin_memory = false;
 };
 
 /// Iterates the packs of a plan, built on worker threads.

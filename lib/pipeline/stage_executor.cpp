@@ -218,6 +218,7 @@ void StageExecutor::forward(int chunk, int mb, const models::PackBatch* pack,
     result.loss_term_sum += term.item<double>();
     f.output.loss_sum = term * scale;
   }
+  if (hooks.settle) hooks.settle();
   result.times.forward_s += since(t0);
 }
 
@@ -302,6 +303,7 @@ void StageExecutor::backward_weight(int chunk, int mb, StageTimes& times, const 
   const auto t0 = Clock::now();
   store_->run(store_key(chunk, mb));
   if (hooks.after_backward) hooks.after_backward(mb);
+  if (hooks.settle) hooks.settle();
   const double dt = since(t0);
   times.backward_s += dt;
   times.weight_s += dt;
@@ -379,6 +381,7 @@ void StageExecutor::execute(size_t index, const schedule::Instruction& ins,
       const auto t0 = Clock::now();
       backward(c, mb);
       if (hooks.after_backward) hooks.after_backward(mb);
+      if (hooks.settle) hooks.settle();
       result.times.backward_s += since(t0);
       span(ins.op == Op::Backward ? "backward" : "backward_input", mb, c, start_us);
       end_final(index, c, hooks, result.times, false);

@@ -147,6 +147,11 @@ struct StepHooks {
   /// Last stage: the differentiable scalar a micro-batch backpropagates (times loss_scale), from
   /// its kLoss state, e.g. a loss.reduction's weighted sum; default: the state's loss_sum.
   std::function<torch::Tensor(const models::UnitState& out)> loss_term;
+  /// Called at the end of each Forward, Backward, BackwardInput and BackwardWeight, before its
+  /// time is read: runtime.sync_timers on CUDA waits there for the device
+  /// (train::timer_sync), so forward_s, backward_s, weight_s, idle_s and the trace spans are
+  /// device time rather than the time to queue kernels. Unset: the host runs ahead.
+  std::function<void()> settle;
   /// Record a TraceSpan per instruction in StageStepResult::spans.
   bool trace = false;
 };

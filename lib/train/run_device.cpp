@@ -1,6 +1,7 @@
 #include "train/run_device.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
 
 #include <cstdlib>
 #include <string>
@@ -71,6 +72,12 @@ torch::Device run_device(RuntimeDevice choice) {
                        launcher_env("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK", 0),
                        launcher_env("OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
                                     "LOCAL_WORLD_SIZE", 1));
+}
+
+std::function<void()> timer_sync(const torch::Device& device) {
+  if (!device.is_cuda()) return {};
+  const int index = device.index();
+  return [index] { torch::cuda::synchronize(index); };
 }
 
 comm::Backend comm_backend(const torch::Device& device) {

@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "comm/parallel_comms.h"
 #include "core/choices.h"
 
@@ -32,6 +34,12 @@ torch::Device select_device(RuntimeDevice choice, int local_rank, int local_size
 /// select_device with the local rank and size of this process's environment
 /// (Open MPI, then Slurm, then torchrun-style variables; 0 / 1 when unset).
 torch::Device run_device(RuntimeDevice choice);
+
+/// pipeline::StepHooks::settle under runtime.sync_timers: a synchronise of `device` when it is
+/// a CUDA device (the executor's compute times become device time, at the cost of the host no
+/// longer queueing the next instruction's kernels ahead); empty on the CPU, whose ops are done
+/// when they return.
+std::function<void()> timer_sync(const torch::Device& device);
 
 /// The backend for tensors on `device`: NCCL for CUDA, MPI otherwise.
 comm::Backend comm_backend(const torch::Device& device);

@@ -110,7 +110,8 @@ std::vector<models::PackBatch> Trainer::State::next_packs(int64_t step) {
 }
 
 /// The executor's hooks for `step`: injected failures, the optimizer's (bf16 fold, finalize_grads
-/// at ReduceGrads, comm.overlap's bucket launches) and the loss.reduction term of the last stage.
+/// at ReduceGrads, comm.overlap's bucket launches), the loss.reduction term of the last stage and
+/// runtime.sync_timers' device wait.
 pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
   pipeline::StepHooks hooks;
   hooks.before_op = [this, step](FailWhere where, int) { faults.maybe_fail(where, step); };
@@ -121,6 +122,7 @@ pipeline::StepHooks Trainer::State::step_hooks(int64_t step) {
       return micro_batch_loss_term(out, reduction);
     };
   hooks.trace = tracer->traced(step);
+  if (cfg.runtime.sync_timers) hooks.settle = timer_sync(stage->setup.device);
   return hooks;
 }
 

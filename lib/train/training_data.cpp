@@ -76,7 +76,8 @@ TrainingData::TrainingData(LoadedSet set, const Config& config, DataRank rank)
     : set_(std::move(set)),
       rank_(rank),
       micro_batches_(config.parallel.micro_batches),
-      workers_(config.data.workers) {
+      workers_(config.data.workers),
+      pin_memory_(config.runtime.device == RuntimeDevice::kCuda) {
   OMNIBAL_CHECK(set_.table.size() > 0, config.data.meta, ": no usable training samples");
   balance::PlannerOptions options =
       balance::planner_options(config.parallel, config.balance, config.data);
@@ -141,6 +142,7 @@ data::LoaderOptions TrainingData::loader_options() const {
   lo.workers = workers_;
   lo.prefetch = std::max(4, 2 * micro_batches_);
   lo.parts = data::PackParts::for_stage(rank_.stage, rank_.stages);
+  lo.pin_memory = pin_memory_;
   return lo;
 }
 

@@ -154,6 +154,7 @@ class TrainingData {
   DataRank rank_;
   int micro_batches_ = 1;
   int workers_ = 1;
+  bool pin_memory_ = false;  ///< runtime.device: cuda (data::LoaderOptions::pin_memory)
   std::unique_ptr<data::PackLoader> loader_;  ///< over the rest of epoch loader_epoch_
   int loader_epoch_ = -1;
   int packer_epoch_ = -1;  ///< the last epoch whose packer skips were counted

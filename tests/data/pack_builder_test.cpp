@@ -1,6 +1,8 @@
 // Pack materialisation (shapes, restarting positions, cu_seqlens, dummy tile, per-stage parts)
-// and the threaded loader (order, worker errors surfacing on the consumer, early shutdown).
+// and the threaded loader (order, worker errors surfacing on the consumer, early shutdown, pinning).
 #include <catch2/catch.hpp>
+
+#include <torch/cuda.h>
 
 #include "data/length_scanner.h"
 #include "data/pack_loader.h"
@@ -128,6 +130,26 @@ TEST_CASE("loader: a worker's error is rethrown on the consumer, then loading go
   CHECK_THROWS_AS(loader.next(), BadSampleError);
   CHECK(loader.next()->sample_ids == std::vector<int64_t>{2});
   CHECK_FALSE(loader.next().has_value());
+}
+
+TEST_CASE("loader: pin_memory pins each pack on the worker, or fails there without CUDA",
+          "[data][loader]") {
+  Fixture f;
+  const PackBuilder builder(*f.ds, *f.proc, OnBadSample::kError);
+  LoaderOptions o{1, 2, PackParts::all()};
+  CHECK_FALSE(PackLoader(builder, {{0, 2}}, o).next()->input_ids.is_pinned());
+  o.pin_memory = true;
+  PackLoader loader(builder, {{0, 2}, {1}}, o);
+  if (!torch::cuda::is_available()) {  // runtime.device: cuda refuses such a machine earlier
+    CHECK_THROWS(loader.next());
+    return;
+  }
+  const auto pack = loader.next();
+  CHECK(pack->sample_ids == std::vector<int64_t>{0, 2});
+  for (const auto* t : {&pack->pixel_values, &pack->image_flags, &pack->input_ids, &pack->labels,
+                        &pack->position_ids})
+    CHECK(t->is_pinned());
+  CHECK_FALSE(pack->cu_seqlens.is_pinned());  // read on the host
 }
 
 TEST_CASE("loader: skip policy counts bad samples; early destruction does not hang",

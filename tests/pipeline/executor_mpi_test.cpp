@@ -5,7 +5,9 @@
 // ZB-H1 and ZB-V (its V: loss on stage 0; a recomputed block's W in its B) the same way.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "comm/parallel_comms.h"
 #include "models/vlm.h"
@@ -384,4 +386,35 @@ TEST_CASE("ZB-V on one rank: both chunks local; a recomputed block's dW comes in
   CHECK(block_in_b == zb_v);
   CHECK_FALSE(head_in_b);  // the head is never recomputed: its dW waits for W
   CHECK(check_stage_grads(flatten(chunks), ref.grads) > 0);
+}
+
+TEST_CASE("StepHooks::settle runs at the end of every compute instruction, inside its time",
+          "[pipeline]") {
+  // runtime.sync_timers on CUDA: the device wait must fall inside the instruction's timer, or
+  // forward_s / backward_s / weight_s would measure kernel launches. A 25 ms settle stands in.
+  const ModelPreset preset = small_wide_vit();
+  const int64_t n = static_cast<int64_t>(omnibal::unit_names(preset).size());
+  models::VlmOptions opt;
+  opt.with_img_context_id(kImgContext).with_seed(5);
+  const std::vector<models::PackBatch> packs = {make_pack(2, 1, 1), make_pack(1, 1, 2)};
+  pipeline::StageExecutor stage(models::make_units(preset, opt, 0, n), 0, 1, nullptr);
+  const auto program = schedule::build_schedule(PipelineSchedule::kZbH1, 1, 2)[0];
+  std::map<schedule::Op, int> computes;
+  for (const auto& ins : program) ++computes[ins.op];
+  REQUIRE(computes[schedule::Op::Forward] == 2);
+  REQUIRE(computes[schedule::Op::BackwardInput] == 2);
+  REQUIRE(computes[schedule::Op::BackwardWeight] == 2);
+  int settles = 0;
+  constexpr double kSettle = 0.025;
+  pipeline::StepHooks hooks;
+  hooks.settle = [&] {
+    ++settles;
+    std::this_thread::sleep_for(std::chrono::duration<double>(kSettle));
+  };
+  const auto r = stage.run_step(program, packs, 1.0, hooks);
+  CHECK(settles == 6);
+  CHECK(r.times.forward_s >= 2 * kSettle);
+  CHECK(r.times.weight_s >= 2 * kSettle);
+  CHECK(r.times.backward_s >= 4 * kSettle);  // B and W
+  CHECK(r.times.idle_s < kSettle);           // one rank: nothing to wait for
 }
