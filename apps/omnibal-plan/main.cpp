@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 
@@ -25,6 +26,20 @@ int main(int argc, char** argv) {
   omnibal::plan::Actions actions;
   omnibal::plan::register_commands(app, actions);
   omnibal::plan::register_torch_command_stubs(app);
+  // CLI11 would answer "A subcommand is required" to a misspelt one: name it and the commands.
+  const auto known = [&app](const char* name) {
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      if (sub->get_name() == name) return true;
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    std::fprintf(stderr, "omnibal-plan: unknown command '%s'; the commands are %s (--help)\n",
+                 argv[1], names.c_str());
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
   return omnibal::plan::run_actions(actions);
 }

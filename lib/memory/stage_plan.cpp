@@ -288,7 +288,9 @@ partition::PartitionSearchInput search_input(const UnitCostTable& table,
                               tp_b);
     in.unit_forward_s.push_back(forward + tp_f);
     in.output_bytes.push_back(c.output_bytes);
-    in.unit_weight_s.push_back(c.weight_backward_s());
+    // ZB-V runs a recomputed block's W inside its B (schedule/README.md), as the simulator does.
+    const bool w_in_b = rc && o.schedule == PipelineSchedule::kZbV;
+    in.unit_weight_s.push_back(w_in_b ? 0.0 : c.weight_backward_s());
   }
   OMNIBAL_CHECK(o.schedule != PipelineSchedule::kAuto,
                 "stage plan: search inputs need a concrete schedule, not auto");

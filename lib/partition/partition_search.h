@@ -57,8 +57,9 @@ struct PartitionSearchInput {
   std::vector<double> rank_micro_batch_s;
   /// Forward share of unit_seconds per unit (the rest is backward); empty = one third.
   std::vector<double> unit_forward_s;
-  /// ZB-H1's W share of unit_seconds per unit (weight gradients); empty = kWeightShareEstimate
-  /// of the backward share. Unused by the other schedules.
+  /// ZB-H1's and ZB-V's deferred W share of unit_seconds per unit (weight gradients); empty =
+  /// kWeightShareEstimate of the backward share; 0 for a W that runs inside its B (a recomputed
+  /// block under ZB-V, memory::search_input). Unused by the other schedules.
   std::vector<double> unit_weight_s;
   enum class RankBy { kPipelineTime, kVarianceTraffic } rank_by = RankBy::kPipelineTime;
   /// Memory check; candidates returning false are dropped. Empty = everything fits.

@@ -121,6 +121,10 @@ ResumePoint find_resume_point(const Config& config, const std::string& resume) {
     }
     point.dir = *latest;
   } else {
+    OMNIBAL_CHECK(std::filesystem::is_directory(resume), "--resume ", resume,
+                  ": no such checkpoint directory; give auto (the newest valid checkpoint under ",
+                  run_dir, "/checkpoints) or a checkpoint's directory (", run_dir,
+                  "/checkpoints/step-N)");
     checkpoint::verify_checkpoint(resume);
     point.dir = resume;
   }

@@ -121,4 +121,7 @@ if "$BIN" data --lengths "${FILES[0]}" --method sorted 2> "$OUT/err"; then exit 
 grep -q -- "--method: expected isf" "$OUT/err"
 if "$BIN" data --lengths /nonexistent.json 2> "$OUT/err"; then exit 1; fi
 grep -q "/nonexistent.json: cannot open length file" "$OUT/err"
+# A misspelt command is named with the list of commands (not CLI11's "A subcommand is required").
+if "$BIN" dta --lengths "${FILES[0]}" 2> "$OUT/err"; then exit 1; fi
+grep -q "unknown command 'dta'; the commands are data, .*partition" "$OUT/err"
 echo "plan_data_cli_test: ok"

@@ -216,3 +216,27 @@ TEST_CASE("stage plan search at tp 2: stage times include the TP all-reduces on 
   CHECK(omnibal::memory::search_input(t, flags, o).unit_seconds[5] ==
         Approx(2 * u.forward_s + u.backward_s));
 }
+
+TEST_CASE("stage plan: under ZB-V the search keeps a recomputed block's W in its B",
+          "[memory][stage_plan][zb-v]") {
+  // The simulator and the executor run a recomputed block's W inside its B under ZB-V
+  // (schedule/README.md); the search's pipeline_s must see the same, or it ranks ZB-V splits
+  // as if every W could fill a bubble. ZB-H1 defers every W.
+  auto table = heavy_vit_table();
+  for (auto& u : table.units) u.backward_weight_s = 0.4 * u.backward_s;
+  std::vector<bool> blocks;
+  for (const auto& u : table.units)
+    blocks.push_back(u.kind == UnitKind::kVitBlock || u.kind == UnitKind::kLlmBlock);
+  auto o = options(2, 4);
+  for (const PipelineSchedule s : {PipelineSchedule::kZbV, PipelineSchedule::kZbH1}) {
+    o.schedule = s;
+    const auto full = memory::search_input(table, memory::RecomputeFlags::full(blocks), o);
+    const auto none = memory::search_input(table, memory::RecomputeFlags::none(10), o);
+    for (size_t u = 0; u < table.units.size(); ++u) {
+      INFO(table.units[u].name << " under " << choice_name(s));
+      const double w = 0.4 * table.units[u].backward_s;
+      CHECK(none.unit_weight_s[u] == Approx(w));
+      CHECK(full.unit_weight_s[u] == Approx(blocks[u] && s == PipelineSchedule::kZbV ? 0.0 : w));
+    }
+  }
+}

@@ -93,6 +93,10 @@ TEST_CASE("run config: a fresh start over an earlier run's checkpoints is refuse
   // step-3 has no manifest: auto finds none that verifies and refuses rather than restart.
   CHECK_THROWS_WITH(find_resume_point(c, "auto"), Catch::Contains("none of the checkpoints"));
   CHECK_THROWS(find_resume_point(c, (dir.path() / "checkpoints" / "step-3").string()));
+  // A word other than auto (latest, as other trainers spell it) is no directory: say what is.
+  CHECK_THROWS_WITH(find_resume_point(c, "latest"),
+                    Catch::Contains("--resume latest: no such checkpoint directory; give auto") &&
+                        Catch::Contains(dir.str() + "/checkpoints/step-N"));
 }
 
 namespace {
