@@ -224,8 +224,8 @@ void log_reuse(const StagePlanRequest& request, const StagePlanRequest& settled)
   log_info("stage plan: reusing the plan of {}: split {}{}", settled.stored_origin,
            settled.stored->partition.to_string(),
            request.schedule == PipelineSchedule::kAuto
-               ? fmt::format(", schedule {} (parallel.schedule auto picked it then; not compared "
-                             "again)",
+               ? fmt::format(", schedule {} (the stored plan's; parallel.schedule auto does not "
+                             "compare the schedules again)",
                              choice_name(settled.schedule))
                : std::string());
   if (settled.stored == request.stored && !request.plan_from_origin.empty())

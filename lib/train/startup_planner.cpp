@@ -361,8 +361,15 @@ void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& 
 std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const std::string& dir) {
   if (!rank_state.contains("stage_plan") || rank_state.at("stage_plan").is_null())
     return std::nullopt;
-  return StoredPlan{memory::parse_stage_plan(rank_state.at("stage_plan"), dir + ": stage_plan"),
-                    dir};
+  StoredPlan out{memory::parse_stage_plan(rank_state.at("stage_plan"), dir + ": stage_plan"), dir};
+  if (rank_state.contains("cost_table") && !rank_state.at("cost_table").is_null())
+    out.table =
+        partition::parse_unit_cost_table(rank_state.at("cost_table").dump(), dir + ": cost_table");
+  return out;
+}
+
+nlohmann::json StartupPlan::table_json() const {
+  return table ? nlohmann::json::parse(partition::unit_cost_table_json(*table)) : nlohmann::json();
 }
 
 EpochPackLoads epoch0_pack_loads(TrainingData& data) {
@@ -478,12 +485,18 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
                 choice_name(plan.schedule),
                 ", whose deferred weight gradients need the weights ZeRO-3 frees after each "
                 "backward; set parallel.schedule 1f1b (or train.shard optimizer)");
+  std::string origin = c.config->parallel.cost_table.empty()
+                           ? std::string("start-up profile")
+                           : "parallel.cost_table " + c.config->parallel.cost_table;
+  // The checkpoint's plan kept as it was: so is the table it was made with (ZB-V's lists).
+  if (!table_used && stored && stored->table &&
+      memory::stage_plan_hash(plan) == memory::stage_plan_hash(stored->plan)) {
+    table_used = stored->table;
+    origin = "the checkpoint " + stored->checkpoint;
+  }
   StartupPlan out{plan,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                  std::move(table_used),
-                  c.config->parallel.cost_table.empty()
-                      ? std::string("start-up profile")
-                      : "parallel.cost_table " + c.config->parallel.cost_table};
+                  std::move(table_used), origin};
   if (root) {
     log_info("stage plan ({:.2f} s): {}", out.seconds, plan.describe());
     log_info("stage plan: partition from {}", plan.partition_source);

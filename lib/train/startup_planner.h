@@ -66,6 +66,8 @@ class TrainingData;
 struct StoredPlan {
   memory::StagePlan plan;
   std::string checkpoint;  ///< checkpoint directory
+  /// The cost table the plan was made with (TrainCounters::cost_table), when it had one.
+  std::optional<partition::UnitCostTable> table;
 };
 
 /// What start-up planning reads.
@@ -89,7 +91,12 @@ struct StartupPlan {
   /// The cost table the split search or the recompute planner read (the same on every rank),
   /// when one was needed; the trainer's pack time model scales it (pack_time_source.h).
   std::optional<partition::UnitCostTable> table;
-  std::string table_origin;  ///< "start-up profile" or "parallel.cost_table <path>"
+  /// "start-up profile", "parallel.cost_table <path>" or "the checkpoint <dir>" (a resume
+  /// keeping its stored plan keeps the table it was made with)
+  std::string table_origin;
+
+  /// `table` as JSON (partition/unit_cost_table.h), null without one: TrainCounters::cost_table.
+  nlohmann::json table_json() const;
 };
 
 /// The start-up decision's inputs of this run (memory/plan_sources.h): the preset's units and

@@ -15,6 +15,7 @@ nlohmann::json TrainCounters::to_json() const {
                       {"plan_hash", plan_hash},
                       {"stage_plan", stage_plan}};
   if (!model_architecture.empty()) j["model_architecture"] = model_architecture;
+  if (!cost_table.is_null()) j["cost_table"] = cost_table;
   j["nonfinite_skipped_steps"] = nonfinite_skipped_steps;
   return j;
 }
@@ -28,6 +29,7 @@ TrainCounters TrainCounters::from_json(const nlohmann::json& j) {
   c.tokens = j.at("tokens").get<int64_t>();
   c.plan_hash = j.at("plan_hash").get<uint64_t>();
   if (j.contains("stage_plan")) c.stage_plan = j.at("stage_plan");
+  if (j.contains("cost_table")) c.cost_table = j.at("cost_table");  // absent before 7 Dec 2026
   if (j.contains("model_architecture"))  // checkpoints before it: not recorded
     c.model_architecture = j.at("model_architecture").get<std::string>();
   c.nonfinite_skipped_steps = j.value("nonfinite_skipped_steps", int64_t{0});  // absent before

@@ -31,10 +31,13 @@ struct TrainCounters {
   int64_t step = 0;  ///< global steps completed
   int epoch = 0;     ///< data position of the next step
   int64_t step_in_epoch = 0;
-  int64_t samples = 0;             ///< samples seen so far
-  int64_t tokens = 0;              ///< LLM tokens seen so far
-  uint64_t plan_hash = 0;          ///< epoch 0's plan hash
-  nlohmann::json stage_plan;       ///< the stage plan in use (memory/stage_plan.h JSON; metadata)
+  int64_t samples = 0;        ///< samples seen so far
+  int64_t tokens = 0;         ///< LLM tokens seen so far
+  uint64_t plan_hash = 0;     ///< epoch 0's plan hash
+  nlohmann::json stage_plan;  ///< the stage plan in use (memory/stage_plan.h JSON; metadata)
+  /// The start-up cost table the plan was made with (partition/unit_cost_table.h JSON), null
+  /// when none: a resume that keeps the plan keeps it too (ZB-V's per-step lists, pack times).
+  nlohmann::json cost_table;
   std::string model_architecture;  ///< preset_architecture_yaml of the run (resume refuses another)
   /// Steps not applied under train.on_nonfinite skip, over the run's launches (0 when absent).
   int64_t nonfinite_skipped_steps = 0;

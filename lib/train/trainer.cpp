@@ -97,6 +97,7 @@ void Trainer::State::plan_and_build(const ResumePoint& resume) {
   if (auto loaded = stage->restore(resume, *checkpoints)) counters = *loaded;
   counters.plan_hash = in.plan_hash();
   counters.stage_plan = memory::stage_plan_json(plan);
+  counters.cost_table = startup.table_json();
   counters.model_architecture = in.architecture_yaml;
 }
 

@@ -137,11 +137,12 @@ def check_zb_v(r):
 
 
 @check("a 1F1B checkpoint resumes under ZB-V and a ZB-V checkpoint under 1F1B (PP 2) within "
-       "1e-4 of a straight 1F1B run", cost=30)
+       "1e-4 of a straight 1F1B run; a ZB-V resume keeps its per-step lists", cost=40)
 def check_zb_v_resume(r):
     """3 steps under 1F1B, then 3 under ZB-V from its checkpoint, and the reverse, at PP 2: steps
     4-6 within 1e-4 of a straight 6-step 1F1B run (the checkpoint is by parameter name, so the
-    V's chunks load it as any split does)."""
+    V's chunks load it as any split does); ZB-V to ZB-V on a searched split keeps building each
+    step's lists after the resume (the checkpoint stores the start-up cost table)."""
     _, straight = r.run(2, "zbvr-straight", 1, 2, 4, steps=6)
     ms = metrics(straight)
     for name, first, then in [("zbvr-1f1b-to-zbv", [], sched("zb-v")),
@@ -155,6 +156,19 @@ def check_zb_v_resume(r):
                  f"expected {want}")
         print(f"{name}: resumed at step 3 under {want}, steps 4-6 within 1e-4 of the straight "
               f"1F1B run")
+    # ZB-V to ZB-V on a searched split: the resumed launch keeps the checkpoint's plan and the
+    # cost table it was made with, so it still builds each step's lists for its packs.
+    name = "zbvr-zbv-to-zbv"
+    r.run(2, name, 1, 2, 4, steps=3, extra=sched("zb-v") + STEP_LISTS)
+    p, d = r.run(2, name, 1, 2, 4, steps=6, fresh=False,
+                 extra=sched("zb-v") + STEP_LISTS + ["--resume", "auto"])
+    resumed_like_straight(name, d, ms, tol=1e-4)
+    out = p.stdout + p.stderr
+    if not log_value(out, "schedule zb-v: ").startswith("lists built each step"):
+        fail(f"{name}: the resumed launch runs '{log_value(out, 'schedule zb-v: ')}'")
+    if "reusing the plan of" not in out:
+        fail(f"{name}: the resumed launch did not keep its checkpoint's plan")
+    print(f"{name}: the resumed launch kept its plan and table: lists built each step")
 
 
 @check("a 1F1B checkpoint resumes under ZB-H1 and interleaved v 2 (and back to 1F1B at "
