@@ -62,12 +62,23 @@ YAML::Node find_key(const YAML::Node& root, const std::string& key) {
   return node;
 }
 
-/// Where the value of dotted `key` ("train.steps") comes from: the last --set that names it, or
-/// "origin:line" of its node in the file; empty when the key is a default.
+/// Whether dotted key `a` is `b` or one holds the other ("parallel.partition" and
+/// "parallel.partition.manual").
+bool keys_overlap(const std::string& a, const std::string& b) {
+  const std::string& shorter = a.size() <= b.size() ? a : b;
+  const std::string& longer = a.size() <= b.size() ? b : a;
+  return longer.compare(0, shorter.size(), shorter) == 0 &&
+         (longer.size() == shorter.size() || longer[shorter.size()] == '.');
+}
+
+/// Where the value of dotted `key` ("train.steps") comes from: the last --set that names it or a
+/// section around it (--set 'parallel.partition={manual: [5, 5]}' for
+/// parallel.partition.manual), or "origin:line" of its node in the file; empty when the key is a
+/// default.
 std::string source_of(const std::string& key, const YAML::Node& file_root,
                       const std::string& origin, const std::vector<std::string>& overrides) {
   for (auto it = overrides.rbegin(); it != overrides.rend(); ++it)
-    if (it->rfind(key + "=", 0) == 0) return "--set '" + *it + "'";
+    if (keys_overlap(it->substr(0, it->find('=')), key)) return "--set '" + *it + "'";
   const YAML::Node node = find_key(file_root, key);
   if (!node.IsDefined() || node.Mark().line < 0) return "";
   return origin + ":" + std::to_string(node.Mark().line + 1);

@@ -263,6 +263,13 @@ TEST_CASE("a value out of range names the file line or the --set that gave it", 
              Catch::Contains("--set 'train.steps=-3': ") && Catch::Contains("got -3"));
   // A later --set wins over the file, and names itself.
   CHECK_THAT(error_of(yaml, {"train.steps=-7"}), Catch::Contains("--set 'train.steps=-7'"));
+  // A --set of the section around the key names itself, not line 1 of the file.
+  const std::string split = "parallel.partition={manual: [5, 5]}";
+  const std::string file = "parallel:\n  pp: 3\n";
+  CHECK_THAT(error_of(file, {split}), Catch::StartsWith("--set '" + split + "': ") &&
+                                          Catch::Contains("partition.manual: expected one"));
+  CHECK_THAT(error_of("parallel:\n  pp: 3\n  partition: {manual: [5, 5]}\n"),
+             Catch::StartsWith("test.yaml:3: "));
 }
 
 TEST_CASE("parallel.schedule zb-v: 2 chunks per rank, manual splits count 2 x pp",
