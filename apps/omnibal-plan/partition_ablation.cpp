@@ -257,23 +257,39 @@ memory::StagePlan balanced_plan(const Context& c, const std::vector<StepLoads>& 
                              simulator_judge(c, steps, adaptive, seconds), &search);
 }
 
-/// The schedules of the extra rows (AblationOptions::schedules; 1F1B has the paper's rows).
+/// The schedules of the extra rows (AblationOptions::schedules; 1F1B has the paper's rows), each
+/// once in the order named. Throws omnibal::Error on a name that is not a schedule (or auto),
+/// and on --virtual-stages other than the default without an interleaved row to apply to.
 std::vector<Schedule> extra_schedules(const AblationOptions& o) {
   std::vector<Schedule> out;
+  const auto add = [&out](Schedule s) {
+    for (const Schedule& have : out)
+      if (have.kind == s.kind && have.v == s.v) return;
+    out.push_back(s);
+  };
+  bool interleaved = false;
   for (const auto& name : o.schedules) {
     const bool all = name == "all";
+    OMNIBAL_CHECK(all || name == "1f1b" || name == "interleaved" || name == "zb-h1" ||
+                      name == "zb-v",
+                  "--schedule: expected 1f1b | interleaved | zb-h1 | zb-v | all (or a list), got '",
+                  name, "'",
+                  name == "auto" ? " ('auto' is the trainer's choice; all ranks every one)" : "");
     const PipelineSchedule kind =
         all ? PipelineSchedule::kAuto : parse_choice<PipelineSchedule>(name, "--schedule");
-    OMNIBAL_CHECK(all || kind != PipelineSchedule::kAuto, "--schedule: 'auto' is the trainer's ",
-                  "choice; give 1f1b | interleaved | zb-h1 | zb-v | all (every one, ranked)");
-    if (all || kind == PipelineSchedule::kInterleaved)
+    if (all || kind == PipelineSchedule::kInterleaved) {
+      interleaved = true;
       for (int v : o.virtual_stages) {
         OMNIBAL_CHECK(v >= 2, "--virtual-stages: interleaved needs v >= 2, got ", v);
-        out.push_back({PipelineSchedule::kInterleaved, v});
+        add({PipelineSchedule::kInterleaved, v});
       }
-    if (all || kind == PipelineSchedule::kZbH1) out.push_back({PipelineSchedule::kZbH1, 1});
-    if (all || kind == PipelineSchedule::kZbV) out.push_back({PipelineSchedule::kZbV, 2});
+    }
+    if (all || kind == PipelineSchedule::kZbH1) add({PipelineSchedule::kZbH1, 1});
+    if (all || kind == PipelineSchedule::kZbV) add({PipelineSchedule::kZbV, 2});
   }
+  OMNIBAL_CHECK(interleaved || o.virtual_stages == std::vector<int>{2},
+                "--virtual-stages applies to interleaved rows only, and --schedule names none "
+                "(zb-v always runs 2 chunks per rank); add interleaved or all");
   return out;
 }
 
@@ -655,7 +671,9 @@ std::string format_ablation_table(const AblationResult& res) {
   std::string out = format_rows(res.rows);
   for (const auto& e : res.schedule_errors) out += "not planned: " + e + "\n";
   if (!res.ranking.empty()) {
-    out += "(schedule, split) pairs ranked by the simulated epoch (8 ISF steps, scaled):\n";
+    out +=
+        "(schedule, split) pairs ranked by the simulated epoch (8 ISF steps, scaled; picked: the "
+        "split of its schedule's row above):\n";
     for (size_t i = 0; i < res.ranking.size(); ++i) {
       const auto& rc = res.ranking[i];
       out += fmt::format("{:>3}. {:<16} {:>9.1f} s  pipeline_s {:.3f}  {}{}\n", i + 1,

@@ -3,7 +3,7 @@
 # generated length file (tiny preset): the files parse as trace-event JSON, every micro-batch's
 # forward precedes its backward on each (DP rank, stage) track, the simulated step's per-track
 # busy time equals the --json report's forward_s + backward_s (1 %), and a bad --trace-row /
-# --trace-step is named. Usage: plan_trace_cli_test.sh OMNIBAL_PLAN REPO_ROOT
+# --trace-step / --schedule is named. Usage: plan_trace_cli_test.sh OMNIBAL_PLAN REPO_ROOT
 set -euo pipefail
 BIN=$1
 ROOT=$2
@@ -65,6 +65,19 @@ if "$BIN" partition --model tiny --lengths "$OUT/syn_token_lengths.json" --dp 2 
   echo "a bad --trace-row was accepted" >&2; exit 1
 fi
 grep -q "names no row; the rows are 'baseline', '+ ISF'" "$OUT/p3"
+# --schedule: a repeated schedule is one row; a bad name lists the choices (with all); a
+# --virtual-stages without an interleaved row to apply to is refused.
+PART=("$BIN" partition --model tiny --lengths "$OUT/syn_token_lengths.json" --dp 2 --pp 2
+      --micro-batches 2 --global-batch 16)
+"${PART[@]}" --schedule zb-v,zb-v > "$OUT/p4"
+[ "$(grep -c '^+ zb-v v=2 ' "$OUT/p4")" = 1 ]
+for bad in "--schedule zbv" "--schedule auto" "--schedule zb-v --virtual-stages 3"; do
+  if "${PART[@]}" $bad > "$OUT/p5" 2>&1; then echo "accepted: $bad" >&2; exit 1; fi
+  case "$bad" in
+    *virtual*) grep -q -- "--virtual-stages applies to interleaved rows only" "$OUT/p5" ;;
+    *) grep -q -- "--schedule: expected 1f1b | interleaved | zb-h1 | zb-v | all" "$OUT/p5" ;;
+  esac
+done
 
 SIM=("$BIN" simulate --config "$ROOT/configs/demo.yaml" --set "data.meta=$OUT/meta.json"
      --set parallel.partition=uniform --set memory.recompute=none --cost-table-in "$OUT/tiny.json")
