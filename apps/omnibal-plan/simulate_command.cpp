@@ -23,6 +23,9 @@
 // train.precision's dtype (partition/tensor_parallel.h) and cost --tp-latency-us per call plus
 // the ring volume at --tp-link-gbps (measured all-reduce bus bandwidth of the host's MPI;
 // default: --link-gbps). The step report gives the TP all-reduce seconds per stage.
+// Plan: with parallel.plan_from (a run directory, its stage_plan.json) the run's own schedule,
+// split and recompute flags are simulated, as its trainer ran them (a balanced split or adaptive
+// recomputation is searched, not simulated, so needs either that or a fixed rule).
 // Schedule: --schedule / --virtual-stages (default: parallel.schedule / virtual_stages; not
 // auto) replay the trainer's packs under that schedule's lists (schedule/schedules.h); under
 // interleaved the split has pp x v chunks (a manual split lists pp x v counts) and the per-stage
@@ -47,6 +50,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model_preset.h"
+#include "memory/plan_file.h"
 #include "memory/stage_rules.h"
 #include "partition/cost_model.h"
 #include "partition/tensor_parallel.h"
@@ -91,10 +95,11 @@ std::vector<double> per_stage(const std::vector<double>& v, int stages, const ch
 /// the table's parameter bytes, into `chunks` parts (pp x v).
 partition::Partition resolve_split(const ParallelConfig& p, const partition::UnitCostTable& t,
                                    int chunks) {
-  OMNIBAL_CHECK(p.partition.method != PartitionMethod::kBalanced, "simulate: parallel.partition '",
-                choice_name(p.partition.method),
-                "' is not simulated; give the split as {manual: "
-                "[...]} (omnibal-plan partition prints the balanced one)");
+  OMNIBAL_CHECK(
+      p.partition.method != PartitionMethod::kBalanced, "simulate: parallel.partition '",
+      choice_name(p.partition.method),
+      "' is searched, not simulated; give a run's plan (--set parallel.plan_from=RUN_DIR, "
+      "its stage_plan.json) or the split as {manual: [...]}");
   std::vector<double> bytes;
   for (const auto& u : t.units) bytes.push_back(u.parameter_bytes);
   return memory::fixed_split(p.partition, bytes, chunks);
@@ -127,25 +132,54 @@ int unit_index(const partition::UnitCostTable& t, const std::string& name) {
 }
 
 /// The simulator setup of a config: split, recompute flags, host device and host terms.
+/// parallel.plan_from's plan (a run directory's stage_plan.json) as the setup's schedule, split
+/// and recompute flags; --schedule / --virtual-stages must agree with it. Throws omnibal::Error
+/// naming the plan file when its units are not the cost table's.
+void use_plan_file(const Config& cfg, const SimulateArgs& a, const partition::UnitCostTable& table,
+                   partition::SimulatorSetup& setup) {
+  const memory::PlanFile file = memory::read_plan_file(cfg.parallel.plan_from);
+  const memory::StagePlan& plan = file.plan;
+  OMNIBAL_CHECK(plan.unit_names.size() == table.units.size() && plan.stages() == cfg.parallel.pp,
+                file.path, ": a plan of ", plan.unit_names.size(), " units on ", plan.stages(),
+                " stages; the cost table has ", table.units.size(), " units and parallel.pp is ",
+                cfg.parallel.pp);
+  OMNIBAL_CHECK(a.schedule.empty() ||
+                    parse_choice<PipelineSchedule>(a.schedule, "--schedule") == plan.schedule,
+                "--schedule ", a.schedule, ": ", file.path, " is a plan for ",
+                choice_name(plan.schedule), "; drop --schedule or parallel.plan_from");
+  setup.schedule = plan.schedule;
+  setup.virtual_stages = plan.virtual_stages;
+  setup.partition = plan.partition;
+  setup.recompute = plan.recompute.per_unit;
+}
+
 partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
                                      const partition::UnitCostTable& table,
                                      const partition::CostModel& model) {
   partition::SimulatorSetup setup;
   setup.model = &model;
-  setup.schedule = a.schedule.empty() ? cfg.parallel.schedule
-                                      : parse_choice<PipelineSchedule>(a.schedule, "--schedule");
-  setup.virtual_stages = a.virtual_stages > 0 ? a.virtual_stages : cfg.parallel.virtual_stages;
-  OMNIBAL_CHECK(setup.schedule != PipelineSchedule::kAuto, "simulate: schedule 'auto' is the ",
-                "planner's choice; give --schedule 1f1b | interleaved | zb-h1 | zb-v");
-  const int v = schedule::chunks_per_rank(setup.schedule, setup.virtual_stages);
-  setup.virtual_stages = v;
-  setup.partition = resolve_split(cfg.parallel, table, cfg.parallel.pp * v);
   const int stages = cfg.parallel.pp;
   const auto blocks = memory::block_units(table);
-  if (a.recompute_units.empty()) {
-    setup.recompute =
-        memory::fixed_recompute(cfg.memory.recompute, setup.partition, blocks).per_unit;
+  if (!cfg.parallel.plan_from.empty()) {
+    use_plan_file(cfg, a, table, setup);
   } else {
+    setup.schedule = a.schedule.empty() ? cfg.parallel.schedule
+                                        : parse_choice<PipelineSchedule>(a.schedule, "--schedule");
+    setup.virtual_stages = a.virtual_stages > 0 ? a.virtual_stages : cfg.parallel.virtual_stages;
+    OMNIBAL_CHECK(setup.schedule != PipelineSchedule::kAuto, "simulate: schedule 'auto' is the ",
+                  "planner's choice; give --schedule 1f1b | interleaved | zb-h1 | zb-v, or a run's "
+                  "plan (--set parallel.plan_from=RUN_DIR)");
+    setup.virtual_stages = schedule::chunks_per_rank(setup.schedule, setup.virtual_stages);
+    setup.partition = resolve_split(cfg.parallel, table, stages * setup.virtual_stages);
+    OMNIBAL_CHECK(cfg.memory.recompute.mode != RecomputeMode::kAdaptive ||
+                      !a.recompute_units.empty(),
+                  "simulate: memory.recompute 'adaptive' is planned, not simulated; give a run's "
+                  "plan (--set parallel.plan_from=RUN_DIR), --recompute-units or none | full");
+    if (a.recompute_units.empty())
+      setup.recompute =
+          memory::fixed_recompute(cfg.memory.recompute, setup.partition, blocks).per_unit;
+  }
+  if (!a.recompute_units.empty()) {
     setup.recompute.assign(table.units.size(), false);
     for (const auto& name : a.recompute_units) {
       const int u = unit_index(table, name);
@@ -329,7 +363,9 @@ void register_simulate_command(CLI::App& app, Actions& actions) {
   auto a = std::make_shared<SimulateArgs>();
   auto* cmd = app.add_subcommand(
       "simulate", "simulate a trainer config's steps with a profiled cost table and its packs");
-  cmd->add_option("--config", a->config, "trainer config (YAML; a run's config.yaml works)")
+  cmd->add_option("--config", a->config,
+                  "trainer config (YAML; a run's config.yaml with --set parallel.plan_from=RUN_DIR "
+                  "for its searched plan, and data.meta naming token_lengths: omnibal-plan scan)")
       ->required();
   cmd->add_option("--set", a->overrides, "override a config key: a.b=value (repeatable)");
   cmd->add_option("--cost-table-in", a->cost_table, "per-unit cost table (omnibal-plan profile)")

@@ -251,8 +251,10 @@ SampleTable read_meta_file(const std::string& meta_path, uint64_t seed) {
     const std::string where = meta_path + ": dataset \"" + name + "\"";
     OMNIBAL_CHECK(entry.is_object(), where, ": expected an object, got ", entry.type_name());
     const auto tl = entry.find("token_lengths");
-    OMNIBAL_CHECK(tl != entry.end() && tl->is_string(), where,
-                  ": missing string key \"token_lengths\" (path of the per-sample length file)");
+    OMNIBAL_CHECK(
+        tl != entry.end() && tl->is_string(), where,
+        ": missing string key \"token_lengths\" (path of the per-sample length file; `omnibal-plan "
+        "scan --meta META --out DIR` writes them and a meta naming them)");
     double repeat = 1.0;
     if (const auto r = entry.find("repeat_time"); r != entry.end()) {
       OMNIBAL_CHECK(r->is_number(), where, ": \"repeat_time\" must be a number, got ", r->dump());

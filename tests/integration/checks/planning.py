@@ -254,7 +254,7 @@ def check_plan_auto_resume(r):
 
 
 @check("parallel.plan_from (a run directory or its file) is reused without profiling or "
-       "trials; a plan of another stage count is refused")
+       "trials, and by omnibal-plan simulate; a plan of another stage count is refused")
 def check_plan_from(r):
     """parallel.plan_from: a run directory's (or a file's) plan is reused as it is, without
     profiling or trials, whatever this run's cost table would pick, and the log names it; a plan
@@ -279,6 +279,28 @@ def check_plan_from(r):
         if "stage_plan.json" not in line:
             fail(f"plan_from {source}: the log does not name the plan's file: '{line}'")
         print(f"plan_from {source}: [7, 3] reused (the run's table would pick [2, 8]): {line[:160]}")
+    # omnibal-plan simulate replays the run from its own config.yaml and plan (the data scanned
+    # for its lengths), where the balanced split alone is refused naming plan_from.
+    d, scan, rep = r.a.data, os.path.join(r.a.work, "pf-scan"), os.path.join(r.a.work, "pf-sim.json")
+    shutil.rmtree(scan, ignore_errors=True)
+    subprocess.run([r.a.plan, "scan", "--meta", f"{d}/train_meta.json", "--out", scan,
+                    "--config", os.path.join(a, "config.yaml"), "--threads", "1"],
+                   env=ENV, capture_output=True, text=True, timeout=300, check=True)
+    sim = [r.a.plan, "simulate", "--config", os.path.join(a, "config.yaml"), "--set",
+           f"data.meta={scan}/meta.json", "--cost-table-in", llm, "--steps", "2"]
+    q = subprocess.run(sim, env=ENV, capture_output=True, text=True, timeout=300)
+    if q.returncode == 0 or "--set parallel.plan_from=RUN_DIR" not in q.stderr:
+        fail(f"simulate of a balanced run without its plan: exit {q.returncode}, {q.stderr[-300:]}")
+    q = subprocess.run(sim + ["--set", f"parallel.plan_from={a}", "--json", rep], env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    if q.returncode != 0:
+        fail(f"simulate with the run's plan: exit {q.returncode}: {q.stderr[-500:]}")
+    with open(rep) as f:
+        simulated = json.load(f)
+    if simulated["partition"] != "[7, 3]" or len(simulated["steps"]) != 2:
+        fail(f"simulate with the run's plan simulated {simulated['partition']}")
+    print(f"simulate on the run's config.yaml and plan: [7, 3], median "
+          f"{simulated['median_step_seconds']:.4f} s a step")
     p, _ = r.run(1, "pf-pp1", 1, 1, 4, expect_ok=False,
                  extra=["--set", "parallel.partition=balanced", "--set", f"parallel.plan_from={a}"])
     line = refusal(p, "does not fit this run: 2 pipeline stages vs parallel.pp 1",
