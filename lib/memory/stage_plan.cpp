@@ -115,6 +115,30 @@ std::string put_margin_pick_first(std::vector<PlanCandidate>& c, const UnitCostT
   return note;
 }
 
+/// The memory-aware search's last step: when its rounds picked different splits, `judge` (or
+/// the pipeline time, each split timed under its own recompute plan) decides among those
+/// picks, which become the plan's candidates. A later round is not always better: each ranks
+/// its candidates under the previous pick's flags, and a judge that measures (the ablation's
+/// simulation, timed trials) can prefer an earlier round's pick.
+void judge_round_picks(const UnitCostTable& table, const RecomputeSpec& spec,
+                       const StagePlannerOptions& o, const CandidateJudge& judge,
+                       const std::vector<Partition>& picks, StagePlan& plan) {
+  std::vector<PlanCandidate> c;
+  for (const Partition& p : picks) {
+    const RecomputeFlags own{recompute_plan(table, p, spec, o).recompute};
+    c.push_back({p,
+                 partition::pipeline_seconds(p, search_input(table, own, o)),
+                 {},
+                 o.schedule,
+                 chunks_per_rank(o)});
+  }
+  const int chosen = judge ? judge(c) : judge_by_pipeline_time(c);
+  OMNIBAL_CHECK(chosen >= 0 && chosen < static_cast<int>(c.size()), "stage plan: the candidate ",
+                "judge chose ", chosen, " of the ", c.size(), " rounds' picks");
+  plan.candidates = std::move(c);
+  plan.chosen = chosen;
+}
+
 /// BMP over `table`; for adaptive recomputation the search repeats with the pick's flags.
 void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
                    const StagePlannerOptions& o, const CandidateJudge& judge, StagePlan& plan,
@@ -127,7 +151,8 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
   RecomputeFlags flags = search_flags(table, spec);
   partition::PartitionSearchResult search;
   Partition pick;
-  std::string margin;  // what the pick margin decided in the last round
+  std::vector<Partition> picks;  // each round's, distinct (a repeated pick ends the search)
+  std::string margin;            // what the pick margin decided in the last round
   int rounds = 0;
   for (int round = 0; round < (adaptive ? 3 : 1); ++round) {
     auto in = search_input(table, flags, o);
@@ -152,7 +177,12 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
     const Partition p = plan.candidates[plan.chosen].partition;
     if (round > 0 && p == pick) break;
     pick = p;
+    if (std::find(picks.begin(), picks.end(), p) == picks.end()) picks.push_back(p);
     if (adaptive) flags = RecomputeFlags{recompute_plan(table, pick, spec, o).recompute};
+  }
+  if (picks.size() > 1) {
+    judge_round_picks(table, spec, o, judge, picks, plan);
+    pick = plan.candidates[plan.chosen].partition;
   }
   plan.partition = pick;
   if (last_search) *last_search = search;
@@ -163,6 +193,10 @@ void plan_balanced(const UnitCostTable& table, const RecomputeSpec& spec,
       chunks_per_rank(o) > 1 ? fmt::format(" v {}", chunks_per_rank(o)) : std::string(), o.radius,
       o.top_k, rounds, rounds > 1 ? "s" : "", search.exact_anchor.to_string(),
       search.greedy_anchor.to_string(), search.refined_anchor.to_string());
+  if (picks.size() > 1)
+    plan.partition_source +=
+        fmt::format("; the rounds' {} picks judged again, each under its own recomputation",
+                    picks.size());
   if (o.pick_margin > 0)
     plan.partition_source +=
         fmt::format("; pick margin {:.1f} % (the profile's spread){}", 100.0 * o.pick_margin,
@@ -323,7 +357,8 @@ void plan_recompute_for(const UnitCostTable& table, const RecomputeSpec& spec,
                     " GiB is too small: ", "stage ", s, " of split ", plan.partition.to_string(),
                     " (", choice_name(o.schedule), ")", " needs ", plan.full_bytes[s] / kGiB,
                     " GiB even with every block recomputed (", plan.none_bytes[s] / kGiB,
-                    " GiB without); raise memory.budget_gb or use ", "more pipeline stages");
+                    " GiB without); raise memory.budget_gb (omnibal-plan: --budget-gb) or use ",
+                    "more pipeline stages");
     plan.recompute_source =
         o.budget_bytes > 0 ? fmt::format(
                                  "adaptive: knapsack per stage, budget {:.3f} GiB, m {}, recompute "

@@ -18,6 +18,8 @@
 // Balanced + adaptive depend on each other (recomputed blocks add their recompute cost, and the
 // recompute plan depends on the split), so the search is repeated with the previous pick's
 // recompute flags, at most 3 rounds, stopping when the pick repeats: the memory-aware search.
+// A later round is not always the better: where the rounds picked different splits, the judge
+// decides among those picks, each timed under its own recomputation.
 // Its first round assumes full recomputation (kFirstRoundRecompute below). The one loop serves
 // the trainer (judge: pipeline_s, or timed trials, lib/train/partition_trials.h) and the
 // ablation of `omnibal-plan partition` (judge: simulated steps of the run's packs).
@@ -76,8 +78,9 @@ struct StagePlan {
   /// Step time of m identical table-load micro-batches under `schedule` with this split and
   /// these flags (partition_search.h pipeline_s), seconds; 0: not predicted (no table).
   double pipeline_s = 0;
-  std::vector<PlanCandidate> candidates;  ///< balanced: the last round's top K by pipeline_s
-  int chosen = -1;                        ///< index into candidates of the split in use (-1: none)
+  /// balanced: the last round's top K by pipeline_s, or the rounds' different picks (plan_stages)
+  std::vector<PlanCandidate> candidates;
+  int chosen = -1;  ///< index into candidates of the split in use (-1: none)
 
   /// Pipeline ranks P = chunks() / virtual_stages.
   int stages() const { return partition.stages() / virtual_stages; }
@@ -167,7 +170,9 @@ std::vector<std::pair<PipelineSchedule, int>> auto_schedule_choices(int stages, 
 /// Plans the partition and the recompute flags from `table` (one micro-batch at the run's pack
 /// load: seconds and bytes per unit) under `partition` and `recompute` (config specs). Under
 /// balanced, each round's top K go to `judge` (empty: judge_by_pipeline_time), whose pick is
-/// the round's pick; `candidates` and `chosen` are the last round's. Throws omnibal::Error
+/// the round's pick; `candidates` and `chosen` are the last round's, or, when the adaptive
+/// rounds picked different splits, those picks judged again (each under its own recompute
+/// plan), whose winner is the plan's split. Throws omnibal::Error
 /// naming the config key when a manual split or per-stage counts do not match the model, when
 /// no balanced candidate fits the budget, or (adaptive) when a stage does not fit
 /// `budget_bytes` even with every block recomputed.

@@ -233,7 +233,8 @@ PartitionSearchResult search_partitions(const PartitionSearchInput& input) {
   r.fitting = static_cast<int>(fitting.size());
   OMNIBAL_CHECK(!fitting.empty(), "partition search: no candidate within radius ", input.radius,
                 " fits the memory budget (e.g. ", smallest_over_partition.to_string(),
-                "); raise memory.budget_gb, enable recomputation or add pipeline stages");
+                "); raise the budget (memory.budget_gb; omnibal-plan: --budget-gb), recompute more "
+                "blocks or add pipeline stages");
   const bool by_pipeline = input.rank_by == PartitionSearchInput::RankBy::kPipelineTime;
   std::stable_sort(fitting.begin(), fitting.end(),
                    [by_pipeline](const ScoredPartition& a, const ScoredPartition& b) {

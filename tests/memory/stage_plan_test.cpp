@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "mib.h"
+#include <algorithm>
 #include <functional>
 
 using omnibal::memory::testing::kMiB;
@@ -239,4 +240,37 @@ TEST_CASE("stage plan: under ZB-V the search keeps a recomputed block's W in its
       CHECK(full.unit_weight_s[u] == Approx(blocks[u] && s == PipelineSchedule::kZbV ? 0.0 : w));
     }
   }
+}
+
+TEST_CASE(
+    "stage plan: when the memory-aware rounds pick different splits, the judge picks "
+    "among those picks",
+    "[memory][stage_plan]") {
+  // At P 4 under this budget each round (ranking under the previous pick's recompute flags)
+  // picks another split. The search must then show the judge those picks, each timed under its
+  // own recomputation, and keep the judge's choice, here the first round's pick, not the last's.
+  const auto table = heavy_vit_table();
+  auto o = options(4, 4);
+  const auto ref = memory::plan_stages(table, spec("manual", {2, 2, 2, 4}), recompute("none"), o);
+  o.budget_bytes = ref.full_bytes[0] + 0.5 * (ref.none_bytes[0] - ref.full_bytes[0]);
+  std::vector<std::vector<Partition>> shown;
+  const memory::CandidateJudge first = [&shown](std::vector<memory::PlanCandidate>& c) {
+    shown.emplace_back();
+    for (const auto& x : c) shown.back().push_back(x.partition);
+    return 0;
+  };
+  const auto plan = memory::plan_stages(table, spec("balanced"), recompute("adaptive"), o, first);
+  REQUIRE(shown.size() == 4);  // three rounds, then their picks
+  std::vector<Partition> picks;
+  for (size_t r = 0; r + 1 < shown.size(); ++r)
+    if (std::find(picks.begin(), picks.end(), shown[r].front()) == picks.end())
+      picks.push_back(shown[r].front());
+  REQUIRE(picks.size() >= 2);
+  CHECK(shown.back() == picks);
+  CHECK(plan.partition == picks.front());
+  CHECK_FALSE(plan.partition == shown[2].front());  // the last round's pick is not kept
+  REQUIRE(plan.candidates.size() == picks.size());
+  CHECK(plan.chosen == 0);
+  for (const auto& c : plan.candidates) CHECK(c.pipeline_s > 0);
+  CHECK_THAT(plan.partition_source, Catch::Contains("picks judged again"));
 }
