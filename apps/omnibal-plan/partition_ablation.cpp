@@ -274,7 +274,9 @@ std::vector<Schedule> extra_schedules(const AblationOptions& o) {
                       name == "zb-v",
                   "--schedule: expected 1f1b | interleaved | zb-h1 | zb-v | all (or a list), got '",
                   name, "'",
-                  name == "auto" ? " ('auto' is the trainer's choice; all ranks every one)" : "");
+                  name == "auto"
+                      ? " ('auto' is the trainer's choice; 'all' plans and ranks every schedule)"
+                      : "");
     const PipelineSchedule kind =
         all ? PipelineSchedule::kAuto : parse_choice<PipelineSchedule>(name, "--schedule");
     if (all || kind == PipelineSchedule::kInterleaved) {
@@ -289,7 +291,7 @@ std::vector<Schedule> extra_schedules(const AblationOptions& o) {
   }
   OMNIBAL_CHECK(interleaved || o.virtual_stages == std::vector<int>{2},
                 "--virtual-stages applies to interleaved rows only, and --schedule names none "
-                "(zb-v always runs 2 chunks per rank); add interleaved or all");
+                "(1f1b and zb-h1 run 1 chunk per rank, zb-v 2); add interleaved or all");
   return out;
 }
 

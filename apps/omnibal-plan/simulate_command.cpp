@@ -147,6 +147,14 @@ void use_plan_file(const Config& cfg, const SimulateArgs& a, const partition::Un
                     parse_choice<PipelineSchedule>(a.schedule, "--schedule") == plan.schedule,
                 "--schedule ", a.schedule, ": ", file.path, " is a plan for ",
                 choice_name(plan.schedule), "; drop --schedule or parallel.plan_from");
+  // As the trainer refuses it (memory/plan_sources.h): the config names another schedule.
+  OMNIBAL_CHECK(cfg.parallel.schedule == PipelineSchedule::kAuto ||
+                    cfg.parallel.schedule == plan.schedule,
+                "parallel.plan_from: ", file.path, " is a plan for ", choice_name(plan.schedule),
+                " but parallel.schedule is ", choice_name(cfg.parallel.schedule));
+  OMNIBAL_CHECK(a.virtual_stages <= 0 || a.virtual_stages == plan.virtual_stages,
+                "--virtual-stages ", a.virtual_stages, ": ", file.path, " is a plan of v ",
+                plan.virtual_stages, "; drop --virtual-stages or parallel.plan_from");
   setup.schedule = plan.schedule;
   setup.virtual_stages = plan.virtual_stages;
   setup.partition = plan.partition;
@@ -334,8 +342,11 @@ int run_simulate(const SimulateArgs& a) {
   const RunIds ids{fmt::format("{:016x}", plans.plan_hash()), setup.partition.to_string()};
   fmt::print(
       "plan hash {}, partition {}, recompute {}, tp {} x dp {} x pp {}, m {}, schedule {}{}\n",
-      ids.hash, ids.split, choice_name(cfg.memory.recompute.mode), costs.tp, cfg.parallel.dp,
-      cfg.parallel.pp, cfg.parallel.micro_batches, choice_name(setup.schedule),
+      ids.hash, ids.split,
+      cfg.parallel.plan_from.empty() ? choice_name(cfg.memory.recompute.mode)
+                                     : "of parallel.plan_from",
+      costs.tp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.micro_batches,
+      choice_name(setup.schedule),
       setup.virtual_stages > 1 ? fmt::format(" v {}", setup.virtual_stages) : "");
   Json steps = Json::array();
   std::vector<double> times;

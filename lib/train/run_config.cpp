@@ -125,6 +125,9 @@ ResumePoint find_resume_point(const Config& config, const std::string& resume) {
                   ": no such checkpoint directory; give auto (the newest valid checkpoint under ",
                   run_dir, "/checkpoints) or a checkpoint's directory (", run_dir,
                   "/checkpoints/step-N)");
+    OMNIBAL_CHECK(!std::filesystem::is_directory(resume + "/checkpoints"), "--resume ", resume,
+                  ": a run directory, not a checkpoint; give one of its checkpoints (", resume,
+                  "/checkpoints/step-N), or auto with runtime.run_dir ", resume);
     checkpoint::verify_checkpoint(resume);
     point.dir = resume;
   }

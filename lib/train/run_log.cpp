@@ -174,11 +174,14 @@ void RunLog::finish(const nlohmann::json& s) {
   if (!active_) return;
   end_line();
   write_run_file(dir_ + "/summary.json", s.dump(2) + "\n", "the run summary");
+  // After a resume the time is this launch's: say how many of the steps it ran.
+  const int64_t steps = s.at("steps").get<int64_t>(), here = s.at("steps_this_run").get<int64_t>();
   fmt::print(
-      "done: {} steps in {} ({:.2f} s/step), final loss {}, {} samples, param hash {}"
+      "done: {} in {} ({:.2f} s/step), final loss {}, {} samples, param hash {}"
       "{}\n",
-      s.at("steps").get<int64_t>(), duration(s.at("seconds").get<double>()),
-      s.at("seconds_per_step").get<double>(),
+      here == steps ? fmt::format("{} steps", steps)
+                    : fmt::format("step {} ({} in this launch)", steps, here),
+      duration(s.at("seconds").get<double>()), s.at("seconds_per_step").get<double>(),
       s.at("final_loss").is_number()  // null: no step ran in this launch (train.steps 0)
           ? fmt::format("{:.4f}", s.at("final_loss").get<double>())
           : std::string("n/a"),

@@ -348,14 +348,27 @@ void check_agreement(comm::ParallelComms& comms, const memory::StagePlan& plan) 
 
 }  // namespace
 
-void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& plan) {
-  const std::string path = run_dir + "/stage_plan.json";
+namespace {
+
+/// `text` into `<run_dir>/<name>`; throws omnibal::Error naming the file when it cannot write.
+void write_run_json(const std::string& run_dir, const std::string& name, const std::string& what,
+                    const std::string& text) {
+  const std::string path = run_dir + "/" + name;
   std::ofstream out(path);
-  OMNIBAL_CHECK(out.good(), "cannot write the stage plan to '", path, "'");
-  out << memory::stage_plan_json(plan).dump(2) << "\n";
+  OMNIBAL_CHECK(out.good(), "cannot write the ", what, " to '", path, "'");
+  out << text << "\n";
   out.flush();  // ofstream buffers: only the flush shows a full disk
-  OMNIBAL_CHECK(out.good(), path, ": writing the stage plan failed (", std::strerror(errno),
+  OMNIBAL_CHECK(out.good(), path, ": writing the ", what, " failed (", std::strerror(errno),
                 ") - is the disk full?");
+}
+
+}  // namespace
+
+void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& plan,
+                           const nlohmann::json& cost_table) {
+  write_run_json(run_dir, "stage_plan.json", "stage plan", memory::stage_plan_json(plan).dump(2));
+  if (!cost_table.is_null())
+    write_run_json(run_dir, "cost_table.json", "cost table", cost_table.dump(2));
 }
 
 std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const std::string& dir) {
@@ -488,9 +501,10 @@ StartupPlan plan_stages_at_startup(const StartupPlanContext& c) {
   std::string origin = c.config->parallel.cost_table.empty()
                            ? std::string("start-up profile")
                            : "parallel.cost_table " + c.config->parallel.cost_table;
-  // The checkpoint's plan kept as it was: so is the table it was made with (ZB-V's lists).
+  // Nothing profiled in this launch (the checkpoint's split kept, its flags kept or set by a
+  // fixed rule): the checkpoint's table still costs this model's units (ZB-V's lists).
   if (!table_used && stored && stored->table &&
-      memory::stage_plan_hash(plan) == memory::stage_plan_hash(stored->plan)) {
+      stored->table->units.size() == plan.unit_names.size()) {
     table_used = stored->table;
     origin = "the checkpoint " + stored->checkpoint;
   }

@@ -91,8 +91,8 @@ struct StartupPlan {
   /// The cost table the split search or the recompute planner read (the same on every rank),
   /// when one was needed; the trainer's pack time model scales it (pack_time_source.h).
   std::optional<partition::UnitCostTable> table;
-  /// "start-up profile", "parallel.cost_table <path>" or "the checkpoint <dir>" (a resume
-  /// keeping its stored plan keeps the table it was made with)
+  /// "start-up profile", "parallel.cost_table <path>" or "the checkpoint <dir>" (a resume that
+  /// profiles nothing, its checkpoint's split kept, keeps the table that checkpoint stored)
   std::string table_origin;
 
   /// `table` as JSON (partition/unit_cost_table.h), null without one: TrainCounters::cost_table.
@@ -114,9 +114,12 @@ memory::StagePlanRequest stage_plan_request(const Config& config, const ModelPre
 /// disagree on the plan; StartupStopped on every rank after a stop signal (startup_stop.h).
 StartupPlan plan_stages_at_startup(const StartupPlanContext& context);
 
-/// Writes `plan` as JSON (memory::stage_plan_json) to `<run_dir>/stage_plan.json`; throws
-/// omnibal::Error when it cannot write.
-void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& plan);
+/// Writes `plan` as JSON (memory::stage_plan_json) to `<run_dir>/stage_plan.json` and, when not
+/// null, the cost table it was made with (StartupPlan::table_json) to `<run_dir>/cost_table.json`
+/// (what `omnibal-plan simulate --cost-table-in` reads); throws omnibal::Error when it cannot
+/// write.
+void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& plan,
+                           const nlohmann::json& cost_table = nullptr);
 
 /// The plan stored in checkpoint `dir` (its rank state's "stage_plan"), or nullopt for a
 /// checkpoint written before plans were stored. Throws omnibal::Error on a malformed plan.

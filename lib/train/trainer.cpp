@@ -209,7 +209,7 @@ Trainer::Trainer(const Config& config, comm::ParallelComms& comms,
                                                  comms.grid());
   s.tracer = std::make_unique<StepTracer>(config.runtime.trace_steps, config.runtime.run_dir,
                                           comms.world());
-  if (s.rank0()) write_stage_plan_file(config.runtime.run_dir, s.plan);
+  if (s.rank0()) write_stage_plan_file(config.runtime.run_dir, s.plan, s.counters.cost_table);
   s.log_start();
 }
 

@@ -97,6 +97,10 @@ TEST_CASE("run config: a fresh start over an earlier run's checkpoints is refuse
   CHECK_THROWS_WITH(find_resume_point(c, "latest"),
                     Catch::Contains("--resume latest: no such checkpoint directory; give auto") &&
                         Catch::Contains(dir.str() + "/checkpoints/step-N"));
+  // A run directory is not a checkpoint: name one of its checkpoints, or auto.
+  CHECK_THROWS_WITH(find_resume_point(c, dir.str()),
+                    Catch::Contains("a run directory, not a checkpoint") &&
+                        Catch::Contains("auto with runtime.run_dir " + dir.str()));
 }
 
 namespace {

@@ -286,8 +286,12 @@ def check_plan_from(r):
     subprocess.run([r.a.plan, "scan", "--meta", f"{d}/train_meta.json", "--out", scan,
                     "--config", os.path.join(a, "config.yaml"), "--threads", "1"],
                    env=ENV, capture_output=True, text=True, timeout=300, check=True)
+    # The run wrote the table it planned with beside its plan: the simulation's cost table.
+    table = os.path.join(a, "cost_table.json")
+    if not os.path.exists(table):
+        fail(f"the run wrote no {table}")
     sim = [r.a.plan, "simulate", "--config", os.path.join(a, "config.yaml"), "--set",
-           f"data.meta={scan}/meta.json", "--cost-table-in", llm, "--steps", "2"]
+           f"data.meta={scan}/meta.json", "--cost-table-in", table, "--steps", "2"]
     q = subprocess.run(sim, env=ENV, capture_output=True, text=True, timeout=300)
     if q.returncode == 0 or "--set parallel.plan_from=RUN_DIR" not in q.stderr:
         fail(f"simulate of a balanced run without its plan: exit {q.returncode}, {q.stderr[-300:]}")
@@ -295,6 +299,11 @@ def check_plan_from(r):
                        capture_output=True, text=True, timeout=300)
     if q.returncode != 0:
         fail(f"simulate with the run's plan: exit {q.returncode}: {q.stderr[-500:]}")
+    q = subprocess.run(sim + ["--set", f"parallel.plan_from={a}", "--set", "parallel.schedule=zb-v"],
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    if q.returncode == 0 or "is a plan for 1f1b but parallel.schedule is zb-v" not in q.stderr:
+        fail(f"simulate of a 1f1b plan under parallel.schedule zb-v: exit {q.returncode}, "
+             f"{q.stderr[-300:]}")
     with open(rep) as f:
         simulated = json.load(f)
     if simulated["partition"] != "[7, 3]" or len(simulated["steps"]) != 2:
