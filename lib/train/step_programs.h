@@ -9,7 +9,8 @@
 // recompute flags; build_zb_v_schedule then places the W's in the bubbles of that timeline.
 // Every rank of the pipeline computes the same lists from the same table text and plan, with no
 // measured time, in the same floating point, so sends meet receives. The other schedules, and
-// ZB-V without a table (a fixed split with config flags, a resumed or plan_from plan), run the
+// ZB-V without a table (a fixed split with config flags, a plan_from plan, a resume from a
+// checkpoint that stored none; a resume otherwise has its checkpoint's table), run the
 // equal-cost lists of schedule::build_schedule, built once. Rank 0 logs once which lists run.
 // Left out of the per-step costs: the CPU host cost per micro-batch the start-up search adds
 // (measured at start-up, not kept in the plan) and a measured TP link (the host link's 10 GB/s,
