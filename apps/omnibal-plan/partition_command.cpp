@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "partition/device_spec.h"
 #include "partition_ablation.h"
 #include "schedule/step_trace.h"
 
@@ -138,6 +139,11 @@ int run_partition(PartitionArgs& a) {
       "ISF {}, budget {:.1f} GB\n",
       result.epoch_samples, o.dp, o.pp, o.tp, o.micro_batches, result.samples_per_pack,
       result.isf_budgets, result.budget_bytes / 1e9);
+  const double card = partition::device_spec(o.device).memory_bytes;
+  if (card > 0 && result.budget_bytes > card)
+    fmt::print(
+        "note: --budget-gb is over the {}'s {:.1f} GB: a what-if, not a plan that fits the card\n",
+        o.device, card / 1e9);
   fmt::print(
       "BMP: exact anchor {}, greedy anchor {}, refined anchor {}, {} candidates ({} "
       "non-empty, {} fit)\n",

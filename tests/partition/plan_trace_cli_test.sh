@@ -71,6 +71,10 @@ PART=("$BIN" partition --model tiny --lengths "$OUT/syn_token_lengths.json" --dp
       --micro-batches 2 --global-batch 16)
 "${PART[@]}" --schedule zb-v,zb-v > "$OUT/p4"
 [ "$(grep -c '^+ zb-v v=2 ' "$OUT/p4")" = 1 ]
+if grep -q "what-if" "$OUT/p4"; then echo "a what-if note within the card's memory" >&2; exit 1; fi
+# A budget over the card's memory plans, and says it is a what-if.
+"${PART[@]}" --budget-gb 100 > "$OUT/p6"
+grep -q "note: --budget-gb is over the a100-80g's 85.9 GB: a what-if" "$OUT/p6"
 for bad in "--schedule zbv" "--schedule auto" "--schedule zb-v --virtual-stages 3"; do
   if "${PART[@]}" $bad > "$OUT/p5" 2>&1; then echo "accepted: $bad" >&2; exit 1; fi
   case "$bad" in
