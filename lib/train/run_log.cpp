@@ -29,16 +29,6 @@ void check_written(const std::ostream& out, const std::string& path, const std::
                 err != 0 ? std::strerror(err) : "stream error", ") - is the disk full?");
 }
 
-/// Writes `text` as the whole file `path`; throws omnibal::Error naming it on failure.
-void write_run_file(const std::string& path, const std::string& text, const std::string& what) {
-  errno = 0;
-  std::ofstream out(path, std::ios::trunc);
-  OMNIBAL_CHECK(out.is_open(), path, ": cannot create ", what, " (", std::strerror(errno), ")");
-  out << text;
-  out.flush();
-  check_written(out, path, what);
-}
-
 // Keeps the lines of `path` whose "step" is < keep_below (resume), drops the rest.
 void truncate_after(const std::string& path, int64_t keep_below) {
   std::ifstream in(path);
@@ -71,6 +61,15 @@ nlohmann::json task_json(const TaskScore& t) {
 }
 
 }  // namespace
+
+void write_run_file(const std::string& path, const std::string& text, const std::string& what) {
+  errno = 0;
+  std::ofstream out(path, std::ios::trunc);
+  OMNIBAL_CHECK(out.is_open(), path, ": cannot create ", what, " (", std::strerror(errno), ")");
+  out << text;
+  out.flush();
+  check_written(out, path, what);
+}
 
 nlohmann::json eval_json(int64_t step, const EvalResult& r) {
   nlohmann::json tasks = nlohmann::json::object();

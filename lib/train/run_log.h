@@ -19,6 +19,11 @@
 
 namespace omnibal::train {
 
+/// Writes `text` as the whole file `path` (a file of the run directory; `what` names it in
+/// errors, e.g. "the run summary"); throws omnibal::Error naming the path when it cannot create
+/// the file or the write fails (a full disk).
+void write_run_file(const std::string& path, const std::string& text, const std::string& what);
+
 class RunLog {
  public:
   /// `active` on rank 0 only. Creates `dir`, writes config.yaml; keeps metrics/eval lines of

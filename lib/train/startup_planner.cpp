@@ -3,11 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -28,6 +25,7 @@
 #include "schedule/schedules.h"
 #include "train/distributed_optimizer.h"
 #include "train/partition_trials.h"
+#include "train/run_log.h"
 #include "train/startup_stop.h"
 #include "train/tp_group.h"
 #include "train/training_data.h"
@@ -348,27 +346,12 @@ void check_agreement(comm::ParallelComms& comms, const memory::StagePlan& plan) 
 
 }  // namespace
 
-namespace {
-
-/// `text` into `<run_dir>/<name>`; throws omnibal::Error naming the file when it cannot write.
-void write_run_json(const std::string& run_dir, const std::string& name, const std::string& what,
-                    const std::string& text) {
-  const std::string path = run_dir + "/" + name;
-  std::ofstream out(path);
-  OMNIBAL_CHECK(out.good(), "cannot write the ", what, " to '", path, "'");
-  out << text << "\n";
-  out.flush();  // ofstream buffers: only the flush shows a full disk
-  OMNIBAL_CHECK(out.good(), path, ": writing the ", what, " failed (", std::strerror(errno),
-                ") - is the disk full?");
-}
-
-}  // namespace
-
 void write_stage_plan_file(const std::string& run_dir, const memory::StagePlan& plan,
                            const nlohmann::json& cost_table) {
-  write_run_json(run_dir, "stage_plan.json", "stage plan", memory::stage_plan_json(plan).dump(2));
+  write_run_file(run_dir + "/stage_plan.json", memory::stage_plan_json(plan).dump(2) + "\n",
+                 "the stage plan");
   if (!cost_table.is_null())
-    write_run_json(run_dir, "cost_table.json", "cost table", cost_table.dump(2));
+    write_run_file(run_dir + "/cost_table.json", cost_table.dump(2) + "\n", "the cost table");
 }
 
 std::optional<StoredPlan> stored_plan(const nlohmann::json& rank_state, const std::string& dir) {
