@@ -50,7 +50,9 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model_preset.h"
+#include "core/units.h"
 #include "memory/plan_file.h"
+#include "memory/plan_sources.h"
 #include "memory/stage_rules.h"
 #include "partition/cost_model.h"
 #include "partition/tensor_parallel.h"
@@ -134,24 +136,29 @@ int unit_index(const partition::UnitCostTable& t, const std::string& name) {
 /// The simulator setup of a config: split, recompute flags, host device and host terms.
 /// parallel.plan_from's plan (a run directory's stage_plan.json) as the setup's schedule, split
 /// and recompute flags; --schedule / --virtual-stages must agree with it. Throws omnibal::Error
-/// naming the plan file when its units are not the cost table's.
-void use_plan_file(const Config& cfg, const SimulateArgs& a, const partition::UnitCostTable& table,
+/// naming the plan file when it does not fit the config as the trainer would refuse it
+/// (memory::plan_misfits: model, units, pp, schedule, v).
+void use_plan_file(const Config& cfg, const SimulateArgs& a, const ModelPreset& preset,
                    partition::SimulatorSetup& setup) {
   const memory::PlanFile file = memory::read_plan_file(cfg.parallel.plan_from);
   const memory::StagePlan& plan = file.plan;
-  OMNIBAL_CHECK(plan.unit_names.size() == table.units.size() && plan.stages() == cfg.parallel.pp,
-                file.path, ": a plan of ", plan.unit_names.size(), " units on ", plan.stages(),
-                " stages; the cost table has ", table.units.size(), " units and parallel.pp is ",
-                cfg.parallel.pp);
+  memory::StagePlanRequest request;
+  request.model = cfg.model.preset;
+  request.unit_names = unit_names(preset);
+  request.stages = cfg.parallel.pp;
+  request.micro_batches = cfg.parallel.micro_batches;
+  request.schedule = cfg.parallel.schedule;
+  request.virtual_stages = cfg.parallel.virtual_stages;
+  request.auto_zb_v = true;  // as the trainer's start-up planner
+  std::string misfits;
+  for (const auto& m : memory::plan_misfits(plan, request))
+    misfits += (misfits.empty() ? "" : "; ") + m;
+  OMNIBAL_CHECK(misfits.empty(), "parallel.plan_from: ", file.path, " does not fit this run (",
+                misfits, ")");
   OMNIBAL_CHECK(a.schedule.empty() ||
                     parse_choice<PipelineSchedule>(a.schedule, "--schedule") == plan.schedule,
                 "--schedule ", a.schedule, ": ", file.path, " is a plan for ",
                 choice_name(plan.schedule), "; drop --schedule or parallel.plan_from");
-  // As the trainer refuses it (memory/plan_sources.h): the config names another schedule.
-  OMNIBAL_CHECK(cfg.parallel.schedule == PipelineSchedule::kAuto ||
-                    cfg.parallel.schedule == plan.schedule,
-                "parallel.plan_from: ", file.path, " is a plan for ", choice_name(plan.schedule),
-                " but parallel.schedule is ", choice_name(cfg.parallel.schedule));
   OMNIBAL_CHECK(a.virtual_stages <= 0 || a.virtual_stages == plan.virtual_stages,
                 "--virtual-stages ", a.virtual_stages, ": ", file.path, " is a plan of v ",
                 plan.virtual_stages, "; drop --virtual-stages or parallel.plan_from");
@@ -162,6 +169,7 @@ void use_plan_file(const Config& cfg, const SimulateArgs& a, const partition::Un
 }
 
 partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
+                                     const ModelPreset& preset,
                                      const partition::UnitCostTable& table,
                                      const partition::CostModel& model) {
   partition::SimulatorSetup setup;
@@ -169,7 +177,7 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   const int stages = cfg.parallel.pp;
   const auto blocks = memory::block_units(table);
   if (!cfg.parallel.plan_from.empty()) {
-    use_plan_file(cfg, a, table, setup);
+    use_plan_file(cfg, a, preset, setup);
   } else {
     setup.schedule = a.schedule.empty() ? cfg.parallel.schedule
                                         : parse_choice<PipelineSchedule>(a.schedule, "--schedule");
@@ -338,7 +346,7 @@ int run_simulate(const SimulateArgs& a) {
   options.max_seq_len_origin = "preset " + cfg.model.preset;
   balance::EpochPlanner plans(samples, cfg.balance.method, options);
   const partition::ScaledTableCostModel model(costs.table);
-  const partition::SimulatorSetup setup = make_setup(cfg, a, costs.table, model);
+  const partition::SimulatorSetup setup = make_setup(cfg, a, costs.preset, costs.table, model);
   const RunIds ids{fmt::format("{:016x}", plans.plan_hash()), setup.partition.to_string()};
   fmt::print(
       "plan hash {}, partition {}, recompute {}, tp {} x dp {} x pp {}, m {}, schedule {}{}\n",

@@ -301,7 +301,7 @@ def check_plan_from(r):
         fail(f"simulate with the run's plan: exit {q.returncode}: {q.stderr[-500:]}")
     q = subprocess.run(sim + ["--set", f"parallel.plan_from={a}", "--set", "parallel.schedule=zb-v"],
                        env=ENV, capture_output=True, text=True, timeout=300)
-    if q.returncode == 0 or "is a plan for 1f1b but parallel.schedule is zb-v" not in q.stderr:
+    if q.returncode == 0 or "schedule 1f1b vs parallel.schedule zb-v" not in q.stderr:
         fail(f"simulate of a 1f1b plan under parallel.schedule zb-v: exit {q.returncode}, "
              f"{q.stderr[-300:]}")
     with open(rep) as f:
