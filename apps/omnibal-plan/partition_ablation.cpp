@@ -269,16 +269,16 @@ std::vector<Schedule> extra_schedules(const AblationOptions& o) {
   };
   bool interleaved = false;
   for (const auto& name : o.schedules) {
+    // `all` stands for every schedule; a named one is any but auto (the trainer's choice).
     const bool all = name == "all";
-    OMNIBAL_CHECK(all || name == "1f1b" || name == "interleaved" || name == "zb-h1" ||
-                      name == "zb-v",
+    const auto named = find_choice<PipelineSchedule>(name);
+    OMNIBAL_CHECK(all || (named && *named != PipelineSchedule::kAuto),
                   "--schedule: expected 1f1b | interleaved | zb-h1 | zb-v | all (or a list), got '",
                   name, "'",
                   name == "auto"
                       ? " ('auto' is the trainer's choice; 'all' plans and ranks every schedule)"
                       : "");
-    const PipelineSchedule kind =
-        all ? PipelineSchedule::kAuto : parse_choice<PipelineSchedule>(name, "--schedule");
+    const PipelineSchedule kind = all ? PipelineSchedule::kAuto : *named;
     if (all || kind == PipelineSchedule::kInterleaved) {
       interleaved = true;
       for (int v : o.virtual_stages) {
