@@ -9,6 +9,28 @@ from .results import (check_predicted, checkpoint_params, close_training, max_pa
                       rel, resumed_like_straight, stage_plan, summary)
 
 
+def tied_head_splits(r, label, prefix, schedule, cases):
+    """The tied head (tiny-tied preset) under `schedule` at PP 2 on each manual split of `cases`,
+    (split, copies), equals one process within 1e-4 over 4 steps: with `copies` the embedding and
+    the head lie on different ranks and summary.json says the two copies stayed bitwise equal;
+    without, they share a rank, one tensor, and summary.json has no copies entry."""
+    tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
+    _, tref = r.run(1, prefix + "-ref", 1, 1, 4, steps=4, extra=tied)
+    for split, copies in cases:
+        manual = ["--set", f"parallel.partition={{manual: [{split}]}}"]
+        name = prefix + "-" + split.replace(", ", "")
+        _, d = r.run(2, name, 1, 2, 4, steps=4, extra=tied + schedule + manual)
+        worst = close_training(d, tref, 1e-4, f"tied head, {label} [{split}]")
+        s = summary(d)
+        if copies and s.get("tied_head_copies_equal") is not True:
+            fail(f"{label} tied head [{split}]: the two copies of the tied weight differ")
+        if not copies and "tied_head_copies_equal" in s:
+            fail(f"{label} tied head [{split}]: embedding and head share a rank, expected one "
+                 f"tensor (no copies), summary says {s.get('tied_head_copies_equal')}")
+        print(f"tied head under {label}, chunks [{split}]: equal to one process ({worst:.1e}), "
+              f"{'two copies bitwise equal' if copies else 'one shared tensor'}")
+
+
 @check("interleaved 1F1B and ZB-H1 at PP 2 and PP 2 x DP 2 equal one process (1e-4), "
        "ZB-H1 equals 1F1B (1e-6), tied head interleaved, schedule auto", cost=52)
 def check_schedules(r):
@@ -44,23 +66,10 @@ def check_schedules(r):
         fail(f"zb-h1: final parameters differ from 1F1B's by {dp:.2e} (> 1e-6)")
     print(f"zb-h1 vs 1f1b at PP 2: gradient norms within 1e-6 every step, final parameters "
           f"{dp:.1e} apart")
-    tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
-    _, tref = r.run(1, "sch-tied-ref", 1, 1, 4, steps=4, extra=tied)
     # [1, 1, 3, 5]: llm_embed (unit 4) in chunk 2 on rank 0, the head on rank 1 (two copies);
     # [1, 4, 1, 4]: llm_embed in chunk 1 on rank 1, the head in chunk 3 on rank 1 (one tensor).
-    for split, copies in [("1, 1, 3, 5", True), ("1, 4, 1, 4", False)]:
-        manual = ["--set", f"parallel.partition={{manual: [{split}]}}"]
-        name = "sch-tied-il2-" + split.replace(", ", "")
-        _, d = r.run(2, name, 1, 2, 4, steps=4, extra=tied + sched("interleaved", 2) + manual)
-        worst = close_training(d, tref, 1e-4, f"tied head, interleaved [{split}]")
-        s = summary(d)
-        if copies and s.get("tied_head_copies_equal") is not True:
-            fail(f"interleaved tied head [{split}]: the two copies of the tied weight differ")
-        if not copies and "tied_head_copies_equal" in s:
-            fail(f"interleaved tied head [{split}]: embedding and head share a rank, expected one "
-                 f"tensor (no copies), summary says {s.get('tied_head_copies_equal')}")
-        print(f"tied head under interleaved v 2, chunks [{split}]: equal to one process "
-              f"({worst:.1e}), {'two copies bitwise equal' if copies else 'one shared tensor'}")
+    tied_head_splits(r, "interleaved v 2", "sch-tied-il2", sched("interleaved", 2),
+                     [("1, 1, 3, 5", True), ("1, 4, 1, 4", False)])
     # parallel.schedule auto: the start-up planner profiles, plans each schedule and keeps one.
     auto = sched("auto") + ["--set", "parallel.partition=balanced",
                             "--set", "parallel.partition_trials=0"]
@@ -116,24 +125,11 @@ def check_zb_v(r):
             fail(f"{name}: {recomputed} units recomputed, expected {'some' if extra else 'none'}")
         print(f"{name}: 5 steps equal one process (max relative loss difference {worst:.1e}), "
               f"{recomputed} units recomputed")
-    tied = ["--set", f"model.preset={HERE}/tiny-tied.yaml"]
-    _, tref = r.run(1, "zbv-tied-ref", 1, 1, 4, steps=4, extra=tied)
     # Virtual stages 0 1 2 3 on ranks 0 1 1 0. [5, 1, 1, 3]: llm_embed (unit 4) in chunk 0 on
     # rank 0, the head in chunk 3 on rank 0 (one tensor); [3, 3, 2, 2]: llm_embed in chunk 1 on
     # rank 1, the head on rank 0 (two copies).
-    for split, copies in [("5, 1, 1, 3", False), ("3, 3, 2, 2", True)]:
-        manual = ["--set", f"parallel.partition={{manual: [{split}]}}"]
-        name = "zbv-tied-" + split.replace(", ", "")
-        _, d = r.run(2, name, 1, 2, 4, steps=4, extra=tied + sched("zb-v") + manual)
-        worst = close_training(d, tref, 1e-4, f"tied head, zb-v [{split}]")
-        s = summary(d)
-        if copies and s.get("tied_head_copies_equal") is not True:
-            fail(f"zb-v tied head [{split}]: the two copies of the tied weight differ")
-        if not copies and "tied_head_copies_equal" in s:
-            fail(f"zb-v tied head [{split}]: embedding and head share stage 0, expected one "
-                 f"tensor (no copies), summary says {s.get('tied_head_copies_equal')}")
-        print(f"tied head under zb-v, chunks [{split}]: equal to one process ({worst:.1e}), "
-              f"{'two copies bitwise equal' if copies else 'one shared tensor on stage 0'}")
+    tied_head_splits(r, "zb-v", "zbv-tied", sched("zb-v"),
+                     [("5, 1, 1, 3", False), ("3, 3, 2, 2", True)])
 
 
 @check("a 1F1B checkpoint resumes under ZB-V and a ZB-V checkpoint under 1F1B (PP 2) within "
