@@ -178,6 +178,9 @@ partition::SimulatorSetup make_setup(const Config& cfg, const SimulateArgs& a,
   const auto blocks = memory::block_units(table);
   if (!cfg.parallel.plan_from.empty()) {
     use_plan_file(cfg, a, preset, setup);
+    OMNIBAL_CHECK(setup.recompute.size() == table.units.size(), "parallel.plan_from ",
+                  cfg.parallel.plan_from, ": a plan of ", setup.recompute.size(),
+                  " units, but the cost table has ", table.units.size());
   } else {
     setup.schedule = a.schedule.empty() ? cfg.parallel.schedule
                                         : parse_choice<PipelineSchedule>(a.schedule, "--schedule");
